@@ -1,0 +1,3 @@
+from ledger.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""The `ledger` command line.
+
+Each module in `ledger/commands/` defines its commands and a `register(group)` function;
+they are discovered here, so subsystems add commands without editing a shared list.
+Heavy libraries (gRPC, Pub/Sub, paramiko) are imported inside the commands that need them,
+so `ledger --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from ledger import __version__
+from ledger.errors import LedgerError
+
+STORE_OPTION_HELP = "Ledger store URL: sqlite:///path or postgresql://... [env: LEDGER_STORE]"
+
+
+class LedgerGroup(click.Group):
+    """Turns LedgerError into one line on stderr and its exit code: never a traceback."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except LedgerError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.commands)
+
+
+@click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="ledger")
+@click.option("--store", envvar="LEDGER_STORE", default=None, metavar="URL", help=STORE_OPTION_HELP)
+@click.pass_context
+def cli(ctx: click.Context, store: str | None) -> None:
+    """tpu-ledger: GitOps, event-sourced jobs on Cloud TPUs.
+
+    Users commit job specs to a jobs repository; a merge to the protected branch approves
+    them. `ledger watch` turns commits into events, `ledger reconcile` acts on them, and
+    every step lands in an append-only, hash-chained ledger that `ledger inspect`,
+    `ledger replay` and `ledger verify` explain.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["store_url"] = store
+
+
+def _register_all() -> None:
+    import ledger.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"ledger.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(cli)
+
+
+_register_all()
+
+
+def main() -> None:
+    cli(prog_name="ledger")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+    sys.exit(0)

@@ -1,0 +1,170 @@
+"""The event envelope: canonical encoding, hash chain and deterministic ids.
+
+Pure data and pure functions. Every event is stored with the hash of its canonical
+encoding chained to the event before it, so any edit anywhere is detectable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+GENESIS_HASH = "0" * 64
+
+# Every type the domain knows; schemas/event.schema.json describes each one's `data`.
+EVENT_TYPES: tuple[str, ...] = (
+    "submitted",
+    "rejected",
+    "spec_updated",
+    "cancel_requested",
+    "queued",
+    "provisioning",
+    "provisioned",
+    "provision_failed",
+    "setup_started",
+    "setup_done",
+    "setup_failed",
+    "started",
+    "preempted",
+    "failed",
+    "resumed",
+    "rerun",
+    "finished",
+    "cancelled",
+    "released",
+    "history_rewritten",
+    "rewrite_accepted",
+    "action_intent",
+    "action_outcome",
+    "note",
+)
+
+# Fields covered by the hash, in the envelope; `hash` itself is not.
+HASHED_FIELDS = ("seq", "stream", "version", "type", "time", "actor", "id", "causation", "data", "prev_hash")
+
+
+def canonical(value: Any) -> bytes:
+    """Stable bytes for a JSON value: sorted keys, no spaces, UTF-8, no NaN/Infinity.
+
+    Floats are written as Python's shortest round-trip repr, so a value read back from
+    storage encodes to the same bytes again.
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def format_time(moment: datetime) -> str:
+    """UTC, microsecond precision, 'Z' suffix: one spelling per instant."""
+    if moment.tzinfo is None:
+        raise ValueError("event times must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def now() -> str:
+    return format_time(datetime.now(UTC))
+
+
+def event_id(stream: str, key: str) -> str:
+    """A deterministic id from an idempotency key: retrying an append stores nothing twice."""
+    return str(uuid.UUID(bytes=hashlib.sha256(f"{stream}\x00{key}".encode()).digest()[:16], version=5))
+
+
+def random_id() -> str:
+    return str(uuid.uuid4())
+
+
+def chain_hash(prev_hash: str, envelope_without_hash: dict[str, Any]) -> str:
+    h = hashlib.sha256(prev_hash.encode("ascii"))
+    h.update(canonical(envelope_without_hash))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """What a writer asks to append; the store assigns seq, version, prev_hash and hash."""
+
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+    actor: dict[str, Any] = field(default_factory=lambda: {"kind": "system", "name": "ledger"})
+    key: str | None = None  # idempotency key; None = a fresh random id
+    causation: str | None = None
+    time: str | None = None  # ISO UTC; None = now
+
+    def resolve_id(self, stream: str) -> str:
+        return event_id(stream, self.key) if self.key is not None else random_id()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A stored event: the full envelope."""
+
+    seq: int
+    stream: str
+    version: int
+    type: str
+    time: str
+    actor: dict[str, Any]
+    id: str
+    causation: str | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def unhashed(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "stream": self.stream,
+            "version": self.version,
+            "type": self.type,
+            "time": self.time,
+            "actor": self.actor,
+            "id": self.id,
+            "causation": self.causation,
+            "data": self.data,
+            "prev_hash": self.prev_hash,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        envelope = self.unhashed()
+        envelope["hash"] = self.hash
+        return envelope
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Event:
+        return cls(**{name: d[name] for name in (*HASHED_FIELDS, "hash")})
+
+    def expected_hash(self) -> str:
+        return chain_hash(self.prev_hash, self.unhashed())
+
+
+def seal(
+    new: NewEvent, *, seq: int, stream: str, version: int, prev_hash: str, event_id_: str
+) -> Event:
+    """Turn a request into a stored envelope at the given position."""
+    body = {
+        "seq": seq,
+        "stream": stream,
+        "version": version,
+        "type": new.type,
+        "time": new.time or now(),
+        "actor": new.actor,
+        "id": event_id_,
+        "causation": new.causation,
+        "data": new.data,
+        "prev_hash": prev_hash,
+    }
+    return Event(**body, hash=chain_hash(prev_hash, body))
+
+
+def actor(kind: str, name: str, **extra: Any) -> dict[str, Any]:
+    """Who caused an event: kind is git | cli | reconciler | watcher | system."""
+    return {"kind": kind, "name": name, **extra}

@@ -1,0 +1,333 @@
+"""The fold: a job's state from its events. Pure functions over plain data.
+
+`evolve(job, event) -> job` never raises on a surprising event: an illegal transition is
+kept in `job.anomalies` for `ledger verify` to report, and replay goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Job states. Terminal ones never change again (a resubmission is a new `submitted`).
+PENDING = "pending"
+REJECTED = "rejected"
+QUEUED = "queued"
+PROVISIONING = "provisioning"
+PROVISIONED = "provisioned"
+SETTING_UP = "setting_up"
+READY = "ready"
+RUNNING = "running"
+PREEMPTED = "preempted"
+FAILED = "failed"  # a failed attempt; `final` in the event makes it terminal
+RECOVERING = "recovering"
+CANCELLING = "cancelling"
+FINISHED = "finished"
+CANCELLED = "cancelled"
+FAILED_FINAL = "failed_final"
+
+TERMINAL = frozenset({REJECTED, FINISHED, CANCELLED, FAILED_FINAL})
+LIVE = frozenset({PENDING, QUEUED, PROVISIONING, PROVISIONED, SETTING_UP, READY, RUNNING, PREEMPTED, FAILED, RECOVERING, CANCELLING})
+
+# Which states each event type may follow; anything else is an anomaly (still applied).
+_ANY_LIVE = LIVE
+ALLOWED_FROM: dict[str, frozenset[str]] = {
+    "submitted": frozenset({"", REJECTED, FINISHED, CANCELLED, FAILED_FINAL}),
+    "rejected": frozenset({"", *TERMINAL, *LIVE}),
+    "spec_updated": _ANY_LIVE,
+    "cancel_requested": frozenset({*_ANY_LIVE, *TERMINAL}),
+    "queued": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING}),
+    "provisioning": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING}),
+    "provisioned": frozenset({PROVISIONING, QUEUED}),
+    "provision_failed": frozenset({PROVISIONING, QUEUED}),
+    "setup_started": frozenset({PROVISIONED, SETTING_UP, READY, RECOVERING, PREEMPTED, FAILED}),
+    "setup_done": frozenset({SETTING_UP}),
+    "setup_failed": frozenset({SETTING_UP}),
+    "started": frozenset({READY, SETTING_UP, RECOVERING, FAILED}),
+    "preempted": frozenset({PROVISIONED, SETTING_UP, READY, RUNNING, PROVISIONING, RECOVERING, CANCELLING}),
+    "failed": _ANY_LIVE,
+    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY}),
+    "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED}),
+    "finished": frozenset({RUNNING}),
+    "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
+    "released": frozenset({*_ANY_LIVE, *TERMINAL}),
+}
+
+
+@dataclass(slots=True)
+class JobState:
+    id: str
+    owner: str = ""
+    name: str = ""
+    state: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)
+    spec_hash: str = ""
+    commit: str = ""
+    path: str = ""
+    author: str = ""
+    approvers: list[str] = field(default_factory=list)
+    attempt: int = 0  # incremented by each provisioning/resume/rerun; passed to the job
+    restarts: int = 0  # recoveries spent from the job's budget
+    tpu: dict[str, Any] | None = None  # the TPU held: name, zone, kind, shared, accelerator
+    hosts: list[dict[str, Any]] = field(default_factory=list)
+    times: dict[str, str] = field(default_factory=dict)  # event type -> time it last happened
+    last_error: dict[str, Any] | None = None
+    queued_reason: str = ""
+    cancel_requested: bool = False
+    pending_action: dict[str, Any] | None = None  # an intent whose outcome is not recorded yet
+    recovery: dict[str, Any] | None = None  # the decided rule while recovering
+    version: int = 0  # stream version this state reflects
+    position: int = 0  # global seq this state reflects
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobState:
+        return cls(**d)
+
+
+def split_job_id(job_id: str) -> tuple[str, str]:
+    owner, _, name = job_id.partition("/")
+    return owner, name
+
+
+def initial(job_id: str) -> JobState:
+    owner, name = split_job_id(job_id)
+    return JobState(id=job_id, owner=owner, name=name)
+
+
+def evolve(job: JobState, type_: str, data: Mapping[str, Any], *, time: str = "", seq: int = 0, version: int = 0) -> JobState:
+    """The next state of `job` after one event. Returns a new JobState; `job` is untouched."""
+    nxt = dataclasses.replace(job, times=dict(job.times), anomalies=job.anomalies)
+    allowed = ALLOWED_FROM.get(type_)
+    if allowed is not None and job.state not in allowed:
+        nxt.anomalies = [*job.anomalies, {"seq": seq, "type": type_, "from": job.state or "(new)"}]
+    handler = _HANDLERS.get(type_)
+    if handler is not None:
+        handler(nxt, data)
+    if time:
+        nxt.times[type_] = time
+    nxt.version = version or job.version + 1
+    nxt.position = seq or job.position
+    return nxt
+
+
+# -- handlers: each mutates the fresh copy made by evolve ----------------------------------
+def _submitted(j: JobState, d: Mapping[str, Any]) -> None:
+    j.state = PENDING
+    j.spec = d.get("spec", {})
+    j.spec_hash = d.get("spec_hash", "")
+    j.commit = d.get("commit", "")
+    j.path = d.get("path", "")
+    j.author = d.get("author", "")
+    j.approvers = list(d.get("approvers", []))
+    j.attempt = 0
+    j.restarts = 0
+    j.tpu = None
+    j.hosts = []
+    j.last_error = None
+    j.cancel_requested = False
+    j.recovery = None
+    j.queued_reason = ""
+
+
+def _rejected(j: JobState, d: Mapping[str, Any]) -> None:
+    # A rejected update of a live job leaves the job as it was: the old spec keeps running.
+    if j.state in ("", *TERMINAL):
+        j.state = REJECTED
+    j.last_error = {"kind": "rejected", "message": d.get("reason", "")}
+
+
+def _spec_updated(j: JobState, d: Mapping[str, Any]) -> None:
+    j.spec = d.get("spec", j.spec)
+    j.spec_hash = d.get("spec_hash", j.spec_hash)
+    j.commit = d.get("commit", j.commit)
+
+
+def _cancel_requested(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.state in LIVE:
+        j.cancel_requested = True
+        j.state = CANCELLING
+
+
+def _queued(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.state != CANCELLING:
+        j.state = QUEUED
+    j.queued_reason = d.get("reason", "")
+
+
+def _provisioning(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.state != CANCELLING:
+        j.state = PROVISIONING
+    j.attempt = d.get("attempt", j.attempt)
+    j.tpu = d.get("tpu", j.tpu)
+    j.queued_reason = ""
+
+
+def _provisioned(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.state != CANCELLING:
+        j.state = PROVISIONED
+    j.tpu = d.get("tpu", j.tpu)
+    j.hosts = list(d.get("hosts", []))
+
+
+def _provision_failed(j: JobState, d: Mapping[str, Any]) -> None:
+    j.last_error = {"kind": "provision", "message": d.get("reason", "")}
+    if j.state != CANCELLING:
+        j.state = FAILED_FINAL if d.get("final") else QUEUED
+
+
+def _setup_started(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.state != CANCELLING:
+        j.state = SETTING_UP
+
+
+def _setup_done(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.state != CANCELLING:
+        j.state = READY
+
+
+def _setup_failed(j: JobState, d: Mapping[str, Any]) -> None:
+    j.last_error = {"kind": "setup", **{k: d[k] for k in ("module", "worker", "reason") if k in d}}
+    if j.state != CANCELLING:
+        j.state = FAILED_FINAL if d.get("final", True) else FAILED
+
+
+def _started(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.state != CANCELLING:
+        j.state = RUNNING
+    j.recovery = None
+
+
+def _preempted(j: JobState, d: Mapping[str, Any]) -> None:
+    j.last_error = {"kind": "preempted", "message": d.get("reason", ""), "tpu_state": d.get("tpu_state", "")}
+    if j.state != CANCELLING:
+        j.state = PREEMPTED
+
+
+def _failed(j: JobState, d: Mapping[str, Any]) -> None:
+    j.last_error = {k: d[k] for k in ("kind", "message", "exit_code", "worker") if k in d}
+    if d.get("final"):
+        j.state = FAILED_FINAL
+    elif j.state != CANCELLING:
+        j.state = FAILED
+
+
+def _recovery(kind: str):
+    def apply(j: JobState, d: Mapping[str, Any]) -> None:
+        j.restarts = d.get("restarts", j.restarts + 1)
+        j.attempt = d.get("attempt", j.attempt + 1)
+        j.recovery = {"rule": d.get("rule", kind), "reapply": bool(d.get("reapply", False))}
+        if j.state != CANCELLING:
+            j.state = RECOVERING
+
+    return apply
+
+
+def _finished(j: JobState, d: Mapping[str, Any]) -> None:
+    j.state = FINISHED
+
+
+def _cancelled(j: JobState, d: Mapping[str, Any]) -> None:
+    j.state = CANCELLED
+
+
+def _released(j: JobState, d: Mapping[str, Any]) -> None:
+    name = d.get("tpu", {}).get("name") if isinstance(d.get("tpu"), dict) else d.get("name")
+    if j.tpu is None or name in (None, j.tpu.get("name")):
+        j.tpu = None
+        j.hosts = []
+
+
+def _action_intent(j: JobState, d: Mapping[str, Any]) -> None:
+    j.pending_action = dict(d)
+
+
+def _action_outcome(j: JobState, d: Mapping[str, Any]) -> None:
+    if j.pending_action and j.pending_action.get("action_id") == d.get("action_id"):
+        j.pending_action = None
+
+
+_HANDLERS = {
+    "submitted": _submitted,
+    "rejected": _rejected,
+    "spec_updated": _spec_updated,
+    "cancel_requested": _cancel_requested,
+    "queued": _queued,
+    "provisioning": _provisioning,
+    "provisioned": _provisioned,
+    "provision_failed": _provision_failed,
+    "setup_started": _setup_started,
+    "setup_done": _setup_done,
+    "setup_failed": _setup_failed,
+    "started": _started,
+    "preempted": _preempted,
+    "failed": _failed,
+    "resumed": _recovery("resume"),
+    "rerun": _recovery("rerun"),
+    "finished": _finished,
+    "cancelled": _cancelled,
+    "released": _released,
+    "action_intent": _action_intent,
+    "action_outcome": _action_outcome,
+}
+
+
+# -- the whole ledger ----------------------------------------------------------------------
+@dataclass(slots=True)
+class LedgerState:
+    """Every job's state at `position`. Streams that are not jobs (e.g. `_system`) are skipped."""
+
+    position: int = 0
+    jobs: dict[str, JobState] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"position": self.position, "jobs": [j.to_dict() for j in self.jobs.values()]},
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, blob: bytes) -> LedgerState:
+        d = json.loads(blob)
+        return cls(d["position"], {j["id"]: JobState.from_dict(j) for j in d["jobs"]})
+
+
+def is_job_stream(stream: str) -> bool:
+    return not stream.startswith("_")
+
+
+def apply(state: LedgerState, stream: str, type_: str, data: Mapping[str, Any], *, time: str, seq: int, version: int) -> None:
+    """Fold one event into `state` in place. Replay owns its state, so in-place is safe here;
+    each job's transition is still the pure `evolve`."""
+    state.position = seq
+    if not is_job_stream(stream):
+        return
+    job = state.jobs.get(stream)
+    if job is None:
+        job = initial(stream)
+    state.jobs[stream] = evolve(job, type_, data, time=time, seq=seq, version=version)
+
+
+def replay(events: Iterable[Any], start: LedgerState | None = None) -> LedgerState:
+    """Fold events (Event objects) onto a copy of `start` (or an empty ledger)."""
+    state = LedgerState(start.position, dict(start.jobs)) if start else LedgerState()
+    for ev in events:
+        apply(state, ev.stream, ev.type, ev.data, time=ev.time, seq=ev.seq, version=ev.version)
+    return state
+
+
+def code_version() -> str:
+    """Identifies the fold's code: a snapshot made by other code is ignored, never trusted."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]

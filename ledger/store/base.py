@@ -1,0 +1,85 @@
+"""The store contract every backend honours (SQLite embedded, PostgreSQL shared).
+
+- `append` is atomic: all of a batch or none of it.
+- `expected_version` (None = any) guards a stream against concurrent writers.
+- An event whose id is already stored is not stored again: the original positions return.
+- Rows are never updated or deleted; the database itself refuses it.
+- `seq` is global and gap-free, `version` is per stream and gap-free, and every event's
+  `prev_hash` is the `hash` of the event at `seq - 1`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ledger.events import Event, NewEvent
+
+# Bumped when the on-disk layout changes; a store written by newer code is refused.
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    positions: tuple[int, ...]  # seq of each event of the batch, in order
+    version: int  # the stream's version after the append
+    duplicate: bool  # True when every event was already stored (a retried append)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    name: str
+    code_version: str
+    position: int
+    state: bytes
+
+
+class Store(Protocol):
+    url: str
+
+    def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int | None = None
+    ) -> AppendResult: ...
+
+    def append_many(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]
+    ) -> list[AppendResult]:
+        """Several streams' batches in one transaction (bulk ingest, import, benchmarks)."""
+        ...
+
+    def import_events(self, events: Sequence[Event]) -> None:
+        """Store already-sealed envelopes as they are (import, migrate); chain is checked."""
+        ...
+
+    def read_all(self, after: int = 0, limit: int | None = None) -> Iterator[Event]: ...
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Event]: ...
+
+    def get_event(self, event_id: str) -> Event | None: ...
+
+    def head(self) -> int: ...
+
+    def stream_version(self, stream: str) -> int: ...
+
+    def streams(self) -> list[str]: ...
+
+    def position_at_time(self, iso_time: str) -> int:
+        """The last seq whose event time is <= iso_time (0 if none)."""
+        ...
+
+    def save_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def load_snapshot(self, name: str, code_version: str, at_most: int | None = None) -> Snapshot | None: ...
+
+    def get_cursor(self, name: str) -> int: ...
+
+    def set_cursor(self, name: str, position: int) -> None:
+        """Cursors (fan-out, notifier) live beside the events; they only move forward."""
+        ...
+
+    def wait_for_append(self, after: int, timeout: float) -> int:
+        """Block until head() > after or timeout; returns head(). Backends may poll."""
+        ...
+
+    def close(self) -> None: ...

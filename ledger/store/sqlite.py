@@ -1,0 +1,294 @@
+"""The embedded ledger: one SQLite file, append-only enforced by triggers.
+
+Settings and why:
+- journal_mode=WAL: readers never block the writer, and a crash leaves no half-written page.
+- synchronous=FULL: the WAL is fsynced at every commit, so an append that returned survives
+  power loss, not only a killed process (NORMAL would lose the last commits on power loss).
+- BEGIN IMMEDIATE: the write lock is taken before reading the head, so several processes
+  appending at once serialise and never produce a gap or a duplicate seq/version.
+- busy_timeout: a writer waits for another instead of failing at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ledger.errors import ConflictError, StoreError
+from ledger.events import GENESIS_HASH, Event, NewEvent, seal
+from ledger.store.base import FORMAT_VERSION, AppendResult, Snapshot
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    stream TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    time TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    id TEXT NOT NULL UNIQUE,
+    causation TEXT,
+    data TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    UNIQUE (stream, version)
+);
+CREATE INDEX IF NOT EXISTS events_time ON events (time);
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: events cannot be updated'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: events cannot be deleted'); END;
+CREATE TABLE IF NOT EXISTS snapshots (
+    name TEXT NOT NULL,
+    code_version TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    state BLOB NOT NULL,
+    PRIMARY KEY (name, code_version, position)
+);
+CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, position INTEGER NOT NULL);
+"""
+
+COLUMNS = "seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash"
+
+
+def _row_to_event(row: tuple) -> Event:
+    seq, stream, version, type_, time_, actor, id_, causation, data, prev_hash, hash_ = row
+    return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class SQLiteStore:
+    def __init__(self, path: str | Path, *, create: bool = True, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.url = f"sqlite:///{self.path}"
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"no ledger at {self.path}", hint="check --store / LEDGER_STORE")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create {self.path.parent}: {exc.strerror}") from exc
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA busy_timeout = 30000")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(f"PRAGMA synchronous = {synchronous}")
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"cannot open ledger {self.path}: {exc}",
+                hint="is it a tpu-ledger SQLite file, readable, and not locked by a crashed tool?",
+            ) from exc
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _init_schema(self) -> None:
+        row = None
+        with contextlib.suppress(sqlite3.OperationalError):  # a new file: no meta table yet
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is not None:
+            if int(row[0]) > FORMAT_VERSION:
+                raise StoreError(
+                    f"ledger {self.path} has format {row[0]}, newer than this tpu-ledger ({FORMAT_VERSION})",
+                    hint="upgrade tpu-ledger to read it",
+                )
+            return
+        # executescript runs its own statements; the script is one transaction, and
+        # IF NOT EXISTS makes two processes creating the same file at once harmless.
+        self._db.executescript(
+            "BEGIN IMMEDIATE;" + SCHEMA
+            + f"INSERT OR IGNORE INTO meta (key, value) VALUES ('format', '{FORMAT_VERSION}'); COMMIT;"
+        )
+
+    # -- writing --------------------------------------------------------------------------
+    def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int | None = None
+    ) -> AppendResult:
+        return self.append_many([(stream, events, expected_version)])[0]
+
+    def append_many(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]
+    ) -> list[AppendResult]:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"ledger {self.path} is locked: {exc}", hint="another process holds it; retry") from exc
+        try:
+            head = db.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+            seq, prev_hash = head if head else (0, GENESIS_HASH)
+            results: list[AppendResult] = []
+            rows: list[tuple] = []
+            versions: dict[str, int] = {}
+            for stream, events, expected in batches:
+                ids = [e.resolve_id(stream) for e in events]
+                stored = self._stored_positions(ids)
+                if stored and len(stored) == len(ids):
+                    results.append(AppendResult(tuple(stored[i] for i in ids), self._version(stream, versions), True))
+                    continue
+                if stored:
+                    raise ConflictError(stream, expected if expected is not None else -1, self._version(stream, versions))
+                version = self._version(stream, versions)
+                if expected is not None and expected != version:
+                    raise ConflictError(stream, expected, version)
+                positions = []
+                for new, id_ in zip(events, ids, strict=True):
+                    seq += 1
+                    version += 1
+                    ev = seal(new, seq=seq, stream=stream, version=version, prev_hash=prev_hash, event_id_=id_)
+                    prev_hash = ev.hash
+                    rows.append(self._row(ev))
+                    positions.append(seq)
+                versions[stream] = version
+                results.append(AppendResult(tuple(positions), version, False))
+            db.executemany(f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            db.execute("COMMIT")
+            return results
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def import_events(self, events: Sequence[Event]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            head = db.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+            seq, prev_hash = head if head else (0, GENESIS_HASH)
+            for ev in events:
+                if ev.seq != seq + 1 or ev.prev_hash != prev_hash or ev.expected_hash() != ev.hash:
+                    raise StoreError(f"event seq {ev.seq} does not continue the chain at seq {seq}")
+                seq, prev_hash = ev.seq, ev.hash
+            db.executemany(
+                f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", [self._row(e) for e in events]
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _row(ev: Event) -> tuple:
+        return (
+            ev.seq, ev.stream, ev.version, ev.type, ev.time, _dumps(ev.actor), ev.id,
+            ev.causation, _dumps(ev.data), ev.prev_hash, ev.hash,
+        )
+
+    def _stored_positions(self, ids: list[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(self._db.execute(f"SELECT id, seq FROM events WHERE id IN ({marks})", chunk).fetchall())
+        return found
+
+    def _version(self, stream: str, pending: dict[str, int]) -> int:
+        if stream in pending:
+            return pending[stream]
+        row = self._db.execute("SELECT MAX(version) FROM events WHERE stream = ?", (stream,)).fetchone()
+        return row[0] or 0
+
+    # -- reading --------------------------------------------------------------------------
+    def read_all(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
+        sql = f"SELECT {COLUMNS} FROM events WHERE seq > ? ORDER BY seq"
+        params: tuple = (after,)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (after, limit)
+        cur = self._db.execute(sql, params)
+        while rows := cur.fetchmany(4096):
+            yield from map(_row_to_event, rows)
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Event]:
+        cur = self._db.execute(
+            f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version",
+            (stream, after_version),
+        )
+        return [_row_to_event(r) for r in cur.fetchall()]
+
+    def get_event(self, event_id: str) -> Event | None:
+        row = self._db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (event_id,)).fetchone()
+        return _row_to_event(row) if row else None
+
+    def head(self) -> int:
+        row = self._db.execute("SELECT MAX(seq) FROM events").fetchone()
+        return row[0] or 0
+
+    def stream_version(self, stream: str) -> int:
+        return self._version(stream, {})
+
+    def streams(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT DISTINCT stream FROM events ORDER BY stream")]
+
+    def position_at_time(self, iso_time: str) -> int:
+        row = self._db.execute("SELECT MAX(seq) FROM events WHERE time <= ?", (iso_time,)).fetchone()
+        return row[0] or 0
+
+    def raw_rows(self, after: int = 0) -> Iterator[tuple]:
+        """Undecoded rows in seq order, for fast folds and verification."""
+        cur = self._db.execute(f"SELECT {COLUMNS} FROM events WHERE seq > ? ORDER BY seq", (after,))
+        while rows := cur.fetchmany(8192):
+            yield from rows
+
+    # -- snapshots and cursors ------------------------------------------------------------
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        with self._tx():
+            self._db.execute(
+                "INSERT OR REPLACE INTO snapshots (name, code_version, position, state) VALUES (?,?,?,?)",
+                (snapshot.name, snapshot.code_version, snapshot.position, snapshot.state),
+            )
+            # Keep the newest few per name: older ones only cost space.
+            self._db.execute(
+                "DELETE FROM snapshots WHERE name = ? AND position NOT IN "
+                "(SELECT position FROM snapshots WHERE name = ? ORDER BY position DESC LIMIT 3)",
+                (snapshot.name, snapshot.name),
+            )
+
+    def load_snapshot(self, name: str, code_version: str, at_most: int | None = None) -> Snapshot | None:
+        row = self._db.execute(
+            "SELECT position, state FROM snapshots WHERE name = ? AND code_version = ? AND position <= ? "
+            "ORDER BY position DESC LIMIT 1",
+            (name, code_version, at_most if at_most is not None else 2**62),
+        ).fetchone()
+        return Snapshot(name, code_version, row[0], bytes(row[1])) if row else None
+
+    def get_cursor(self, name: str) -> int:
+        row = self._db.execute("SELECT position FROM cursors WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else 0
+
+    def set_cursor(self, name: str, position: int) -> None:
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO cursors (name, position) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET position = MAX(position, excluded.position)",
+                (name, position),
+            )
+
+    def wait_for_append(self, after: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            head = self.head()
+            if head > after or time.monotonic() >= deadline:
+                return head
+            time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+
+    def _tx(self):
+        store = self
+
+        class _Tx:
+            def __enter__(self) -> None:
+                store._db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, exc_type, exc, tb) -> None:
+                store._db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+        return _Tx()
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,1 @@
+"""The reconciler: replay the ledger, observe TPUs and hosts, plan, act, record."""
