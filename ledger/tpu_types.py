@@ -1,0 +1,98 @@
+"""Cloud TPU accelerator types: chips, hosts and the zones that offer each family.
+
+One table for the spec validator, the emulator and the reconciler. Host counts follow
+Google Cloud: v2/v3/v4/v5p name TensorCores (2 per chip, 4 chips per host); v5e
+(`v5litepod`) and v6e name chips, one host up to 8 chips, 4 chips per host beyond.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SIZES: dict[str, tuple[int, ...]] = {
+    "v2": (8, 32, 128, 256, 512),
+    "v3": (8, 32, 64, 128, 256, 512, 1024, 2048),
+    "v4": (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 4096),
+    "v5p": (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192, 12288),
+    "v5litepod": (1, 4, 8, 16, 32, 64, 128, 256),
+    "v6e": (1, 4, 8, 16, 32, 64, 128, 256),
+}
+
+# Zones offering each family (public Cloud TPU regions and zones page); an unknown
+# combination is a warning, not an error: Google adds zones faster than we release.
+ZONES: dict[str, tuple[str, ...]] = {
+    "v2": ("us-central1-b", "us-central1-c", "us-central1-f", "europe-west4-a", "asia-east1-c"),
+    "v3": ("us-central1-a", "us-central1-b", "europe-west4-a"),
+    "v4": ("us-central2-b",),
+    "v5p": ("us-east5-a", "us-central1-a", "europe-west4-b"),
+    "v5litepod": ("us-central1-a", "us-west1-c", "us-west4-a", "us-east1-c", "us-east5-b", "europe-west4-b", "asia-southeast1-b"),
+    "v6e": ("us-east1-d", "us-east5-b", "us-central2-b", "europe-west4-a", "asia-northeast1-b", "us-south1-a"),
+}
+
+DEFAULT_RUNTIME: dict[str, str] = {
+    "v2": "tpu-ubuntu2204-base",
+    "v3": "tpu-ubuntu2204-base",
+    "v4": "tpu-ubuntu2204-base",
+    "v5p": "v2-alpha-tpuv5",
+    "v5litepod": "v2-alpha-tpuv5-lite",
+    "v6e": "v2-alpha-tpuv6e",
+}
+
+RUNTIME_VERSIONS: tuple[str, ...] = (
+    "tpu-ubuntu2204-base",
+    "tpu-vm-base",
+    "tpu-vm-tf-2.16.1-pjrt",
+    "tpu-vm-pt-2.0",
+    "tpu-vm-v4-base",
+    "v2-alpha-tpuv5",
+    "v2-alpha-tpuv5-lite",
+    "v2-alpha-tpuv6e",
+)
+
+_NAME = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorType:
+    name: str
+    family: str
+    size: int
+    chips: int
+    hosts: int
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
+
+
+def _counts(family: str, size: int) -> tuple[int, int]:
+    if family in ("v5litepod", "v6e"):
+        chips = size
+        return chips, 1 if chips <= 8 else chips // 4
+    chips = size // 2
+    return chips, max(1, chips // 4)
+
+
+def lookup(name: str) -> AcceleratorType | None:
+    """The accelerator type called `name` (e.g. 'v4-32'), or None if Google offers no such type."""
+    m = _NAME.match(name or "")
+    if not m:
+        return None
+    family, size = m.group(1), int(m.group(2))
+    if size not in _SIZES[family]:
+        return None
+    chips, hosts = _counts(family, size)
+    return AcceleratorType(name, family, size, chips, hosts)
+
+
+def all_types() -> list[AcceleratorType]:
+    return [t for f, sizes in _SIZES.items() for s in sizes if (t := lookup(f"{f}-{s}"))]
+
+
+def zone_offers(zone: str, family: str) -> bool:
+    return zone in ZONES.get(family, ())
+
+
+def all_zones() -> list[str]:
+    return sorted({z for zones in ZONES.values() for z in zones})
