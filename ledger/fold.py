@@ -51,7 +51,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     "started": frozenset({READY, SETTING_UP, RECOVERING, FAILED}),
     "preempted": frozenset({PROVISIONED, SETTING_UP, READY, RUNNING, PROVISIONING, RECOVERING, CANCELLING}),
     "failed": _ANY_LIVE,
-    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY}),
+    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FAILED_FINAL}),
     "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED}),
     "finished": frozenset({RUNNING}),
     "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
