@@ -204,7 +204,7 @@ class RemoteRunner:
             return HostStatus("gone", error=str(exc))
         except (RemoteError, ValueError) as exc:
             return HostStatus("unknown", error=str(exc))
-        if ans.data:
+        if ans.state != "absent":
             with open(out, "ab") as f:
                 f.write(ans.data)
         found = self._scan(job_id, attempt, host.worker, out, final=ans.state in ("exited", "gone"), compiled=compiled)
@@ -212,7 +212,7 @@ class RemoteRunner:
         error = {"absent": "the attempt was never started on this host",
                  "gone": "the process is gone and left no exit code"}.get(ans.state)
         status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size)  # type: ignore[arg-type]
-        if state in ("exited", "gone"):
+        if ans.state in ("exited", "gone"):
             _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker),
                           json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
         return status
@@ -221,6 +221,8 @@ class RemoteRunner:
         """Scan complete lines not scanned before; after a restart, lines already in the local
         log count as scanned (they were reported before the restart)."""
         key = (job_id, attempt, worker)
+        if not out.exists():
+            return []
         with self._scan_lock:
             start = self._scanned.get(key)
         with open(out, "rb") as f:

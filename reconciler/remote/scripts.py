@@ -208,6 +208,8 @@ def stop_script(job_id: str, worker: int, attempt: int, grace: float) -> str:
             'kill -TERM -- "-$pid" 2>/dev/null || true',
             f'for _ in $(seq 1 {ticks}); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done',
             'if kill -0 -- "-$pid" 2>/dev/null; then kill -KILL -- "-$pid" 2>/dev/null || true; fi',
+            # Until the group is reaped it still answers kill -0; wait briefly for that.
+            'for _ in $(seq 1 50); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done',
             'if [ -s "$a/container" ]; then docker kill "$(cat "$a/container")" >/dev/null 2>&1 || true; fi',
             'if [ ! -f "$a/exit_code" ]; then echo 137 > "$a/exit_code.tmp" && mv -f "$a/exit_code.tmp" "$a/exit_code"; fi',
             'echo "LEDGER-STOP done $(cat "$a/exit_code")"',

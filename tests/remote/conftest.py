@@ -94,6 +94,13 @@ class Pod:
         p = self.homes[worker] / f"{tool}.argv"
         return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
 
+    def kill_jobs(self) -> None:
+        """Kill every process group a test started on these hosts, even if the test failed."""
+        for home in self.homes.values():
+            for pidfile in home.glob(".tpu-ledger/jobs/**/attempts/*/pid"):
+                with contextlib.suppress(ValueError, OSError):
+                    os.killpg(int(pidfile.read_text()), 9)
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
@@ -184,6 +191,7 @@ def make_pod(tmp_path, ssh_material):
     yield make
     for p in pods:
         p.stop()
+        p.kill_jobs()
 
 
 @pytest.fixture
