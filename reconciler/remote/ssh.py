@@ -109,6 +109,13 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
+def _describe(exc: BaseException | None) -> str:
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and exc.errors:
+        inner = next(iter(exc.errors.values()))
+        return f"{type(inner).__name__}: {inner.strerror or inner}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 class SSHPool:
     """One live connection per worker (keyed by worker and endpoint), reused across calls."""
 
@@ -205,7 +212,7 @@ class SSHPool:
                     time.sleep(delay * (0.5 + random.random() / 2))
             raise HostUnreachable(
                 f"worker {host.worker} ({key_name(host)}) unreachable after {tries} tries: "
-                f"{type(last).__name__}: {last}"
+                f"{_describe(last)}"
             )
 
     def drop(self, host: Host) -> None:

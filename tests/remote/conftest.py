@@ -173,6 +173,12 @@ def ssh_material(tmp_path_factory):
     return {"client": client, "hostkey": host, "authorized": auth, "standins": standins}
 
 
+@pytest.fixture(scope="session")
+def other_host_key(ssh_material) -> str:
+    """A host key no server here uses, as "<type> <base64>"."""
+    return " ".join(ssh_keygen(ssh_material["hostkey"].parent / "otherkey").with_suffix(".pub").read_text().split()[:2])
+
+
 @pytest.fixture
 def make_pod(tmp_path, ssh_material):
     pods: list[Pod] = []
