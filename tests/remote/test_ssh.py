@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -91,10 +92,8 @@ class FlakyProxy:
             pass
         finally:
             for s in (a, b):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 def test_transient_failures_are_retried_and_told_apart_from_exit_codes(pod, runner_for):
