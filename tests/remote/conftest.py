@@ -37,7 +37,8 @@ tool = "{tool}"
 state = os.path.join(home, ".standin-" + tool)
 os.makedirs(state, exist_ok=True)
 def marker(name):
-    return os.path.join(state, name.replace("/", "_"))
+    import hashlib
+    return os.path.join(state, hashlib.sha256(name.encode()).hexdigest())
 if tool == "docker":
     if argv[:2] == ["image", "inspect"]:
         sys.exit(0 if os.path.exists(marker(argv[2])) else 1)
