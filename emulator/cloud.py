@@ -163,7 +163,7 @@ class Cloud:
         with self._lock:
             self.faults.append(entry)
             with contextlib.suppress(OSError), self._faults_path.open("a") as f:
-                f.write(json.dumps(entry, sort_keys=True) + "\n")
+                f.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
         return entry
 
     def _later(self, delay: float, fn: Callable[[], None]) -> None:
@@ -193,7 +193,7 @@ class Cloud:
         """The pending `fail_next_operation` fault, consumed by this operation, if any."""
         fault, self._fail_next = self._fail_next, None
         if fault is not None:
-            self.record_fault("operation_failed", verb=verb, target=target, code=fault["code"])
+            self.record_fault("operation_failed", verb=verb, target=target, code=fault["code"].name)
         return fault
 
     # ---------------------------------------------------------------- validation
@@ -277,7 +277,8 @@ class Cloud:
                 self._later(self._creation_delay(), lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
                 return op
             if not self._fits(zone, accel):
-                self._later(min(self._creation_delay(), 0.2), lambda: self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(zone).message)))
+                # a stock-out is reported in the operation, already done when it is returned
+                self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(zone).message))
                 return op
             self._add_node(name, project, zone, node, accel, op=op)
             return op
@@ -462,7 +463,7 @@ class Cloud:
                 self._later(self.timings.start, lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
                 return op
             if not self._fits(rec.zone, rec.accel):
-                self._later(0.05, lambda: self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(rec.zone).message)))
+                self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(rec.zone).message))
                 return op
             rec.pb.state = S.STARTING
 
