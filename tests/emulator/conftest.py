@@ -16,6 +16,15 @@ PARENT = f"projects/{PROJECT}/locations/{ZONE}"
 USER = "alice"
 
 
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
