@@ -113,7 +113,7 @@ class TpuApi:
         """Each worker's SSH host key ('type base64') from guest attributes, to pin it."""
         self.calls += 1
         try:
-            resp = self.client.get_guest_attributes(name=self.node_path(zone, name), query_path="hostkeys/")
+            resp = self.client.get_guest_attributes(request={"name": self.node_path(zone, name), "query_path": "hostkeys/"})
         except _exceptions().GoogleAPICallError:
             return []
         keys: list[str | None] = []
@@ -147,13 +147,13 @@ class TpuApi:
         self.calls += 1
         try:
             if req.queued:
+                spot = {"spot": t.QueuedResource.Spot()} if req.pricing in ("spot", "preemptible") else {}
                 qr = t.QueuedResource(
                     tpu=t.QueuedResource.Tpu(node_spec=[t.QueuedResource.Tpu.NodeSpec(
                         parent=self.parent(req.zone), node_id=req.name, node=node)]),
                     reservation_name=req.reservation,
+                    **spot,
                 )
-                if req.pricing in ("spot", "preemptible"):
-                    qr = t.QueuedResource(qr, spot=t.QueuedResource.Spot())
                 op = self.client.create_queued_resource(
                     parent=self.parent(req.zone), queued_resource_id=req.name, queued_resource=qr)
             else:
