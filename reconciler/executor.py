@@ -174,10 +174,15 @@ class Executor:
                                   "reason": str(message)[:2000], "final": False})]
 
     def _start(self, job: JobState, p: dict) -> Events:
-        pids = self.runner.start(
-            job.id, job.attempt, self.hosts_of(job), job.spec,
-            extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
-        )
+        from reconciler.remote import RemoteError
+
+        try:
+            pids = self.runner.start(
+                job.id, job.attempt, self.hosts_of(job), job.spec,
+                extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
+            )
+        except RemoteError as exc:  # the runner already retried what was transient
+            return [("failed", {"kind": "failure", "message": f"could not start: {exc}"[:2000], "attempt": job.attempt})]
         return [("started", {"attempt": job.attempt, "workers": sorted(pids), "pids": {str(w): pid for w, pid in pids.items()},
                              "resume": bool(p.get("resume")), "spec_hash": job.spec_hash})]
 
