@@ -382,18 +382,32 @@ def _group_empty(pgid: int) -> bool:
         return False
 
 
-def _marked_pids(token: str) -> list[int]:
-    needle = f"{MARKER}={token}".encode() + b"\0"
+def reap_orphans(state_dir: Path) -> int:
+    """SIGKILL host processes whose HOME lies in `state_dir`: their emulator is gone."""
+    prefix = f"HOME={state_dir.resolve()}/hosts/".encode()
+    marker = f"{MARKER}=".encode()
+    killed = 0
+    for pid, environ in _environs():
+        entries = environ.split(b"\0")
+        if any(e.startswith(marker) for e in entries) and any(e.startswith(prefix) for e in entries):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def _environs():
     me = os.getpid()
-    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as f:
-                data = f.read() + b"\0"
+                yield int(entry.name), f.read()
         except OSError:
             continue
-        if needle in data:
-            found.append(int(entry.name))
-    return found
+
+
+def _marked_pids(token: str) -> list[int]:
+    needle = f"{MARKER}={token}".encode() + b"\0"
+    return [pid for pid, environ in _environs() if needle in environ + b"\0"]
