@@ -86,8 +86,11 @@ def test_stop_start_and_update(client, user_key):
         client.stop_node(request={"name": node.name})
     started = client.start_node(request={"name": node.name}).result(timeout=60)
     assert started.state == S.READY and len(started.network_endpoints) == 1
-    updated = client.update_node(request={"node": T.Node(name=node.name, labels={"k": "v"}), "update_mask": {"paths": ["labels"]}}).result(timeout=60)
-    assert dict(updated.labels) == {"k": "v"}
+    change = T.Node(name=node.name, labels={"k": "v"}, description="new", scheduling_config=T.SchedulingConfig(reserved=True))
+    updated = client.update_node(request={"node": change, "update_mask": {"paths": ["labels", "description", "scheduling_config"]}}).result(timeout=60)
+    assert dict(updated.labels) == {"k": "v"} and updated.description == "new" and updated.scheduling_config.reserved
+    with pytest.raises(exceptions.InvalidArgument):
+        client.update_node(request={"node": change, "update_mask": {"paths": ["accelerator_type"]}})
 
 
 def test_operation_fault_and_operations_api(emu, client, user_key):
