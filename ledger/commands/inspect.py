@@ -93,7 +93,8 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool) -> None:
 
     table = Table(title=f"{job}: {len(events)} event(s)", title_justify="left")
     for name in ("seq", "time", "event", "actor", "summary"):
-        table.add_column(name, no_wrap=name in ("time", "event"))
+        # fold, never ellipsis: a cut actor or reason would hide what the audit trail is for
+        table.add_column(name, no_wrap=name in ("time", "event"), overflow="fold")
     for e in events:
         table.add_row(str(e.seq), e.time, e.type, actor_text(e.actor), summarize(e.type, e.data))
     console().print(table)

@@ -25,7 +25,7 @@ def jobs_table(jobs, title: str):
 
     table = Table(title=title, title_justify="left")
     for name in JOB_COLUMNS:
-        table.add_column(name, no_wrap=name in ("id", "state"))
+        table.add_column(name, no_wrap=name in ("id", "state"), overflow="fold")
     for job in jobs:
         table.add_row(*job_row(job))
     return table
