@@ -112,7 +112,8 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
                      "start from an example in jobs/examples/")
         return SpecResult(path, job_id, None, report.errors, [])
     try:
-        spec = _check(data, job_id, path, config, report)
+        refs = (b"${" in text) if isinstance(text, bytes) else ("${" in text)
+        spec = _check(data, job_id, path, config, report, refs)
     except Exception as exc:  # a bug here must not take the watcher down: report it as a finding
         report.error("", f"internal error while validating: {type(exc).__name__}: {exc}", "please report this to the ledger maintainers")
         spec = None
@@ -120,7 +121,7 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
     return SpecResult(path, job_id if job_id else None, spec if ok else None, report.errors, report.warnings)
 
 
-def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report) -> dict | None:
+def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True) -> dict | None:
     policy = config.policy or {}
     merged = _with_policy_defaults(data, policy.get("defaults") or {}, report)
     found = list(problems("job", merged))
@@ -180,7 +181,8 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
     if report.errors:
         return None
     try:
-        spec = interpolate(spec, frozenset(SECTIONS))
+        if (refs or "${" in str(policy.get("defaults") or "")) and _has_reference(spec):
+            spec = interpolate(spec, _SECTION_SET)
     except InterpolationError as exc:
         report.error(_input_pointer(exc.pointer), exc.message, exc.hint)
         return None
@@ -191,6 +193,19 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
                          "use lowercase letters, digits and dashes, starting with a letter, at most 63 characters")
             return None
     return spec
+
+
+_SECTION_SET = frozenset(SECTIONS)
+
+
+def _has_reference(node: Any) -> bool:
+    if isinstance(node, str):
+        return "${" in node
+    if isinstance(node, dict):
+        return any(_has_reference(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_reference(v) for v in node)
+    return False
 
 
 def _input_pointer(pointer: str) -> str:
