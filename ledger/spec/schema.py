@@ -6,6 +6,7 @@ field is wrong, what was expected and what to write instead.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Iterator
@@ -217,7 +218,7 @@ def _compile_fill(schema: Any, root: dict, memo: dict[int, Any]) -> Any:
         return memo[id(schema)]
     memo[id(schema)] = None  # cycles: no filling below a recursive reference
     props = {k: _resolve(s, root) for k, s in schema.get("properties", {}).items()}
-    defaults = [(k, json.dumps(s["default"])) for k, s in props.items() if "default" in s]
+    defaults = [(k, s["default"]) for k, s in props.items() if "default" in s]
     children = {k: f for k, s in props.items() if (f := _compile_fill(s, root, memo)) is not None}
     extra = schema.get("additionalProperties")
     extra_fill = _compile_fill(extra, root, memo) if isinstance(extra, dict) else None
@@ -234,7 +235,8 @@ def _compile_fill(schema: Any, root: dict, memo: dict[int, Any]) -> Any:
                 out[k] = f(x) if f is not None else x
             for k, d in defaults:
                 if k not in out:
-                    out[k] = json.loads(d)
+                    # Fresh containers per document: callers may change what they get.
+                    out[k] = copy.deepcopy(d) if isinstance(d, (dict, list)) and d else (type(d)() if isinstance(d, (dict, list)) else d)
             return out
         if isinstance(v, list) and item_fill is not None:
             return [item_fill(x) for x in v]
