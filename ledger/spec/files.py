@@ -113,5 +113,6 @@ def validate_paths(paths: list[Path], repo_root: Path | None = None) -> list[Spe
         paths = [root / JOBS_DIR]
     config = load_repo_config(root)
     results = config_results(config)
-    results.extend(validate_file(p, root, config) for p in collect(paths, root))
+    config_files = {str(root / ALIASES_PATH), str(root / POLICY_PATH)}  # checked above, not jobs
+    results.extend(validate_file(p, root, config) for p in collect(paths, root) if p not in config_files)
     return results

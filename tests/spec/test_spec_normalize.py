@@ -261,3 +261,17 @@ def test_repo_config_defaults_and_errors():
     assert good.errors == ()
     assert good.policy["approval"] == {"mode": "trailers", "required": 2, "approvers": ["alice@lab.org"]}
     assert good.policy["notify"]["owners"]["alice"] == {"email": "a@b.c", "opt_out": True}
+
+
+def test_empty_config_files_mean_defaults():
+    cfg = load_repo_config(aliases_text="# nothing yet\n", policy_text=b"")
+    assert cfg.errors == ()
+    assert cfg.policy["approval"]["mode"] == "either" and cfg.aliases["tpus"] == {}
+
+
+def test_job_paths_and_ignored_examples(config):
+    from ledger.spec import is_ignored, is_job_path
+
+    assert is_job_path("jobs/alice/x.yaml") and is_job_path("jobs/Alice/x.yml")
+    assert not is_job_path("jobs/README.md") and not is_job_path(".ledger/policy.yaml")
+    assert is_ignored("jobs/examples/pod.yaml", config) and not is_ignored("jobs/alice/pod.yaml", config)
