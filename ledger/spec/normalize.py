@@ -238,7 +238,7 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
             hint = f"did you mean {guess!r}?" if guess else (
                 f"known shared TPUs: {', '.join(known[:12])}" if known else "no shared TPUs are listed in .ledger/aliases.yaml"
             )
-            report.error(pointer, f"unknown shared TPU {key!r}", f"{hint}; add it to .ledger/aliases.yaml under `tpus:`, or request a TPU with accelerator and zone")
+            report.error(pointer, f"unknown shared TPU {key!r}", f"{hint}. Add it to .ledger/aliases.yaml under `tpus:`, or request a TPU with accelerator and zone")
             return {"shared": True, "name": key, "hosts": None}
         entry = shared_table[alias]
         acc = tpu_types.lookup(entry["accelerator"])
@@ -263,7 +263,11 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
     accelerator = t.get("accelerator")
     zone = t.get("zone")
     acc = None
-    if accelerator is None:
+    known_shared = t.get("name") in shared_table or t.get("name") in (aliases.get("tpu_names") or {})
+    if accelerator is None and known_shared:
+        report.error("/tpu/accelerator", f"missing `tpu.accelerator`; {t['name']!r} is a shared TPU",
+                     "add `shared: true` to run on the shared TPU, or give accelerator and zone to request one")
+    elif accelerator is None:
         report.error("/tpu/accelerator", "missing `tpu.accelerator`: a TPU request needs a type",
                      "add e.g. `accelerator: v4-8`, or use a shared TPU with `tpu: <alias>`")
     else:
@@ -273,7 +277,7 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
             sizes = [str(a.size) for a in tpu_types.all_types() if a.family == family]
             hint = f"{family} comes in sizes {', '.join(sizes)}" if sizes else "use a type such as v4-8, v5p-16, v5litepod-8 or v6e-8"
             report.error("/tpu/accelerator", f"{accelerator!r} is not a Cloud TPU type", hint)
-    if zone is None:
+    if zone is None and not known_shared:
         report.error("/tpu/zone", "missing `tpu.zone`: a TPU request needs a zone",
                      f"add e.g. `zone: {tpu_types.ZONES[acc.family][0] if acc else 'us-central2-b'}`")
     elif acc is not None and not tpu_types.zone_offers(zone, acc.family):

@@ -275,3 +275,9 @@ def test_job_paths_and_ignored_examples(config):
     assert is_job_path("jobs/alice/x.yaml") and is_job_path("jobs/Alice/x.yml")
     assert not is_job_path("jobs/README.md") and not is_job_path(".ledger/policy.yaml")
     assert is_ignored("jobs/examples/pod.yaml", config) and not is_ignored("jobs/alice/pod.yaml", config)
+
+
+def test_a_shared_tpu_name_without_shared_true_gets_a_precise_hint(config):
+    result = validate_text("tpu: {name: kmh-tpuvm-v2-32-6}\ncommand: {cmd: go}\n", "jobs/a/b.yaml", config)
+    assert [m.pointer for m in result.errors] == ["/tpu/accelerator"]
+    assert "add `shared: true`" in result.errors[0].hint
