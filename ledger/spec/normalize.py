@@ -178,6 +178,9 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
         "args": args,
         "priority": priority,
     }
+    # The flags the runner appends to the command, in the order written (the reconciler
+    # reads `command.args_flags`, so it needs no alias table of its own).
+    command["args_flags"] = command_args(spec, config)
     if report.errors:
         return None
     try:

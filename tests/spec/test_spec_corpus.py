@@ -47,7 +47,7 @@ def test_seed_quickstart_normalizes_like_jobman(config):
     assert spec["ssh"]["private_key"] == "/u/yx1168/.ssh/id_rsa"  # tpu_private_key spelling
     assert spec["setup"]["modules"] == ["gcsfuse", "ssh", "docker", "command"]
     assert spec["job"]["env_type"] == "docker"
-    assert spec["command"] == {"cmd": "pip show jax\npip show flax\n", "workers": [0], "env": {}}
+    assert spec["command"] == {"cmd": "pip show jax\npip show flax\n", "workers": [0], "env": {}, "args_flags": []}
     assert spec["recovery"]["on_preempted"] == "reapply" and spec["recovery"]["on_grpc_error"] == "resume"
 
 

@@ -140,7 +140,7 @@ def test_interpolated_tpu_name_must_be_valid(config):
 def test_args_resolve_through_aliases_into_flags(config):
     text = base() + "args: {lr: 0.01, config.training.num_epochs: 10, b1: true, wd: null, bs: 8}\n"
     spec = spec_of(text, config)
-    assert command_args(spec, config) == [
+    assert spec["command"]["args_flags"] == command_args(spec, config) == [
         "--config.training.learning_rate=0.01",
         "--config.training.num_epochs=10",
         "--config.training.adam_b1=True",
