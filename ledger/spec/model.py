@@ -30,7 +30,7 @@ class Message:
         }
 
     def format(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}"
+        where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
         field_ = f" [{self.pointer}]" if self.pointer else ""
         text = f"{where}: {self.severity}: {self.message}{field_}"
         return f"{text}\n    hint: {self.hint}" if self.hint else text
