@@ -50,7 +50,7 @@ def _commit_template(work: Path) -> None:
     _git("init", "-q", "-b", BRANCH, cwd=work)
     lay_template(work)
     _git("add", "-A", cwd=work)
-    _git("commit", "-q", "-m", "Jobs repository from the tpu-ledger template", cwd=work)
+    _git("-c", "commit.gpgsign=false", "commit", "-q", "-m", "Jobs repository from the tpu-ledger template", cwd=work)
 
 
 def _check_empty(dest: Path) -> None:

@@ -29,6 +29,9 @@ PRIORITIES = {"very-low": 100, "low": 250, "medium": 500, "high": 750, "very-hig
 DEFAULT_PRIORITY = 500
 REQUEST_FIELDS = ("allocation_mode", "accelerator", "zone", "version", "pricing", "reservation", "startup_script", "network")
 RESERVED_METADATA = ("ssh-keys", "startup-script", "enable-oslogin")
+# A repeated group that itself ends in a repetition, e.g. (a+)+ or (\w*)*: the shape of
+# patterns that backtrack exponentially. The reconciler runs these over job output.
+NESTED_REPEAT = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
 KEY_MATERIAL = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----|PRIVATE KEY-----")
 
 
@@ -417,6 +420,10 @@ def _recovery(raw: dict, tpu: dict, report: _Report, policy: dict) -> dict:
         except re.error as exc:
             report.error(f"/recovery/error_patterns/{i}", f"error pattern {pattern!r} is not a valid regular expression: {exc}",
                          "escape special characters such as ( [ . with a backslash")
+            continue
+        if NESTED_REPEAT.search(pattern):
+            report.error(f"/recovery/error_patterns/{i}", f"error pattern {pattern!r} repeats a group that repeats (catastrophic backtracking)",
+                         "match a fixed phrase from the error line instead, e.g. 'DEADLINE_EXCEEDED'")
     limit = (policy.get("limits") or {}).get("max_restarts")
     if limit is not None and out["max_restarts"] > limit:
         report.error("/recovery/max_restarts", f"max_restarts {out['max_restarts']} is above the policy limit of {limit}", f"use at most {limit}")
