@@ -11,7 +11,7 @@ import click
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--repo", "repo", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Jobs repository root (default: found from the first PATH or the current directory).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of text.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of text: one object per file (path, job_id, ok, spec_hash, errors, warnings).")
 @click.option("--quiet", "-q", is_flag=True, help="Print errors only, no warnings or summary.")
 @click.option("--show-spec", is_flag=True, help="Also print each valid job's normalized spec (defaults filled, aliases resolved).")
 def validate_cmd(paths: tuple[Path, ...], repo: Path | None, as_json: bool, quiet: bool, show_spec: bool) -> None:
