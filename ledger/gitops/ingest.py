@@ -1,0 +1,285 @@
+"""Ingest a branch's new commits into the ledger, exactly once.
+
+The imperative shell around `decide`: read the position from `_git:<branch>`, list the new
+first-parent commits, diff them in one `git diff-tree --stdin`, fetch the blobs in one
+`git cat-file --batch`, decide, and append each chunk of commits in ONE transaction whose
+`_git:<branch>` part carries an expected version. Two watchers racing: the loser's append
+either finds every event already stored (ids come from commit, path and blob) or hits a
+version conflict, re-reads the position and carries on from there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.errors import ConflictError, LedgerError
+from ledger.events import NewEvent, actor
+from ledger.gitops.decide import (
+    ALIASES_PATH,
+    CONFIG_PATHS,
+    RepoState,
+    StepInput,
+    decide,
+    is_spec_path,
+)
+from ledger.gitops.policy import POLICY_PATH
+from ledger.gitops.position import Position, fold_position, stream_for
+from ledger.gitops.repo import ZERO, Commit, GitError, GitRepo
+from ledger.store import Store
+
+Validator = Callable[[bytes, str, RepoState], Any]
+
+
+@dataclass(slots=True)
+class IngestReport:
+    branch: str
+    head: str | None = None  # the branch head that was read
+    start: str | None = None  # last ingested commit before this run
+    position: str | None = None  # last ingested commit after this run
+    commits: int = 0  # commits this run appended
+    skipped: int = 0  # commits another watcher had already ingested
+    events: int = 0  # job/branch events appended (markers not counted)
+    counts: dict[str, int] = field(default_factory=dict)  # event type -> number
+    paused: bool = False
+    rewritten: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch, "head": self.head, "start": self.start, "position": self.position,
+            "commits": self.commits, "skipped": self.skipped, "events": self.events,
+            "counts": dict(self.counts), "paused": self.paused, "rewritten": self.rewritten,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def read_position(store: Store, branch: str) -> Position:
+    return fold_position(store.read_stream(stream_for(branch)))
+
+
+def spec_validator() -> Validator:
+    """Validate with `ledger.spec`, building the repo config once per approved configuration."""
+    from ledger.spec import load_repo_config, validate_text
+
+    cache: dict[tuple, Any] = {}
+
+    def validate(text: bytes, path: str, state: RepoState) -> Any:
+        key = (state.files.get(ALIASES_PATH, ("",))[0], state.files.get(POLICY_PATH, ("",))[0])
+        config = cache.get(key)
+        if config is None:
+            config = load_repo_config(aliases_text=state.text(ALIASES_PATH) or "", policy_text=state.text(POLICY_PATH) or "")
+            cache.clear()
+            cache[key] = config
+        return validate_text(text, path, config)
+
+    return validate
+
+
+def _spec_hash() -> Callable[[Any], str]:
+    from ledger.spec import spec_hash
+
+    return spec_hash
+
+
+class _Liveness:
+    """Is a job live now? Read from its stream once per run, then tracked in memory."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, job_id: str) -> bool:
+        if job_id not in self.known:
+            from ledger.fold import LIVE, replay
+
+            state = replay(self.store.read_stream(job_id)).jobs.get(job_id)
+            self.known[job_id] = state is not None and state.state in LIVE
+        return self.known[job_id]
+
+
+def _load_state(repo: GitRepo, governing: dict[str, str]) -> RepoState:
+    blobs = repo.read_blobs(governing.values())
+    return RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in governing.items()})
+
+
+def _watcher_actor(branch: str, **extra: Any) -> dict[str, Any]:
+    return actor("watcher", "ledger watch", branch=branch, **extra)
+
+
+def ingest(
+    repo: GitRepo | str,
+    store: Store,
+    branch: str = "main",
+    *,
+    accept_rewrite: bool = False,
+    accepted_by: str = "operator",
+    chunk: int = 200,
+    validator: Validator | None = None,
+    max_commits: int | None = None,
+) -> IngestReport:
+    """Append the events of every commit on `branch` after the ledger's position.
+
+    Safe to run any number of times, concurrently, and after a crash at any point.
+    A rewritten branch appends `history_rewritten` and stops (report.paused) until a run
+    with `accept_rewrite=True`, which ingests the net change old head -> new head.
+    """
+    started = time.perf_counter()
+    repo = repo if isinstance(repo, GitRepo) else GitRepo(repo)
+    report = IngestReport(branch)
+    head = repo.branch_head(branch)
+    if head is None:
+        raise GitError(f"branch {branch!r} not found in {repo.path}", hint="check --branch and --repo")
+    report.head = head
+    validate = validator or spec_validator()
+    hash_spec = _spec_hash()
+    stream = stream_for(branch)
+    live = _Liveness(store)
+    first = True
+    for _attempt in range(1000):
+        pos = read_position(store, branch)
+        if first:
+            report.start, first = pos.commit, False
+        report.position = pos.commit
+        try:
+            if pos.paused:
+                if not accept_rewrite:
+                    report.paused, report.rewritten = True, pos.rewritten
+                    break
+                old = pos.rewritten["old_head"]
+                store.append(stream, [NewEvent(
+                    "rewrite_accepted", {"old_head": old, "new_head": head, "by": accepted_by},
+                    actor("cli", accepted_by, branch=branch), key=f"accepted:{old}:{head}",
+                )], expected_version=pos.version)
+                continue
+            if pos.accepted is not None:
+                _ingest_rewrite(repo, store, branch, pos, validate, hash_spec, live, report)
+                continue
+            if pos.commit == head:
+                break
+            if pos.commit is not None and not (repo.exists(pos.commit) and repo.is_ancestor(pos.commit, head)):
+                data = {"old_head": pos.commit, "new_head": head, "old_head_exists": repo.exists(pos.commit)}
+                store.append(stream, [NewEvent(
+                    "history_rewritten", data, _watcher_actor(branch), key=f"rewritten:{pos.commit}:{head}",
+                )], expected_version=pos.version)
+                continue
+            commits = repo.first_parent_range(pos.commit, head)
+            if max_commits is not None:
+                commits = commits[: max(0, max_commits - report.commits - report.skipped)]
+            if not commits:
+                break
+            _ingest_commits(repo, store, branch, pos, commits[:chunk], validate, hash_spec, live, report)
+            if max_commits is not None and report.commits + report.skipped >= max_commits:
+                break
+        except ConflictError:
+            live.known.clear()  # another writer moved on: re-read everything
+            continue
+    report.position = read_position(store, branch).commit
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _authors(repo: GitRepo, commit: Commit, base: str | None) -> frozenset[str]:
+    names = {x.lower() for x in (commit.author_name, commit.author_email) if x}
+    if len(commit.parents) > 1 and base:
+        names |= repo.authors_between(base, commit.sha)
+    return frozenset(names)
+
+
+def _needed_blobs(changes) -> list[str]:
+    wanted = []
+    for ch in changes:
+        if ch.new_blob != ZERO and (is_spec_path(ch.path) or ch.path in CONFIG_PATHS):
+            wanted.append(ch.new_blob)
+    return wanted
+
+
+def _ingest_commits(
+    repo: GitRepo, store: Store, branch: str, pos: Position, commits: list[Commit],
+    validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
+) -> None:
+    bases: list[str | None] = []
+    prev = pos.commit
+    for c in commits:
+        # Each step diffs against the tree ingested before it, so the ledger follows the
+        # branch even when a first parent is not the previous position.
+        bases.append(prev if prev is not None else None)
+        prev = c.sha
+    diffs = repo.diffs([(c.sha, b) for c, b in zip(commits, bases, strict=True)])
+    blobs = repo.read_blobs(b for c in commits for b in _needed_blobs(diffs.get(c.sha, [])))
+    state = _load_state(repo, pos.governing)
+    steps = [
+        StepInput(c, b, diffs.get(c.sha, []), blobs, _authors(repo, c, b), branch)
+        for c, b in zip(commits, bases, strict=True)
+    ]
+    _append_steps(store, branch, pos, steps, state, validate, hash_spec, live, report)
+
+
+def _ingest_rewrite(
+    repo: GitRepo, store: Store, branch: str, pos: Position,
+    validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
+) -> None:
+    """An accepted rewrite: one step with the net change from the old head's tree to the new."""
+    old, new = pos.accepted["old_head"], pos.accepted["new_head"]
+    if not repo.exists(old):
+        raise LedgerError(
+            f"the old head {old[:12]} is gone from {repo.path}; cannot compute what the rewrite changed",
+            hint="fetch it back (or restore the ref) and run `ledger watch --once` again",
+        )
+    commit = repo.commit(new)
+    changes = repo.diffs([(new, old)]).get(new, [])
+    blobs = repo.read_blobs(_needed_blobs(changes))
+    step = StepInput(commit, old, changes, blobs, _authors(repo, commit, None), branch)
+    _append_steps(store, branch, pos, [step], _load_state(repo, pos.governing), validate, hash_spec, live, report)
+
+
+def _append_steps(
+    store: Store, branch: str, pos: Position, steps: list[StepInput], state: RepoState,
+    validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
+) -> None:
+    stream = stream_for(branch)
+    git_version = pos.version
+    batches: list[tuple[str, list[NewEvent], int | None]] = []
+    markers: list[int] = []  # index in batches of each commit's marker
+    pending_live: dict[str, bool] = {}
+    counts: dict[str, int] = {}
+    n_events = 0
+
+    def is_live(jid: str) -> bool:
+        return pending_live[jid] if jid in pending_live else live(jid)
+
+    for step in steps:
+        events, state, changed = decide(step, state, is_live, validate, hash_spec)
+        pending_live.update(changed)
+        for s, ev in events:
+            if s == stream:
+                batches.append((s, [ev], git_version))
+                git_version += 1
+            elif batches and batches[-1][0] == s:
+                batches[-1][1].append(ev)
+            else:
+                batches.append((s, [ev], None))
+            counts[ev.type] = counts.get(ev.type, 0) + 1
+            n_events += 1
+        marker = NewEvent(
+            "note",
+            {"kind": "ingested", "commit": step.commit.sha, "base": step.base, "governing": state.blobs(),
+             "events": len(events)},
+            _watcher_actor(branch), key=f"ingested:{step.base}:{step.commit.sha}", causation=f"git:{step.commit.sha}",
+        )
+        markers.append(len(batches))
+        batches.append((stream, [marker], git_version))
+        git_version += 1
+    results = store.append_many(batches)
+    done = sum(1 for i in markers if not results[i].duplicate)
+    report.commits += done
+    report.skipped += len(markers) - done
+    if done:
+        live.known.update(pending_live)
+        report.events += n_events
+        for k, v in counts.items():
+            report.counts[k] = report.counts.get(k, 0) + v
+    else:
+        live.known.clear()
