@@ -124,17 +124,23 @@ def decide(
 
     def emit(stream: str, type_: str, path: str, blob: str, data: dict[str, Any], appr: Approval) -> None:
         body = {"commit": c.sha, "path": path, "blob": blob, **data}
+        # The id depends on git alone (commit, path, blob, and whether the file came or
+        # went), never on what the ledger held when deciding: two watchers that read the
+        # ledger at different moments still produce the same id, and one of them is a no-op.
+        role = "remove" if type_ == "cancel_requested" or data.get("removal") else "add"
         out.append((stream, NewEvent(
-            type=type_, data=body, actor=who(appr), key=f"{c.sha}:{path}:{blob}:{type_}",
+            type=type_, data=body, actor=who(appr), key=f"{c.sha}:{path}:{blob}:{role}",
             causation=f"git:{c.sha}",
         )))
 
     def current(jid: str) -> bool:
         return live[jid] if jid in live else is_live(jid)
 
-    def reject(stream: str, path: str, blob: str, reason: str, appr: Approval, errors: list[Any] = ()) -> None:
+    def reject(stream: str, path: str, blob: str, reason: str, appr: Approval, errors: list[Any] = (),
+               removal: bool = False) -> None:
+        extra = {"removal": True} if removal else {}
         emit(stream, "rejected", path, blob, {
-            "reason": reason, "errors": [_message_dict(e) for e in errors],
+            **extra, "reason": reason, "errors": [_message_dict(e) for e in errors],
             "would_approve": list(appr.would_approve), "author": c.author_email or c.author_name,
         }, appr)
 
@@ -144,7 +150,7 @@ def decide(
             return
         appr = approval(path)
         if not appr.ok:
-            reject(jid, path, blob, f"deletion {appr.reason}", appr)
+            reject(jid, path, blob, f"deletion {appr.reason}", appr, removal=True)
             return
         emit(jid, "cancel_requested", path, blob, {"reason": "spec deleted"}, appr)
         live[jid] = False

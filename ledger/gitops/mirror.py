@@ -14,8 +14,8 @@ _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 
 
 def is_remote(source: str) -> bool:
-    """A URL (scheme://, user@host:path) rather than a directory on this machine."""
-    if "://" in source and not source.startswith("file://"):
+    """A URL (scheme://, file:// included, or user@host:path) rather than a local directory."""
+    if "://" in source:
         return True
     return bool(_SCP_LIKE.match(source)) and not Path(source).exists()
 
