@@ -9,6 +9,7 @@ never approve itself by editing CODEOWNERS or the policy.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -57,20 +58,37 @@ class RepoState:
         for path in CODEOWNERS_PATHS:  # first found wins, as on GitHub
             text = self.text(path)
             if text is not None:
-                return parse_codeowners(text)
+                return _codeowners(text)
         return []
 
     def policy_dict(self) -> dict[str, Any]:
-        import yaml
+        """The policy as `ledger validate` reads it: defaults filled, a broken file = defaults."""
+        return _policy(self.text(POLICY_PATH))
 
-        text = self.text(POLICY_PATH)
-        if not text:
-            return {}
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError:
-            return {}
-        return loaded if isinstance(loaded, dict) else {}
+
+# The same few texts are parsed for every commit of a backlog: parse each once.
+@functools.lru_cache(maxsize=32)
+def _codeowners(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    return parse_codeowners(text)
+
+
+@functools.lru_cache(maxsize=32)
+def _policy(text: str | None) -> dict[str, Any]:
+    from ledger.spec.config import parse_policy as parse_policy_file
+
+    return parse_policy_file(text, [])
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """A validator's answer for a file the policy's `ignore` globs exclude: never runs."""
+
+    path: str
+    ok: bool = True
+    job_id: None = None
+    spec: None = None
+    errors: tuple = ()
+    warnings: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +164,8 @@ def decide(
 
     def removed(path: str, blob: str) -> None:
         jid = job_id_for(path)
-        if jid is None:
+        ignored = getattr(validate, "ignored", None)
+        if jid is None or (ignored is not None and ignored(path, state)):
             return
         appr = approval(path)
         if not appr.ok:
@@ -158,6 +177,8 @@ def decide(
     def added(path: str, blob: str) -> None:
         text = step.blobs.get(blob, b"")
         result = validate(text, path, state)
+        if isinstance(result, Ignored):
+            return
         jid = getattr(result, "job_id", None) or job_id_for(path)
         stream = jid or git_stream
         appr = approval(path)

@@ -20,6 +20,7 @@ from ledger.events import NewEvent, actor
 from ledger.gitops.decide import (
     ALIASES_PATH,
     CONFIG_PATHS,
+    Ignored,
     RepoState,
     StepInput,
     decide,
@@ -62,19 +63,27 @@ def read_position(store: Store, branch: str) -> Position:
 
 def spec_validator() -> Validator:
     """Validate with `ledger.spec`, building the repo config once per approved configuration."""
-    from ledger.spec import load_repo_config, validate_text
+    from ledger.spec import is_ignored, load_repo_config, validate_text
 
     cache: dict[tuple, Any] = {}
 
-    def validate(text: bytes, path: str, state: RepoState) -> Any:
+    def config_for(state: RepoState) -> Any:
         key = (state.files.get(ALIASES_PATH, ("",))[0], state.files.get(POLICY_PATH, ("",))[0])
         config = cache.get(key)
         if config is None:
-            config = load_repo_config(aliases_text=state.text(ALIASES_PATH) or "", policy_text=state.text(POLICY_PATH) or "")
+            config = load_repo_config(aliases_text=state.text(ALIASES_PATH), policy_text=state.text(POLICY_PATH))
             cache.clear()
             cache[key] = config
+        return config
+
+    def validate(text: bytes, path: str, state: RepoState) -> Any:
+        config = config_for(state)
+        if is_ignored(path, config):
+            return Ignored(path)
         return validate_text(text, path, config)
 
+    # decide() asks this before cancelling: an ignored file never ran, so never cancels
+    validate.ignored = lambda path, state: is_ignored(path, config_for(state))  # type: ignore[attr-defined]
     return validate
 
 
