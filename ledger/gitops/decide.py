@@ -205,6 +205,13 @@ def decide(
         live[stream] = True
 
     governing = [ch for ch in step.changes if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS]
+    # Aliases decide no approval: a job may use an alias added in the same commit.
+    for ch in governing:
+        if ALIASES_PATH in (ch.path, ch.old_path):
+            state = RepoState(dict(state.files))
+            state.files.pop(ALIASES_PATH, None)
+            if ch.status != "D" and ch.path == ALIASES_PATH:
+                state.files[ALIASES_PATH] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
     for ch in step.changes:
         if ch in governing:
             continue
@@ -230,6 +237,8 @@ def decide(
             if not appr.ok:
                 reject(git_stream, ch.path, ch.new_blob, f"change to {ch.path} {appr.reason}; the old rules stay in force", appr)
                 continue
+        if ALIASES_PATH in touched:
+            continue  # applied before the jobs above
         for p in touched:
             new_state.files.pop(p, None)
         if ch.status != "D" and ch.path in CONFIG_PATHS:

@@ -64,20 +64,18 @@ class PlanReport:
 
 
 def _tpu_facts(spec: Any) -> tuple[str | None, int | None, str | None, bool]:
+    """(accelerator, chips, TPU name, shared) of a normalized spec."""
     tpu = spec.get("tpu") if isinstance(spec, dict) else None
     if not isinstance(tpu, dict):
-        return None, None, tpu if isinstance(tpu, str) else None, isinstance(tpu, str)
+        return None, None, None, False
     accel = tpu.get("accelerator")
-    chips = None
-    if accel:
-        try:
-            from ledger.tpu_types import lookup
+    chips = tpu.get("chips")
+    if chips is None and accel:
+        from ledger.tpu_types import lookup
 
-            chips = getattr(lookup(accel), "chips", None)
-        except Exception:  # noqa: BLE001 - an unknown type is the validator's business
-            chips = None
-    shared = bool(tpu.get("shared")) or bool(tpu.get("alias"))
-    return accel, chips, tpu.get("name") or tpu.get("alias"), shared
+        found = lookup(accel)
+        chips = found.chips if found is not None else None
+    return accel, chips, tpu.get("name"), bool(tpu.get("shared"))
 
 
 def _held(store: Any) -> dict[str, list[str]]:
@@ -123,7 +121,6 @@ def plan(
     validate = validator or spec_validator()
     held = _held(store)
     report = PlanReport(ref, branch, base, head)
-    live_jobs = set(repo.tree_files(target, "jobs/")) if target else set()
 
     def who(path: str) -> list[str]:
         return list(listed) if isinstance(listed, list) else list(owners_for(owners, path))
@@ -140,7 +137,7 @@ def plan(
         result = validate(blobs.get(ch.new_blob, b""), ch.path, state)
         jid = getattr(result, "job_id", None) or job_id_for(ch.path)
         item = PlanItem(
-            "update" if ch.status == "M" or ch.path in live_jobs and ch.status != "A" else "submit",
+            "update" if ch.status == "M" else "submit",
             jid, ch.path, approvers=who(ch.path),
             warnings=[_message_dict(w) for w in getattr(result, "warnings", []) or []],
         )

@@ -129,6 +129,7 @@ class Hub:
 def cli_env(store_url: str) -> dict[str, str]:
     env = git_env()
     env["LEDGER_STORE"] = store_url
+    env["COLUMNS"] = "240"  # rich wraps tables to the terminal; tests read whole cells
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

@@ -188,3 +188,18 @@ def test_a_watcher_with_a_stale_position_appends_nothing_twice(hub, store):
     assert (report.commits, report.skipped) == (0, 2)
     assert [e.id for e in store.read_all()] == before
     assert len(job_events(store)) == 1
+
+
+def test_alias_added_with_the_job_and_ignored_examples(hub, store):
+    hub.bootstrap()
+    aliases = "tpus:\n  pool-a:\n    name: lab-v4-32-a\n    zone: us-central2-b\n    accelerator: v4-32\n"
+    policy = "approval:\n  mode: trailers\n  approvers: codeowners\nignore:\n  - jobs/examples/*\n"
+    hub.commit({".ledger/policy.yaml": policy}, "examples never run", author=CAROL, approvers=(ALICE,))
+    hub.commit({".ledger/aliases.yaml": aliases, "jobs/alice/pool.yaml": "tpu: pool-a\ncommand:\n  run: python a.py\n",
+                "jobs/examples/demo.yaml": spec()}, "use the pool", author=CAROL, approvers=(BOB, ALICE))
+    hub.commit({"jobs/examples/demo.yaml": None}, "drop the example", author=CAROL, approvers=(ALICE,))
+    hub.push()
+    ingest(hub.bare, store, "main")
+    [(type_, data)] = by_stream(store, "alice/pool")
+    assert type_ == "submitted" and data["spec"]["tpu"]["name"] == "lab-v4-32-a" and data["spec"]["tpu"]["shared"]
+    assert "examples/demo" not in store.streams()
