@@ -58,7 +58,20 @@ class IngestReport:
 
 
 def read_position(store: Store, branch: str) -> Position:
-    return fold_position(store.read_stream(stream_for(branch)))
+    """The branch's position, reading only the stream's tail.
+
+    Every `ingested` note carries everything the position needs, so the fold may start at
+    the last one: read a small window back from the end and widen it until it holds one.
+    """
+    stream = stream_for(branch)
+    version = store.stream_version(stream)
+    window = 16
+    while True:
+        after = max(0, version - window)
+        events = store.read_stream(stream, after_version=after)
+        if after == 0 or any(e.type == "note" and e.data.get("kind") == "ingested" for e in events):
+            return fold_position(events)
+        window *= 4
 
 
 def spec_validator() -> Validator:
@@ -109,9 +122,20 @@ class _Liveness:
         return self.known[job_id]
 
 
+_STATES: dict[tuple, RepoState] = {}
+
+
 def _load_state(repo: GitRepo, governing: dict[str, str]) -> RepoState:
-    blobs = repo.read_blobs(governing.values())
-    return RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in governing.items()})
+    """The approved configuration named by blob ids (blobs never change: cache by id)."""
+    key = (str(repo.git_dir), tuple(sorted(governing.items())))
+    state = _STATES.get(key)
+    if state is None:
+        blobs = repo.read_blobs(governing.values())
+        state = RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in governing.items()})
+        if len(_STATES) > 64:
+            _STATES.clear()
+        _STATES[key] = state
+    return RepoState(dict(state.files))
 
 
 def _watcher_actor(branch: str, **extra: Any) -> dict[str, Any]:
@@ -168,13 +192,13 @@ def ingest(
                 continue
             if pos.commit == head:
                 break
-            if pos.commit is not None and not (repo.exists(pos.commit) and repo.is_ancestor(pos.commit, head)):
+            commits = _new_commits(repo, pos.commit, head)
+            if commits is None:
                 data = {"old_head": pos.commit, "new_head": head, "old_head_exists": repo.exists(pos.commit)}
                 store.append(stream, [NewEvent(
                     "history_rewritten", data, _watcher_actor(branch), key=f"rewritten:{pos.commit}:{head}",
                 )], expected_version=pos.version)
                 continue
-            commits = repo.first_parent_range(pos.commit, head)
             if max_commits is not None:
                 commits = commits[: max(0, max_commits - report.commits - report.skipped)]
             if not commits:
@@ -188,6 +212,18 @@ def ingest(
     report.position = read_position(store, branch).commit
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _new_commits(repo: GitRepo, old: str | None, new: str) -> list[Commit] | None:
+    """First-parent commits old..new, oldest first; None when `old` is not an ancestor."""
+    try:
+        commits = repo.first_parent_range(old, new)
+    except GitError:
+        return None  # the old head is gone from the repository: certainly rewritten
+    # The common case costs no extra git process: the oldest new commit sits on the position.
+    if old is None or (commits and commits[0].first_parent == old):
+        return commits
+    return commits if repo.is_ancestor(old, new) else None
 
 
 def _authors(repo: GitRepo, commit: Commit, base: str | None) -> frozenset[str]:

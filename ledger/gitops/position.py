@@ -30,6 +30,7 @@ class Position:
 
 def fold_position(events: Iterable[Any]) -> Position:
     """Events of `_git:<branch>` (objects with .type, .data, .version) -> Position."""
+    # May start mid-stream (at or before the last `ingested` note): nothing earlier matters.
     version, commit, governing = 0, None, {}
     rewritten: dict[str, Any] | None = None
     accepted: dict[str, Any] | None = None
