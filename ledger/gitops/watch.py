@@ -81,13 +81,17 @@ class Watcher:
 
     def run(self) -> None:
         observer = self._start_observer() if self.use_watchdog else None
+        was_paused = False
         try:
             while not self._stop.is_set():
                 self._wake.clear()  # before reading the ref: a later change wakes us again
                 try:
                     report = self.run_once()
                     self.accept_rewrite = False
-                    if self.on_report and (report.commits or report.paused):
+                    # a pause is reported when it starts, not again at every poll
+                    news = report.commits or (report.paused and not was_paused)
+                    was_paused = report.paused
+                    if self.on_report and news:
                         self.on_report(report)
                 except LedgerError as exc:
                     self.on_error(exc)
