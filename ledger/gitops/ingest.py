@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.errors import ConflictError, LedgerError
+from ledger.errors import ConflictError
 from ledger.events import NewEvent, actor
 from ledger.gitops.decide import (
     ALIASES_PATH,
@@ -28,7 +28,7 @@ from ledger.gitops.decide import (
 )
 from ledger.gitops.policy import POLICY_PATH
 from ledger.gitops.position import Position, fold_position, stream_for
-from ledger.gitops.repo import ZERO, Commit, GitError, GitRepo
+from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.store import Store
 
 Validator = Callable[[bytes, str, RepoState], Any]
@@ -268,16 +268,40 @@ def _ingest_rewrite(
 ) -> None:
     """An accepted rewrite: one step with the net change from the old head's tree to the new."""
     old, new = pos.accepted["old_head"], pos.accepted["new_head"]
-    if not repo.exists(old):
-        raise LedgerError(
-            f"the old head {old[:12]} is gone from {repo.path}; cannot compute what the rewrite changed",
-            hint="fetch it back (or restore the ref) and run `ledger watch --once` again",
-        )
     commit = repo.commit(new)
-    changes = repo.diffs([(new, old)]).get(new, [])
+    if repo.exists(old):
+        changes = repo.diffs([(new, old)]).get(new, [])
+    else:
+        # The old commits were garbage-collected: compare the new tree with what the ledger
+        # says is live instead (a full scan, but only for this rare, operator-driven step).
+        changes = _changes_from_ledger(repo, store, new, pos.governing)
     blobs = repo.read_blobs(_needed_blobs(changes))
     step = StepInput(commit, old, changes, blobs, _authors(repo, commit, None), branch)
     _append_steps(store, branch, pos, [step], _load_state(repo, pos.governing), validate, hash_spec, live, report)
+
+
+def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[str, str]) -> list[Change]:
+    """The job files as the ledger last saw them (path -> blob), diffed against `new`'s tree."""
+    seen: dict[str, str] = {}
+    for ev in store.read_all():
+        path = ev.data.get("path") if not ev.stream.startswith("_") else None
+        if not path or "blob" not in ev.data:
+            continue
+        if ev.type == "cancel_requested" or (ev.type == "rejected" and ev.data.get("removal")):
+            if ev.type == "cancel_requested":
+                seen.pop(path, None)
+        elif ev.type in ("submitted", "spec_updated", "rejected"):
+            seen[path] = ev.data["blob"]
+    tree = {p: b for p, b in repo.tree_files(new, "jobs/").items() if is_spec_path(p)}
+    tree.update(repo.blob_ids(new, CONFIG_PATHS))
+    before = {**seen, **governing}
+    changes = [Change("D", p, None, b, ZERO) for p, b in sorted(before.items()) if p not in tree]
+    for p, b in sorted(tree.items()):
+        if p not in before:
+            changes.append(Change("A", p, None, ZERO, b))
+        elif before[p] != b:
+            changes.append(Change("M", p, None, before[p], b))
+    return changes
 
 
 def _append_steps(

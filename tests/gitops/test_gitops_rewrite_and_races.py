@@ -129,3 +129,29 @@ def test_concurrent_ingest_threads_with_separate_connections(hub, store):
     assert not errors
     events = job_events(store)
     assert len(events) == 60 and len({e.stream for e in events}) == 60
+
+
+def test_accepting_a_rewrite_whose_old_commits_were_collected(hub, store):
+    hub.bootstrap()
+    hub.commit({"jobs/alice/keep.yaml": spec(), "jobs/alice/gone.yaml": spec()}, "two", approvers=(BOB,))
+    hub.commit({"jobs/alice/keep.yaml": spec("v4-16")}, "resize", approvers=(BOB,))
+    hub.push()
+    ingest(hub.bare, store, "main")
+    git(hub.work, "reset", "-q", "--hard", "HEAD~2")
+    new = hub.commit({"jobs/alice/keep.yaml": spec("v4-32"), "jobs/alice/new.yaml": spec()}, "redo",
+                     approvers=(CAROL,))
+    hub.push("--force")
+    for repo in (hub.bare, hub.work):  # the old history is gone for good
+        git(repo, "reflog", "expire", "--expire=now", "--all")
+        git(repo, "gc", "-q", "--prune=now")
+    report = ingest(hub.bare, store, "main")
+    assert report.paused and report.rewritten["old_head_exists"] is False
+    report = ingest(hub.bare, store, "main", accept_rewrite=True, accepted_by="ops")
+    assert not report.paused and report.position == new
+    jobs = replay(store.read_all()).jobs
+    assert jobs["alice/gone"].state == CANCELLING
+    assert jobs["alice/keep"].spec["tpu"]["accelerator"] == "v4-32"
+    assert jobs["alice/new"].state == PENDING
+    assert [e.type for e in store.read_stream("alice/keep")] == ["submitted", "spec_updated", "spec_updated"]
+    accepted = [e for e in store.read_stream("_git:main") if e.type == "rewrite_accepted"]
+    assert accepted[0].data["by"] == "ops"
