@@ -151,7 +151,6 @@ def ingest(
     accepted_by: str = "operator",
     chunk: int = 200,
     validator: Validator | None = None,
-    max_commits: int | None = None,
 ) -> IngestReport:
     """Append the events of every commit on `branch` after the ledger's position.
 
@@ -171,7 +170,9 @@ def ingest(
     stream = stream_for(branch)
     live = _Liveness(store)
     first = True
-    for _attempt in range(1000):
+    backlog: list[Commit] = []  # listed once per run, consumed chunk by chunk
+    conflicts = 0
+    while True:
         pos = read_position(store, branch)
         if first:
             report.start, first = pos.commit, False
@@ -192,22 +193,28 @@ def ingest(
                 continue
             if pos.commit == head:
                 break
-            commits = _new_commits(repo, pos.commit, head)
+            done = next((i for i, c in enumerate(backlog) if c.sha == pos.commit), None)
+            if done is not None:
+                commits: list[Commit] | None = backlog[done + 1 :]
+            else:
+                commits = _new_commits(repo, pos.commit, head)
             if commits is None:
                 data = {"old_head": pos.commit, "new_head": head, "old_head_exists": repo.exists(pos.commit)}
                 store.append(stream, [NewEvent(
                     "history_rewritten", data, _watcher_actor(branch), key=f"rewritten:{pos.commit}:{head}",
                 )], expected_version=pos.version)
                 continue
-            if max_commits is not None:
-                commits = commits[: max(0, max_commits - report.commits - report.skipped)]
             if not commits:
                 break
+            backlog = commits
             _ingest_commits(repo, store, branch, pos, commits[:chunk], validate, hash_spec, live, report)
-            if max_commits is not None and report.commits + report.skipped >= max_commits:
-                break
         except ConflictError:
-            live.known.clear()  # another writer moved on: re-read everything
+            # Another writer moved the branch stream on: re-read the position and go on from
+            # there (its work is found done, never redone). Bounded so a bug cannot spin.
+            conflicts += 1
+            if conflicts > 100:
+                raise
+            live.known.clear()
             continue
     report.position = read_position(store, branch).commit
     report.seconds = time.perf_counter() - started
