@@ -118,7 +118,9 @@ class _Liveness:
             from ledger.fold import LIVE, replay
 
             state = replay(self.store.read_stream(job_id)).jobs.get(job_id)
-            self.known[job_id] = state is not None and state.state in LIVE
+            # A job being cancelled (its spec was deleted) is not updated by a re-added spec:
+            # the new file is a new submission.
+            self.known[job_id] = state is not None and state.state in LIVE and not state.cancel_requested
         return self.known[job_id]
 
 

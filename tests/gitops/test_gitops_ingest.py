@@ -203,3 +203,15 @@ def test_alias_added_with_the_job_and_ignored_examples(hub, store):
     [(type_, data)] = by_stream(store, "alice/pool")
     assert type_ == "submitted" and data["spec"]["tpu"]["name"] == "lab-v4-32-a" and data["spec"]["tpu"]["shared"]
     assert "examples/demo" not in store.streams()
+
+
+def test_a_spec_re_added_after_deletion_is_a_new_submission(hub, store):
+    hub.bootstrap()
+    hub.commit({"jobs/alice/again.yaml": spec()}, "add", approvers=(BOB,))
+    hub.commit({"jobs/alice/again.yaml": None}, "drop", approvers=(BOB,))
+    hub.push()
+    ingest(hub.bare, store, "main")
+    hub.commit({"jobs/alice/again.yaml": spec("v4-16")}, "back", approvers=(CAROL,))
+    hub.push()
+    ingest(hub.bare, store, "main")
+    assert [t for t, _ in by_stream(store, "alice/again")] == ["submitted", "cancel_requested", "submitted"]
