@@ -13,7 +13,8 @@ import click
               help="Jobs repository root (default: found from the first PATH or the current directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of text.")
 @click.option("--quiet", "-q", is_flag=True, help="Print errors only, no warnings or summary.")
-def validate_cmd(paths: tuple[Path, ...], repo: Path | None, as_json: bool, quiet: bool) -> None:
+@click.option("--show-spec", is_flag=True, help="Also print each valid job's normalized spec (defaults filled, aliases resolved).")
+def validate_cmd(paths: tuple[Path, ...], repo: Path | None, as_json: bool, quiet: bool, show_spec: bool) -> None:
     """Validate job files: jobs/<owner>/<name>.yaml against schemas/job.schema.json and more.
 
     PATH may be files or directories (default: the repository's jobs/ folder). Each problem
@@ -37,11 +38,16 @@ def validate_cmd(paths: tuple[Path, ...], repo: Path | None, as_json: bool, quie
             raise UsageError(f"no such file or directory: {p}", hint="give job files or folders that exist")
     results = validate_paths(list(paths), repo)
     if as_json:
-        print_json([r.to_dict() for r in results])
+        print_json([{**r.to_dict(), **({"spec": r.spec} if show_spec else {})} for r in results])
     else:
+        import json
+
         for r in results:
             for m in r.errors + ([] if quiet else r.warnings):
                 click.echo(m.format(), err=False)
+            if show_spec and r.spec is not None:
+                click.echo(f"# {r.path} ({r.job_id})")
+                click.echo(json.dumps(r.spec, indent=2, ensure_ascii=False))
         if not quiet:
             bad = sum(1 for r in results if not r.ok)
             warned = sum(len(r.warnings) for r in results)

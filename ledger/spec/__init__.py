@@ -13,7 +13,7 @@ from ledger.spec.config import (
 )
 from ledger.spec.files import find_repo_root, is_ignored, validate_paths
 from ledger.spec.model import Message, RepoConfig, SpecResult
-from ledger.spec.names import default_tpu_name, job_id_from_path
+from ledger.spec.names import default_tpu_name, is_job_path, job_id_from_path
 from ledger.spec.normalize import command_args, spec_hash, validate_text
 from ledger.spec.recovery import SHORTHAND, recovery_rules
 from ledger.spec.yamlsafe import MAX_BYTES, MAX_DEPTH
@@ -32,6 +32,7 @@ __all__ = [
     "default_tpu_name",
     "find_repo_root",
     "is_ignored",
+    "is_job_path",
     "job_id_from_path",
     "load_repo_config",
     "recovery_rules",

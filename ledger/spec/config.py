@@ -38,6 +38,8 @@ def _parse(text: str | bytes | None, file: str, schema: str, errors: list[Messag
     try:
         loaded = load(text)
     except LoadError as exc:
+        if exc.message == "file is empty":
+            return {}  # an empty or all-comments file means "no settings": the defaults
         errors.append(Message(file, exc.line, exc.column, "", exc.message, exc.hint, "error"))
         return {}
     if not isinstance(loaded.data, dict):

@@ -83,7 +83,11 @@ def _compile(schema: Any, root: dict, memo: dict[int, Check]) -> Check:
         names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         for n in names:
             _is_type(None, n)  # raises on unknown names
-        checks.append(lambda v, names=tuple(names): any(_is_type(v, n) for n in names))
+        if len(names) == 1:
+            n0 = names[0]
+            checks.append(lambda v, n0=n0: _is_type(v, n0))
+        else:
+            checks.append(lambda v, names=tuple(names): any(_is_type(v, n) for n in names))
     if "enum" in schema:
         options = schema["enum"]
         checks.append(lambda v, options=options: any(_same(v, o) for o in options))
@@ -165,8 +169,15 @@ def _compile(schema: Any, root: dict, memo: dict[int, Check]) -> Check:
         then = _compile(schema.get("then", True), root, memo)
         checks.append(lambda v, cond=cond, then=then: not cond(v) or then(v))
 
+    if len(checks) == 1:
+        memo[id(schema)] = checks[0]
+        return checks[0]
+
     def check(v: Any, checks=tuple(checks)) -> bool:
-        return all(c(v) for c in checks)
+        for c in checks:  # noqa: SIM110 - a plain loop is measurably faster than all() here
+            if not c(v):
+                return False
+        return True
 
     memo[id(schema)] = check
     return check

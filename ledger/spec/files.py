@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 from pathlib import Path
@@ -13,11 +14,12 @@ from ledger.spec.normalize import validate_text
 from ledger.spec.yamlsafe import MAX_BYTES
 
 JOB_SUFFIXES = (".yaml", ".yml")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def find_repo_root(start: Path) -> Path:
     """The nearest directory at or above `start` holding `.ledger/` or `.git`; else `start`."""
-    start = start.resolve()
+    start = Path(start).resolve()
     here = start if start.is_dir() else start.parent
     for candidate in (here, *here.parents):
         if (candidate / ".ledger").is_dir() or (candidate / ".git").exists():
@@ -30,63 +32,66 @@ def is_ignored(path: str, config: RepoConfig) -> bool:
     return any(fnmatch.fnmatchcase(path, pattern) for pattern in (config.policy or {}).get("ignore") or [])
 
 
-def collect(paths: list[Path], root: Path) -> list[Path]:
-    """Job files named by `paths`: files as given, directories searched for *.yaml/*.yml.
+def collect(paths: list[Path], root: Path) -> list[str]:
+    """Absolute paths of the job files named by `paths`: files as given, directories
+    searched for *.yaml/*.yml (hidden folders skipped).
 
     A directory at or above the repository root means the root's `jobs/` folder, so
     `ledger validate .` does not mistake CI or pre-commit YAML for jobs.
     """
-    out: list[Path] = []
-    seen: set[Path] = set()
+    out: list[str] = []
+    seen: set[str] = set()
     for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            resolved = p.resolve()
+        absolute = os.path.abspath(p)
+        if os.path.isdir(absolute):
+            resolved = Path(absolute).resolve()
             if resolved == root or resolved in root.parents:
-                p = root / JOBS_DIR
-                if not p.is_dir():
+                absolute = str(root / JOBS_DIR)
+                if not os.path.isdir(absolute):
                     continue
             found = []
-            for dirpath, dirnames, filenames in os.walk(p):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                found.extend(Path(dirpath) / f for f in filenames if f.endswith(JOB_SUFFIXES))
+            for dirpath, dirnames, filenames in os.walk(absolute):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                found.extend(os.path.join(dirpath, f) for f in filenames if f.endswith(JOB_SUFFIXES))
             candidates = sorted(found)
         else:
-            candidates = [p]
+            candidates = [absolute]
         for c in candidates:
-            key = c.resolve() if not c.is_symlink() else c.absolute()
-            if key not in seen:
-                seen.add(key)
+            if c not in seen:
+                seen.add(c)
                 out.append(c)
     return out
 
 
-def relative(path: Path, root: Path) -> str:
-    absolute = path.absolute()
+def relative(path: str, root: Path) -> str:
+    """`path` relative to the repository root, with forward slashes."""
+    prefix = str(root).rstrip(os.sep) + os.sep
+    if path.startswith(prefix):
+        return path[len(prefix):].replace(os.sep, "/")
     try:
-        return absolute.relative_to(root).as_posix()
+        return Path(path).resolve().relative_to(root).as_posix()
     except ValueError:
-        try:
-            return absolute.resolve().relative_to(root).as_posix()
-        except ValueError:
-            return path.as_posix()
+        return Path(path).as_posix()
 
 
-def read_limited(path: Path) -> bytes:
-    with path.open("rb") as fh:
+def read_limited(path: str) -> bytes:
+    """At most MAX_BYTES + 1 bytes (enough to tell the file is too big); refuses symlinks."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
         return fh.read(MAX_BYTES + 1)
 
 
-def validate_file(path: Path, root: Path, config: RepoConfig) -> SpecResult:
+def validate_file(path: str | Path, root: Path, config: RepoConfig) -> SpecResult:
+    path = os.path.abspath(path)
     rel = relative(path, root)
-    if path.is_symlink():
-        return SpecResult(rel, None, None, [Message(rel, 0, 0, "", "job files may not be symbolic links",
-                                                    "replace the link with the file itself", "error")])
     try:
         data = read_limited(path)
     except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            return SpecResult(rel, None, None, [Message(rel, 0, 0, "", "job files may not be symbolic links",
+                                                        "replace the link with the file itself", "error")])
         return SpecResult(rel, None, None, [Message(rel, 0, 0, "", f"cannot read the file: {exc.strerror or exc}",
-                                                    "check that it exists and is readable", "error")])
+                                                    "check that it exists and is a readable file", "error")])
     return validate_text(data, rel, config)
 
 
@@ -108,5 +113,6 @@ def validate_paths(paths: list[Path], repo_root: Path | None = None) -> list[Spe
         paths = [root / JOBS_DIR]
     config = load_repo_config(root)
     results = config_results(config)
-    results.extend(validate_file(p, root, config) for p in collect(paths, root))
+    config_files = {str(root / ALIASES_PATH), str(root / POLICY_PATH)}  # checked above, not jobs
+    results.extend(validate_file(p, root, config) for p in collect(paths, root) if p not in config_files)
     return results

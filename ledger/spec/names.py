@@ -72,6 +72,11 @@ def job_id_from_path(path: str) -> tuple[str | None, str | None, str]:
     return f"{owner}/{name}", None, ""
 
 
+def is_job_path(path: str) -> bool:
+    """True for repo-relative paths under jobs/ that look like job files (valid or not)."""
+    return path.startswith(JOBS_DIR + "/") and path.endswith((".yaml", ".yml"))
+
+
 def default_tpu_name(job_id: str) -> str:
     """A TPU name of the job's own, unique per job id and valid on Google Cloud."""
     digest = hashlib.sha256(job_id.encode()).hexdigest()[:6]

@@ -112,7 +112,8 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
                      "start from an example in jobs/examples/")
         return SpecResult(path, job_id, None, report.errors, [])
     try:
-        spec = _check(data, job_id, path, config, report)
+        refs = (b"${" in text) if isinstance(text, bytes) else ("${" in text)
+        spec = _check(data, job_id, path, config, report, refs)
     except Exception as exc:  # a bug here must not take the watcher down: report it as a finding
         report.error("", f"internal error while validating: {type(exc).__name__}: {exc}", "please report this to the ledger maintainers")
         spec = None
@@ -120,7 +121,7 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
     return SpecResult(path, job_id if job_id else None, spec if ok else None, report.errors, report.warnings)
 
 
-def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report) -> dict | None:
+def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True) -> dict | None:
     policy = config.policy or {}
     merged = _with_policy_defaults(data, policy.get("defaults") or {}, report)
     found = list(problems("job", merged))
@@ -180,7 +181,8 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
     if report.errors:
         return None
     try:
-        spec = interpolate(spec, frozenset(SECTIONS))
+        if (refs or "${" in str(policy.get("defaults") or "")) and _has_reference(spec):
+            spec = interpolate(spec, _SECTION_SET)
     except InterpolationError as exc:
         report.error(_input_pointer(exc.pointer), exc.message, exc.hint)
         return None
@@ -191,6 +193,19 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
                          "use lowercase letters, digits and dashes, starting with a letter, at most 63 characters")
             return None
     return spec
+
+
+_SECTION_SET = frozenset(SECTIONS)
+
+
+def _has_reference(node: Any) -> bool:
+    if isinstance(node, str):
+        return "${" in node
+    if isinstance(node, dict):
+        return any(_has_reference(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_reference(v) for v in node)
+    return False
 
 
 def _input_pointer(pointer: str) -> str:
@@ -223,7 +238,7 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
             hint = f"did you mean {guess!r}?" if guess else (
                 f"known shared TPUs: {', '.join(known[:12])}" if known else "no shared TPUs are listed in .ledger/aliases.yaml"
             )
-            report.error(pointer, f"unknown shared TPU {key!r}", f"{hint}; add it to .ledger/aliases.yaml under `tpus:`, or request a TPU with accelerator and zone")
+            report.error(pointer, f"unknown shared TPU {key!r}", f"{hint}. Add it to .ledger/aliases.yaml under `tpus:`, or request a TPU with accelerator and zone")
             return {"shared": True, "name": key, "hosts": None}
         entry = shared_table[alias]
         acc = tpu_types.lookup(entry["accelerator"])
@@ -248,7 +263,11 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
     accelerator = t.get("accelerator")
     zone = t.get("zone")
     acc = None
-    if accelerator is None:
+    known_shared = t.get("name") in shared_table or t.get("name") in (aliases.get("tpu_names") or {})
+    if accelerator is None and known_shared:
+        report.error("/tpu/accelerator", f"missing `tpu.accelerator`; {t['name']!r} is a shared TPU",
+                     "add `shared: true` to run on the shared TPU, or give accelerator and zone to request one")
+    elif accelerator is None:
         report.error("/tpu/accelerator", "missing `tpu.accelerator`: a TPU request needs a type",
                      "add e.g. `accelerator: v4-8`, or use a shared TPU with `tpu: <alias>`")
     else:
@@ -258,7 +277,7 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
             sizes = [str(a.size) for a in tpu_types.all_types() if a.family == family]
             hint = f"{family} comes in sizes {', '.join(sizes)}" if sizes else "use a type such as v4-8, v5p-16, v5litepod-8 or v6e-8"
             report.error("/tpu/accelerator", f"{accelerator!r} is not a Cloud TPU type", hint)
-    if zone is None:
+    if zone is None and not known_shared:
         report.error("/tpu/zone", "missing `tpu.zone`: a TPU request needs a zone",
                      f"add e.g. `zone: {tpu_types.ZONES[acc.family][0] if acc else 'us-central2-b'}`")
     elif acc is not None and not tpu_types.zone_offers(zone, acc.family):

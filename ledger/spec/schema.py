@@ -6,6 +6,7 @@ field is wrong, what was expected and what to write instead.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Iterator
@@ -197,26 +198,49 @@ def _translate(err: jsonschema.ValidationError, root: dict) -> Iterator[Problem]
     yield Problem(ptr, f"`{where}`: {err.message}", hint)
 
 
-def fill_defaults(name: str, instance: Any, subschema: dict | None = None) -> Any:
+def fill_defaults(name: str, instance: Any) -> Any:
     """A copy of a schema-valid `instance` with every `default` of object properties filled."""
+    return _filler(name)(instance)
+
+
+@cache
+def _filler(name: str) -> Any:
     root = load_schema(name)
-    return _fill(instance, _resolve(subschema or root, root), root)
+    return _compile_fill(root, root, {})
 
 
-def _fill(instance: Any, schema: dict, root: dict) -> Any:
+def _compile_fill(schema: Any, root: dict, memo: dict[int, Any]) -> Any:
+    """A function copying an instance and filling defaults: the schema is walked once, here."""
+    if not isinstance(schema, dict):
+        return None
     schema = _resolve(schema, root)
-    if isinstance(instance, dict):
-        props = schema.get("properties", {})
-        extra = schema.get("additionalProperties")
-        out = {}
-        for key, value in instance.items():
-            sub = props.get(key) or (extra if isinstance(extra, dict) else None)
-            out[key] = _fill(value, sub, root) if sub else value
-        for key, sub in props.items():
-            sub = _resolve(sub, root)
-            if key not in out and "default" in sub:
-                out[key] = json.loads(json.dumps(sub["default"]))
-        return out
-    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        return [_fill(v, schema["items"], root) for v in instance]
-    return instance
+    if id(schema) in memo:
+        return memo[id(schema)]
+    memo[id(schema)] = None  # cycles: no filling below a recursive reference
+    props = {k: _resolve(s, root) for k, s in schema.get("properties", {}).items()}
+    defaults = [(k, s["default"]) for k, s in props.items() if "default" in s]
+    children = {k: f for k, s in props.items() if (f := _compile_fill(s, root, memo)) is not None}
+    extra = schema.get("additionalProperties")
+    extra_fill = _compile_fill(extra, root, memo) if isinstance(extra, dict) else None
+    items = schema.get("items")
+    item_fill = _compile_fill(items, root, memo) if isinstance(items, dict) else None
+    if not defaults and not children and extra_fill is None and item_fill is None:
+        return None
+
+    def fill(v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                f = children.get(k, extra_fill if k not in props else None)
+                out[k] = f(x) if f is not None else x
+            for k, d in defaults:
+                if k not in out:
+                    # Fresh containers per document: callers may change what they get.
+                    out[k] = copy.deepcopy(d) if isinstance(d, (dict, list)) and d else (type(d)() if isinstance(d, (dict, list)) else d)
+            return out
+        if isinstance(v, list) and item_fill is not None:
+            return [item_fill(x) for x in v]
+        return v
+
+    memo[id(schema)] = fill
+    return fill

@@ -33,7 +33,10 @@ MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32
 MAX_NODES = 20_000
 
-_Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+try:  # libyaml's parser alone: events without the loader's Python layers
+    from yaml._yaml import CParser as _Parser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _Parser = yaml.SafeLoader
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_TAG + t for t in ("str", "int", "float", "bool", "null", "timestamp")}
 _MAP_TAGS = {None, "!", _TAG + "map"}
@@ -54,17 +57,17 @@ class LoadError(Exception):
 @dataclass
 class Loaded:
     data: Any
-    marks: dict[str, tuple[int, int]] = field(default_factory=dict)  # pointer -> value position
-    key_marks: dict[str, tuple[int, int]] = field(default_factory=dict)  # pointer -> key position
+    marks: dict[str, Any] = field(default_factory=dict)  # pointer -> yaml Mark of the value
+    key_marks: dict[str, Any] = field(default_factory=dict)  # pointer -> yaml Mark of its key
 
     def position(self, pointer: str, *, key: bool = False) -> tuple[int, int]:
         """The closest known (line, column) for a pointer: its own, else its nearest ancestor's."""
         if key and pointer in self.key_marks:
-            return self.key_marks[pointer]
+            return _pos(self.key_marks[pointer])
         p = pointer
         while True:
             if p in self.marks:
-                return self.marks[p]
+                return _pos(self.marks[p])
             if not p:
                 return (1, 1)
             p = p.rsplit("/", 1)[0]
@@ -113,15 +116,16 @@ def _scalar(event: ev.ScalarEvent) -> Any:
 
 
 class _Frame:
-    __slots__ = ("value", "pointer", "anchor", "key", "key_mark", "merges", "explicit", "size")
+    __slots__ = ("value", "is_map", "pointer", "anchor", "key", "key_mark", "merges", "explicit", "size")
 
     def __init__(self, value: Any, pointer: str, anchor: str | None) -> None:
         self.value = value
+        self.is_map = isinstance(value, dict)
         self.pointer = pointer
         self.anchor = anchor
         self.key: str | None = None  # mapping: the key awaiting its value
         self.key_mark: Any = None
-        self.merges: list[tuple[dict, Any]] = []
+        self.merges: list[tuple[Any, Any]] = []
         self.explicit: set[str] = set()
         self.size = 1
 
@@ -155,8 +159,51 @@ def load(text: bytes | str) -> Loaded:
     return _build(text)
 
 
+_SCALAR_EV = ev.ScalarEvent
+_ALIAS_EV = ev.AliasEvent
+_MAP_START, _SEQ_START = ev.MappingStartEvent, ev.SequenceStartEvent
+_MAP_END, _SEQ_END = ev.MappingEndEvent, ev.SequenceEndEvent
+_DOC_START = ev.DocumentStartEvent
+_STREAM_END = ev.StreamEndEvent
+
+# Plain scalars repeat across files (zones, accelerators, true, 0): their values are
+# immutable, so each spelling is resolved and constructed once.
+_plain_cache: dict[str, Any] = {}
+_PLAIN_CACHE_MAX = 50_000
+
+
+def _plain(event: ev.ScalarEvent) -> Any:
+    if event.tag is None and event.implicit[0]:
+        try:
+            return _plain_cache[event.value]
+        except KeyError:
+            value = _scalar(event)
+            if len(_plain_cache) >= _PLAIN_CACHE_MAX:
+                _plain_cache.clear()
+            _plain_cache[event.value] = value
+            return value
+    if event.tag is None:  # quoted: always a string
+        return event.value
+    return _scalar(event)
+
+
+def _too_many(aliases_used: bool, mark: Any) -> LoadError:
+    if aliases_used:
+        return LoadError(
+            f"aliases expand to more than {MAX_NODES:,} values (an alias bomb?)",
+            "write the values out, or use fewer and smaller anchors",
+            *_pos(mark),
+        )
+    return LoadError(
+        f"document has more than {MAX_NODES:,} values",
+        "a job spec is small: move data into files that your command reads",
+        *_pos(mark),
+    )
+
+
 def _build(text: str) -> Loaded:
-    out = Loaded(None)
+    marks: dict[str, Any] = {}
+    key_marks: dict[str, Any] = {}
     stack: list[_Frame] = []
     anchors: dict[str, tuple[Any, int]] = {}
     budget = MAX_NODES
@@ -165,66 +212,26 @@ def _build(text: str) -> Loaded:
     root: Any = None
     have_root = False
 
-    def attach(value: Any, mark: Any, size: int) -> str | None:
-        """Put a finished value into its parent; returns its pointer."""
-        nonlocal root, have_root
-        if not stack:
-            root, have_root = value, True
-            out.marks[""] = _pos(mark)
-            return ""
-        parent = stack[-1]
-        parent.size += size
-        if isinstance(parent.value, list):
-            pointer = f"{parent.pointer}/{len(parent.value)}"
-            parent.value.append(value)
-            out.marks[pointer] = _pos(mark)
-            return pointer
-        key = parent.key
-        parent.key = None
-        if key == "<<":
-            parent.merges.append((value, mark))
-            return None
-        pointer = f"{parent.pointer}/{escape(key)}"
-        parent.value[key] = value
-        out.marks[pointer] = _pos(mark)
-        out.key_marks[pointer] = _pos(parent.key_mark)
-        return pointer
-
-    def spend(n: int, mark: Any) -> None:
-        nonlocal budget
-        budget -= n
-        if budget < 0:
-            if aliases_used:
-                raise LoadError(
-                    f"aliases expand to more than {MAX_NODES:,} values (an alias bomb?)",
-                    "write the values out, or use fewer and smaller anchors",
-                    *_pos(mark),
-                )
-            raise LoadError(
-                f"document has more than {MAX_NODES:,} values",
-                "a job spec is small: move data into files that your command reads",
-                *_pos(mark),
-            )
-
-    def want_key(frame: _Frame) -> bool:
-        return isinstance(frame.value, dict) and frame.key is None
-
+    parser = _Parser(text)
+    get_event = parser.get_event
     try:
-        for event in yaml.parse(text, Loader=_Parser):
-            if isinstance(event, ev.DocumentStartEvent):
-                documents += 1
-                if documents > 1:
-                    raise LoadError(
-                        "file holds more than one YAML document",
-                        "keep one job per file: remove the `---` separator and what follows",
-                        *_pos(event.start_mark),
-                    )
-                continue
-            if isinstance(event, (ev.StreamStartEvent, ev.StreamEndEvent, ev.DocumentEndEvent)):
-                continue
+        while True:
+            event = get_event()
+            t = type(event)
+            if t is _STREAM_END or event is None:
+                break
             frame = stack[-1] if stack else None
-            if frame is not None and not isinstance(event, ev.CollectionEndEvent) and want_key(frame):
-                if not isinstance(event, ev.ScalarEvent):
+            if t is _MAP_END or t is _SEQ_END:
+                done = stack.pop()
+                if done.merges:
+                    _apply_merges(done)
+                if stack:
+                    stack[-1].size += done.size
+                if done.anchor:
+                    anchors[done.anchor] = (done.value, done.size)
+                continue
+            if frame is not None and frame.is_map and frame.key is None:
+                if t is not _SCALAR_EV:
                     raise LoadError(
                         "mapping keys must be plain strings",
                         "write the key as a plain word, e.g. `name:`",
@@ -243,30 +250,14 @@ def _build(text: str) -> Loaded:
                 frame.explicit.add(key)
                 frame.key, frame.key_mark = key, event.start_mark
                 continue
-            if isinstance(event, ev.AliasEvent):
-                aliases_used = True
-                if event.anchor not in anchors:
-                    raise LoadError(
-                        f"alias *{event.anchor} refers to an unknown or unfinished anchor",
-                        "define `&name` before using `*name`, and not inside itself",
-                        *_pos(event.start_mark),
-                    )
-                value, size = anchors[event.anchor]
-                spend(size, event.start_mark)
-                attach(copy.deepcopy(value) if size > 1 else value, event.start_mark, size)
-                continue
-            if isinstance(event, ev.ScalarEvent):
-                spend(1, event.start_mark)
-                value = _scalar(event)
-                attach(value, event.start_mark, 1)
+            if t is _SCALAR_EV:
+                size = 1
+                value = _plain(event)
                 if event.anchor:
                     anchors[event.anchor] = (value, 1)
-                continue
-            if isinstance(event, (ev.MappingStartEvent, ev.SequenceStartEvent)):
-                spend(1, event.start_mark)
-                is_map = isinstance(event, ev.MappingStartEvent)
-                allowed = _MAP_TAGS if is_map else _SEQ_TAGS
-                if event.tag not in allowed:
+            elif t is _MAP_START or t is _SEQ_START:
+                size = 0  # counted when it ends
+                if event.tag not in (_MAP_TAGS if t is _MAP_START else _SEQ_TAGS):
                     raise LoadError(
                         f"the YAML tag {event.tag!r} is not allowed",
                         "job files hold plain data only: remove the tag",
@@ -278,22 +269,61 @@ def _build(text: str) -> Loaded:
                         "a job spec is shallow: flatten the structure",
                         *_pos(event.start_mark),
                     )
-                # The pointer is known only once attached; attach an empty container now.
-                container: Any = {} if is_map else []
-                pointer = attach(container, event.start_mark, 0)
-                child = _Frame(container, pointer if pointer is not None else "\x00merge", event.anchor)
-                child.key_mark = event.start_mark
+                value = {} if t is _MAP_START else []
+            elif t is _ALIAS_EV:
+                aliases_used = True
+                if event.anchor not in anchors:
+                    raise LoadError(
+                        f"alias *{event.anchor} refers to an unknown or unfinished anchor",
+                        "define `&name` before using `*name`, and not inside itself",
+                        *_pos(event.start_mark),
+                    )
+                value, size = anchors[event.anchor]
+                budget -= size - 1
+                if budget < 0:
+                    raise _too_many(True, event.start_mark)
+                if size > 1:
+                    value = copy.deepcopy(value)
+            elif t is _DOC_START:
+                documents += 1
+                if documents > 1:
+                    raise LoadError(
+                        "file holds more than one YAML document",
+                        "keep one job per file: remove the `---` separator and what follows",
+                        *_pos(event.start_mark),
+                    )
+                continue
+            else:  # stream start/end, document end
+                continue
+            budget -= 1
+            if budget < 0:
+                raise _too_many(aliases_used, event.start_mark)
+            # Attach the value to its parent (or make it the root) under its pointer.
+            mark = event.start_mark
+            if frame is None:
+                root, have_root = value, True
+                pointer: str | None = ""
+                marks[""] = mark
+            elif frame.is_map:
+                key = frame.key
+                frame.key = None
+                frame.size += size
+                if key == "<<":
+                    frame.merges.append((value, mark))
+                    pointer = None
+                else:
+                    pointer = f"{frame.pointer}/{escape(key)}" if ("/" in key or "~" in key) else f"{frame.pointer}/{key}"
+                    frame.value[key] = value
+                    marks[pointer] = mark
+                    key_marks[pointer] = frame.key_mark
+            else:
+                frame.size += size
+                pointer = f"{frame.pointer}/{len(frame.value)}"
+                frame.value.append(value)
+                marks[pointer] = mark
+            if size == 0:
+                child = _Frame(value, pointer if pointer is not None else "\x00merge", event.anchor)
                 stack.append(child)
-                continue
-            if isinstance(event, (ev.MappingEndEvent, ev.SequenceEndEvent)):
-                done = stack.pop()
-                if done.merges:
-                    _apply_merges(done)
-                if stack:
-                    stack[-1].size += done.size
-                if done.anchor:
-                    anchors[done.anchor] = (done.value, done.size)
-                continue
     except LoadError:
         raise
     except yaml.MarkedYAMLError as exc:
@@ -307,10 +337,13 @@ def _build(text: str) -> Loaded:
         raise LoadError(f"not valid YAML: {exc}", "check the file's characters and structure") from None
     except RecursionError:
         raise LoadError(f"nesting deeper than {MAX_DEPTH} levels", "flatten the structure") from None
+    finally:
+        dispose = getattr(parser, "dispose", None)
+        if dispose is not None:
+            dispose()
     if not have_root or root is None:
         raise LoadError("file is empty", "write a job spec: see jobs/examples/ in the jobs repository", 1, 1)
-    out.data = root
-    return out
+    return Loaded(root, marks, key_marks)
 
 
 def _apply_merges(frame: _Frame) -> None:
