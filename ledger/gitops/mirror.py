@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -47,8 +48,14 @@ def ensure_mirror(url: str, cache_dir: Path | None = None) -> Path:
     if not (path / "HEAD").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a crashed clone
         _git("clone", "--mirror", "--quiet", url, str(tmp))
-        os.replace(tmp, path)  # a half-cloned mirror is never taken for a good one
+        try:
+            os.replace(tmp, path)  # a half-cloned mirror is never taken for a good one
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another watcher cloned it first
+            if not (path / "HEAD").exists():
+                raise
     return path
 
 
