@@ -64,6 +64,7 @@ def publish_batch(client: Any, config: PubSubConfig, messages: list[Message], ti
     every key in order without pausing keys (the high-level client batches per key and
     spends a thread per batch: a few hundred events/s with a thousand jobs on 2 cores).
     """
+    from google.pubsub_v1.services.publisher import PublisherClient as GapicPublisher
     from google.pubsub_v1.types import PublishRequest, PubsubMessage
 
     raw_message, raw_request = PubsubMessage.pb(), PublishRequest.pb()
@@ -71,7 +72,8 @@ def publish_batch(client: Any, config: PubSubConfig, messages: list[Message], ti
         topic=config.topic_path,
         messages=[raw_message(data=m.data, attributes=m.attributes, ordering_key=m.ordering_key) for m in messages],
     )
-    client.api.publish(request=PublishRequest.wrap(request), timeout=timeout, retry=None)
+    # The generated (GAPIC) method of the same client: the high-level one overrides `publish`.
+    GapicPublisher.publish(client, request=PublishRequest.wrap(request), timeout=timeout, retry=None)
 
 
 def subscriber_client(config: PubSubConfig) -> Any:
