@@ -94,27 +94,31 @@ class OutboxPublisher:
                     f"head is {self.store.head()}",
                     hint="is Pub/Sub reachable (PUBSUB_EMULATOR_HOST / credentials)?",
                 )
+            acked: _Batch | None = None
             if in_flight is not None:
                 batch, future = in_flight
                 if not self._wait(future, stop):
                     break  # stopping: the batch may or may not be delivered; the cursor says not
-                if future.exception() is None:
-                    self._acknowledged(batch)
-                    in_flight = None
-                else:
+                if future.exception() is not None:
                     self._failed(future.exception(), stop)
                     in_flight = None if stop.is_set() else (batch, self._send(batch))
                     continue
+                acked, in_flight = batch, None
+            if not stop.is_set() and not (self._needs_setup and not self._setup(stop)):
+                if ready is None:
+                    ready = self._read(read_pos)
+                if ready is not None:
+                    read_pos = ready.last_seq
+                    in_flight, ready = (ready, self._send(ready)), None
+            if acked is not None:
+                self._acknowledged(acked)  # the cursor's fsync overlaps the next batch's RPC
+            if in_flight is not None:
+                if ready is None:
+                    ready = self._read(read_pos)  # encode the next batch while this one flies
+                continue
             if stop.is_set():
                 break
-            if self._needs_setup and not self._setup(stop):
-                continue
-            if ready is None:
-                ready = self._read(read_pos)
-            if ready is not None:
-                read_pos = ready.last_seq
-                in_flight, ready = (ready, self._send(ready)), None
-                ready = self._read(read_pos)  # encode the next batch while this one flies
+            if self._needs_setup:
                 continue
             if until_caught_up and self.store.head() <= read_pos:
                 break
