@@ -103,14 +103,17 @@ def tail_cmd(ctx: click.Context, follow: bool, types: tuple[str, ...], jobs: tup
         store = store_from(ctx)
         after = since if since is not None else max(0, store.head() - lines)
         source = StoreSubscriber(store, after=after, types=types, streams=jobs)
+    from rich.markup import escape
+
     out = console()
     try:
         for event in iter_events(source, follow=follow, idle=0.2 if not subscription else 2.0):
             if as_json:
                 click.echo(json.dumps(event.to_dict(), sort_keys=True, ensure_ascii=False))
             else:
-                out.print(f"[dim]{event.seq:>7}[/dim] {event.time[:19]}  [bold]{event.stream}[/bold] "
-                          f"{event.type}  {json.dumps(event.data, ensure_ascii=False)[:120]}")
+                data = escape(json.dumps(event.data, ensure_ascii=False)[:120])
+                out.print(f"[dim]{event.seq:>7}[/dim] {event.time[:19]}  [bold]{escape(event.stream)}[/bold] "
+                          f"{event.type}  {data}")
     finally:
         source.close()
 

@@ -53,7 +53,7 @@ def publisher_client(config: PubSubConfig) -> Any:
     from google.cloud import pubsub_v1
 
     configure(config)
-    return pubsub_v1.PublisherClient()
+    return _client(pubsub_v1.PublisherClient)
 
 
 def publish_batch(client: Any, config: PubSubConfig, messages: list[Message], timeout: float = 30.0) -> None:
@@ -80,7 +80,16 @@ def subscriber_client(config: PubSubConfig) -> Any:
     from google.cloud import pubsub_v1
 
     configure(config)
-    return pubsub_v1.SubscriberClient()
+    return _client(pubsub_v1.SubscriberClient)
+
+
+def _client(factory: Any) -> Any:
+    try:
+        return factory()
+    except Exception as exc:
+        if (error := fatal(exc)) is not None:
+            raise error from exc
+        raise
 
 
 def ensure_topic(client: Any, config: PubSubConfig) -> bool:
@@ -138,7 +147,7 @@ def ensure_all(config: PubSubConfig, subscriptions: tuple[str, ...] = ()) -> Non
     from google.cloud import pubsub_v1
 
     configure(config)
-    pub = pubsub_v1.PublisherClient()
+    pub = _client(pubsub_v1.PublisherClient)
     try:
         ensure_topic(pub, config)
     finally:

@@ -221,3 +221,28 @@ def test_bad_topic_name_is_a_one_line_error(emulator, store_url) -> None:
                             env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert result.stderr.startswith("error: Pub/Sub refused the request") and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_100k_backlog_drains_in_bounded_memory(emulator, names, store_url) -> None:
+    """The publisher holds at most two batches: its peak RSS stays far below the backlog's size."""
+    topic, _ = names
+    total = 100_000
+    store = open_store(store_url)
+    pad = "x" * 300  # ~100k x 0.8 kB envelopes: ~80 MB as bytes, several times that as objects
+    for k in range(0, total, 10_000):
+        store.append_many([(f"user{i % 500}/job", [NewEvent("note", {"i": i, "pad": pad})], None)
+                           for i in range(k, k + 10_000)])
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "ledger", "--store", store_url, "fanout", "--once",
+                             "--topic", topic, "--timeout", "120"], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    _, status, usage = os.wait4(proc.pid, 0)
+    print(f"drained {total} events in {time.monotonic() - started:.1f}s, peak RSS {usage.ru_maxrss // 1024} MB")
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, proc.stderr.read().decode()
+    assert store.get_cursor(cursor_name(topic)) == total
+    peak_mb = usage.ru_maxrss / 1024
+    assert peak_mb < 150, f"publisher peaked at {peak_mb:.0f} MB"
+    store.close()
