@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,8 +52,11 @@ class Harness:
         )
 
     def submit(self, job_id: str, spec: dict, *, commit: str = "c0ffee") -> None:
+        from ledger.spec import spec_hash
+
         store = open_store(self.store_url)
-        store.append(job_id, [NewEvent("submitted", {"spec": spec, "spec_hash": f"h-{commit}", "commit": commit,
+        commit = hashlib.sha1(f"{job_id}{commit}".encode()).hexdigest()
+        store.append(job_id, [NewEvent("submitted", {"spec": spec, "spec_hash": spec_hash(spec), "commit": commit,
                                                       "path": f"jobs/{job_id}.yaml"}, actor("git", "tester"))])
         store.close()
 
