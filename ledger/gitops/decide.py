@@ -205,6 +205,15 @@ def decide(
         live[stream] = True
 
     governing = [ch for ch in step.changes if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS]
+    # Trust on first use: until the branch has a policy or CODEOWNERS, nobody could approve
+    # the first one, so the first governing files are taken as they come — and govern the
+    # commit that brings them (its `ignore:` globs, its approvers), like a repo's first push.
+    bootstrap = not any(p in state.files for p in GOVERNING_PATHS)
+    if bootstrap:
+        for ch in governing:
+            if ch.status != "D" and ch.path in GOVERNING_PATHS:
+                state = RepoState(dict(state.files))
+                state.files[ch.path] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
     # Aliases decide no approval: a job may use an alias added in the same commit.
     for ch in governing:
         if ALIASES_PATH in (ch.path, ch.old_path):
@@ -227,9 +236,6 @@ def decide(
             added(ch.path, ch.new_blob)
 
     new_state = RepoState(dict(state.files))
-    # Trust on first use: until the branch has a policy or CODEOWNERS, nobody could approve
-    # the first one, so the first governing files are taken as they come.
-    bootstrap = not any(p in state.files for p in GOVERNING_PATHS)
     for ch in governing:
         touched = [p for p in (ch.old_path, ch.path) if p in CONFIG_PATHS]
         if not bootstrap and (ch.path in GOVERNING_PATHS or (ch.old_path or "") in GOVERNING_PATHS):
