@@ -198,3 +198,55 @@ def put_command(step: Put) -> str:
         f"umask 077 && mkdir -p {parent} && cat > {target}.tmp && "
         f"chmod {step.mode:o} {target}.tmp && mv -f {target}.tmp {target}"
     )
+
+
+# -- batching: a module's steps in one SSH round trip ---------------------------------------
+INLINE_MAX = 48 * 1024  # a bash -c argument must stay well under Linux's 128 KiB per argument
+MARK = "@@ledger-step"
+
+
+def batches(steps: list[Step]) -> list[list[Step]]:
+    """Consecutive steps grouped for one exec each; a large upload travels alone, by stdin."""
+    out: list[list[Step]] = []
+    cur: list[Step] = []
+    for s in steps:
+        if isinstance(s, Put) and len(s.data) > INLINE_MAX:
+            if cur:
+                out.append(cur)
+                cur = []
+            out.append([s])
+        else:
+            cur.append(s)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def batch_script(steps: list[Step], nonce: str) -> str:
+    """Run `steps` in order, each followed by a marker with its exit code; stop at the first
+    failure. The nonce keeps a step's own output from forging a marker."""
+    import base64
+
+    lines = []
+    for i, s in enumerate(steps):
+        if isinstance(s, Put):
+            cmd = f"printf %s {q(base64.b64encode(s.data).decode())} | base64 -d | {put_command(s)}"
+        else:
+            cmd = s.command
+        lines += [
+            f"{{ {cmd}\n}} </dev/null 2>&1",
+            "rc=$?",
+            f'printf "\\n{MARK}-{nonce} {i} %s\\n" "$rc"',
+            '[ "$rc" -eq 0 ] || exit 0',
+        ]
+    return "\n".join(lines)
+
+
+def parse_batch(stdout: bytes, nonce: str) -> list[tuple[bytes, int]]:
+    """(output, exit code) of each step that ran, in order."""
+    marker = re.compile(rb"\n" + re.escape(f"{MARK}-{nonce} ".encode()) + rb"(\d+) (\d+)\n")
+    results, pos = [], 0
+    for m in marker.finditer(stdout):
+        results.append((stdout[pos:m.start()], int(m.group(2))))
+        pos = m.end()
+    return results

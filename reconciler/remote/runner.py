@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -114,16 +115,16 @@ class RemoteRunner:
             with open(path, "a", encoding="utf-8") as log:
                 log.write(f"== {mod.name} on worker {host.worker} ({host.address}:{host.port}) {_now()}\n")
                 try:
-                    if mod.check and all(self._step(host, s, log) == 0 for s in mod.check):
+                    if mod.check and self._steps(host, mod.check, log) is None:
                         log.write("check passed: already set up, skipping\n")
                         outcomes[mod.name] = "skipped"
                         continue
-                    for step in mod.setup:
-                        code = self._step(host, step, log)
-                        if code != 0:
-                            log.write(f"FAILED: {step.label} exited {code}\n")
-                            outcomes[mod.name] = "failed"
-                            return outcomes, (mod.name, f"{step.label} exited {code} (see {path})")
+                    failed = self._steps(host, mod.setup, log)
+                    if failed is not None:
+                        label, code = failed
+                        log.write(f"FAILED: {label} exited {code}\n")
+                        outcomes[mod.name] = "failed"
+                        return outcomes, (mod.name, f"{label} exited {code} (see {path})")
                     log.write("done\n")
                     outcomes[mod.name] = "done"
                 except RemoteError as exc:
@@ -132,20 +133,28 @@ class RemoteRunner:
                     return outcomes, (mod.name, str(exc))
         return outcomes, None
 
-    def _step(self, host: Host, step: modules.Step, log) -> int:
-        if isinstance(step, modules.Put):
-            log.write(f"$ upload {step.label} ({len(step.data)} bytes, mode {step.mode:o})\n")
-            res = self.pool.run(host, modules.put_command(step), timeout=self.command_timeout, stdin=step.data)
-        else:
-            log.write(f"$ {step.label}: {step.command}\n")
-            res = self.pool.run(host, step.command, timeout=self.command_timeout)
-        if res.stdout:
-            log.write(res.stdout.decode(errors="replace"))
-        if res.stderr:
-            log.write(res.stderr.decode(errors="replace"))
-        log.write(f"-> exit {res.exit_code}\n")
-        log.flush()
-        return res.exit_code
+    def _steps(self, host: Host, steps: list[modules.Step], log) -> tuple[str, int] | None:
+        """Run steps in order, one SSH round trip per batch; (label, code) of the first failure."""
+        for batch in modules.batches(steps):
+            if len(batch) == 1 and isinstance(batch[0], modules.Put) and len(batch[0].data) > modules.INLINE_MAX:
+                step = batch[0]
+                res = self.pool.run(host, modules.put_command(step), timeout=self.command_timeout, stdin=step.data)
+                _log_step(log, step, res.stdout + res.stderr, res.exit_code)
+                if res.exit_code != 0:
+                    return step.label, res.exit_code
+                continue
+            nonce = secrets.token_hex(8)
+            res = self.pool.run(host, scripts.bash(modules.batch_script(batch, nonce)), timeout=self.command_timeout)
+            ran = modules.parse_batch(res.stdout, nonce)
+            for step, (output, code) in zip(batch, ran, strict=False):
+                _log_step(log, step, output, code)
+                if code != 0:
+                    return step.label, code
+            if len(ran) < len(batch):
+                step = batch[len(ran)]
+                _log_step(log, step, res.stdout[-2000:] + res.stderr[-2000:], res.exit_code or -1)
+                return step.label, res.exit_code or -1
+        return None
 
     # -- start ---------------------------------------------------------------------------
     def start(
@@ -266,6 +275,18 @@ class RemoteRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _log_step(log, step: modules.Step, output: bytes, code: int) -> None:
+    if isinstance(step, modules.Put):
+        log.write(f"$ upload {step.label} ({len(step.data)} bytes, mode {step.mode:o})\n")
+    else:
+        log.write(f"$ {step.label}: {step.command}\n")
+    if output:
+        text = output.decode(errors="replace")
+        log.write(text if text.endswith("\n") else text + "\n")
+    log.write(f"-> exit {code}\n")
+    log.flush()
 
 
 def _now() -> str:

@@ -93,3 +93,13 @@ def test_module_digests_change_with_inputs():
     assert a.check != b.check
     with pytest.raises(ValueError, match="unknown setup module"):
         modules.build("nix", spec, files.__getitem__)
+
+
+def test_batches_send_large_uploads_alone_and_markers_parse():
+    small, big = modules.Put("s", b"x", "a"), modules.Put("b", b"y" * (modules.INLINE_MAX + 1), "b")
+    e = modules.Exec("e", "true")
+    assert modules.batches([e, small, big, e, e]) == [[e, small], [big], [e, e]]
+    script = modules.batch_script([e, modules.Exec("fail", "echo out; exit 3"), e], "n1")
+    res = subprocess.run(["bash", "-c", script], capture_output=True)
+    assert modules.parse_batch(res.stdout, "n1") == [(b"", 0), (b"out\n", 3)]
+    assert modules.parse_batch(res.stdout, "other") == []
