@@ -234,7 +234,7 @@ def batch_script(steps: list[Step], nonce: str) -> str:
         else:
             cmd = s.command
         lines += [
-            f"{{ {cmd}\n}} </dev/null 2>&1",
+            f"( {cmd}\n) </dev/null 2>&1",
             "rc=$?",
             f'printf "\\n{MARK}-{nonce} {i} %s\\n" "$rc"',
             '[ "$rc" -eq 0 ] || exit 0',
