@@ -220,7 +220,7 @@ class RemoteRunner:
         state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)
         error = {"absent": "the attempt was never started on this host",
                  "gone": "the process is gone and left no exit code"}.get(ans.state)
-        status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size)  # type: ignore[arg-type]
+        status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size + len(ans.data))  # type: ignore[arg-type]
         if ans.state in ("exited", "gone"):
             _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker),
                           json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
@@ -281,7 +281,7 @@ def _log_step(log, step: modules.Step, output: bytes, code: int) -> None:
     if isinstance(step, modules.Put):
         log.write(f"$ upload {step.label} ({len(step.data)} bytes, mode {step.mode:o})\n")
     else:
-        log.write(f"$ {step.label}: {step.command}\n")
+        log.write(f"$ {step.label}: {step.script}\n")
     if output:
         text = output.decode(errors="replace")
         log.write(text if text.endswith("\n") else text + "\n")
