@@ -32,6 +32,10 @@ sys.path.insert(0, str(ROOT))
 from reconciler.remote import Host, RemoteRunner  # noqa: E402
 
 JOB = "bench/remote"
+# A stand-in `docker` for the sshd target: `pull` waits, as a registry download would.
+DOCKER_STANDIN = """#!/bin/sh
+case "$1" in image) exit 1;; pull) sleep "${LEDGER_BENCH_PULL:-1}";; esac
+"""
 
 
 def free_port(addr: str) -> int:
@@ -84,7 +88,7 @@ def emulator_pod(tmp: Path, n: int):
 
 
 @contextlib.contextmanager
-def sshd_pod(tmp: Path, n: int):
+def sshd_pod(tmp: Path, n: int, pull_seconds: float = 0.0):
     import getpass
 
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -98,7 +102,10 @@ def sshd_pod(tmp: Path, n: int):
              "MaxStartups 200", "MaxSessions 200", "LogLevel ERROR"]
     for i, p in enumerate(ports):
         (tmp / f"home-{i}").mkdir()
-        lines += [f"Match LocalPort {p}", f"  SetEnv HOME={tmp / f'home-{i}'}"]
+        lines += [f"Match LocalPort {p}", f"  SetEnv HOME={tmp / f'home-{i}'} PATH={tmp / 'bin'}:/usr/bin:/bin LEDGER_BENCH_PULL={pull_seconds}"]
+    (tmp / "bin").mkdir()
+    (tmp / "bin" / "docker").write_text(DOCKER_STANDIN)
+    (tmp / "bin" / "docker").chmod(0o755)
     (tmp / "sshd_config").write_text("\n".join(lines) + "\n")
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(tmp / "sshd_config")], stderr=subprocess.DEVNULL)
@@ -132,24 +139,32 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--probes", type=int, default=20)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--pull-seconds", type=float, default=0.0,
+                    help="sshd target: add a docker module whose (stand-in) pull waits this long on each host")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="remote-bench-") as d:
         tmp = Path(d)
         (tmp / "k").write_text("KEY\n")
         (tmp / "k.pub").write_text("ecdsa-sha2-nistp256 AAAA bench\n")
-        pod = emulator_pod if a.target == "emulator" else sshd_pod
-        with pod(tmp, a.hosts) as (hosts, key):
+        if a.target == "emulator":
+            if a.pull_seconds:
+                raise SystemExit("--pull-seconds needs --target sshd (the emulator's PATH is fixed)")
+            pod = emulator_pod(tmp, a.hosts)
+        else:
+            pod = sshd_pod(tmp, a.hosts, a.pull_seconds)
+        modules = ["ssh", "docker"] if a.pull_seconds else ["ssh"]
+        with pod as (hosts, key):
             one, many = [], []
             for rep in range(a.reps):
                 for sample, subset in ((one, hosts[:1]), (many, hosts)):
-                    spec = {"setup": {"modules": ["ssh"]}, "ssh": {"identities": [
+                    spec = {"setup": {"modules": modules}, "docker": {"image": "img"}, "ssh": {"identities": [
                         {"private_key": "k", "public_key": "k.pub", "config_entry": f"Host x{rep}-{len(subset)}\n"}]}}
                     r = runner(tmp, key, hosts)
                     t0 = time.perf_counter()
                     rep_ = r.setup(JOB, rep, subset, spec)
                     sample.append(time.perf_counter() - t0)
                     r.close()
-                    assert rep_.ok and all(o == {"ssh": "done"} for o in rep_.outcomes.values()), rep_
+                    assert rep_.ok and all(o == dict.fromkeys(modules, "done") for o in rep_.outcomes.values()), rep_
             r = runner(tmp, key, hosts)
             spec = {"setup": {"modules": []}, "command": {"cmd": "for i in $(seq 1 100000); do echo step $i; sleep 0.05; done", "workers": "all", "env": {}}}
             r.start(JOB, 1, hosts, spec, extra_args=[], resume=False)
@@ -165,7 +180,7 @@ def main() -> None:
             r.close()
     med1, med16, medp = statistics.median(one), statistics.median(many), statistics.median(probes)
     result = {
-        "target": a.target, "hosts": a.hosts, "reps": a.reps, "cpus": os.cpu_count(),
+        "target": a.target, "hosts": a.hosts, "modules": modules, "pull_seconds": a.pull_seconds, "reps": a.reps, "cpus": os.cpu_count(),
         "setup_one_s": round(med1, 4), "setup_pod_s": round(med16, 4), "setup_ratio": round(med16 / med1, 2),
         "setup_ratio_target": 1.5, "probe_pod_ms": round(medp * 1000, 1),
         "probe_pod_p90_ms": round(sorted(probes)[int(0.9 * (len(probes) - 1))] * 1000, 1), "probe_target_ms": 200,
@@ -176,7 +191,8 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"remote runner, {a.target}, {a.hosts} hosts, medians of {a.reps} setups / {a.probes} probes")
+    t = Table(title=f"remote runner, {a.target}, {a.hosts} hosts, setup {'+'.join(modules)}"
+                    f"{f' (pull {a.pull_seconds:g} s)' if a.pull_seconds else ''}, medians of {a.reps} setups / {a.probes} probes")
     for c in ("figure", "measured", "target"):
         t.add_column(c)
     t.add_row("setup, 1 host", f"{med1 * 1000:.0f} ms", "")
