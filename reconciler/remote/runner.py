@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from reconciler.remote import layout, modules, patterns, scripts
-from reconciler.remote.errors import AuthFailed, HostKeyMismatch, HostUnreachable, RemoteError
+from reconciler.remote.errors import (
+    AuthFailed,
+    HostKeyMismatch,
+    HostUnreachable,
+    RemoteError,
+    StartFailed,
+)
 from reconciler.remote.ssh import SSHPool
 from reconciler.remote.types import DEFAULT_USERNAME, Host, HostStatus, SetupReport
 
@@ -144,7 +150,8 @@ class RemoteRunner:
                     return step.label, res.exit_code
                 continue
             nonce = secrets.token_hex(8)
-            res = self.pool.run(host, scripts.bash(modules.batch_script(batch, nonce)), timeout=self.command_timeout)
+            # Setup modules are idempotent by design: a batch whose channel was lost may run again.
+            res = self.pool.run(host, scripts.bash(modules.batch_script(batch, nonce)), timeout=self.command_timeout, idempotent=True)
             ran = modules.parse_batch(res.stdout, nonce)
             for step, (output, code) in zip(batch, ran, strict=False):
                 _log_step(log, step, output, code)
@@ -163,7 +170,8 @@ class RemoteRunner:
     ) -> dict[int, int]:
         """Start the command detached on the selected workers (`workers`, else the spec's
         command.workers); returns {worker: pid}. Idempotent per attempt: a repeated start
-        returns the pid of the first and never runs the command twice."""
+        returns the pid of the first and never runs the command twice. Raises StartFailed
+        (with the pids that did start) when any host could not be started."""
         chosen = self._select(hosts, workers if workers is not None else (spec.get("command") or {}).get("workers", "all"))
         adir = layout.local_attempt_dir(self.log_dir, job_id, attempt)
         adir.mkdir(parents=True, exist_ok=True)
@@ -171,13 +179,24 @@ class RemoteRunner:
         _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra}))
         built = {h.worker: scripts.bash(scripts.start_script(spec, job_id, attempt, h.worker, extra_args=extra_args, resume=resume)) for h in chosen}
 
-        def one(h: Host) -> int:
-            res = self.pool.run(h, built[h.worker], timeout=self.command_timeout)
+        def one(h: Host) -> int | str:
+            try:
+                res = self.pool.run(h, built[h.worker], timeout=self.command_timeout, idempotent=True)
+            except RemoteError as exc:
+                return str(exc)
             if res.exit_code != 0:
-                raise RemoteError(f"worker {h.worker}: start failed with exit {res.exit_code}: {res.stderr.decode(errors='replace')[-500:]}")
-            return scripts.parse_start(res.stdout)
+                return f"start script exited {res.exit_code}: {res.stderr.decode(errors='replace')[-500:]}"
+            try:
+                return scripts.parse_start(res.stdout)
+            except ValueError as exc:
+                return str(exc)
 
-        return self._parallel(chosen, one)
+        results = self._parallel(chosen, one)
+        pids = {w: v for w, v in results.items() if isinstance(v, int)}
+        errors = {w: v for w, v in results.items() if isinstance(v, str)}
+        if errors:
+            raise StartFailed(pids, errors)
+        return pids
 
     # -- probe ---------------------------------------------------------------------------
     def probe(
@@ -203,7 +222,7 @@ class RemoteRunner:
         offset = out.stat().st_size if out.exists() else 0
         script = scripts.bash(scripts.probe_script(job_id, host.worker, attempt, offset, MAX_FETCH))
         try:
-            res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries)
+            res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries, idempotent=True)
             if res.exit_code != 0:
                 return HostStatus("unknown", error=f"probe exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}")
             ans = scripts.parse_probe(res.stdout)
@@ -255,7 +274,7 @@ class RemoteRunner:
         def one(h: Host) -> str | None:
             script = scripts.bash(scripts.stop_script(job_id, h.worker, attempt, grace))
             try:
-                res = self.pool.run(h, script, timeout=grace + self.command_timeout)
+                res = self.pool.run(h, script, timeout=grace + self.command_timeout, idempotent=True)
             except RemoteError as exc:
                 return str(exc)
             return None if res.exit_code == 0 else f"stop exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}"

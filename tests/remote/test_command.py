@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 
-from reconciler.remote import layout
+import pytest
+
+from reconciler.remote import StartFailed, layout
 
 JOB = "alice/train"
 
@@ -142,5 +144,8 @@ def test_lost_process_and_lost_host_are_gone(pod, runner_for, wait_for):
     st = r2.probe(JOB, 1, pod.hosts)
     assert {s.state for s in st.values()} == {"gone"}
     assert all("unreachable" in s.error for s in st.values())
+    with pytest.raises(StartFailed) as exc:
+        r2.start(JOB, 2, pod.hosts[:2], spec("true"), extra_args=[], resume=True)
+    assert exc.value.pids == {} and sorted(exc.value.errors) == [0, 1]
     for pid in (pids[0], pids[2], pids[3]):
         os.killpg(pid, signal.SIGKILL)
