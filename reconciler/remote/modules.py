@@ -231,9 +231,10 @@ def batches(steps: list[Step]) -> list[list[Step]]:
     return out
 
 
-def batch_script(steps: list[Step], nonce: str) -> str:
+def batch_script(steps: list[Step], nonce: str, tag: str = "s", *, guard: str | None = None) -> str:
     """Run `steps` in order, each followed by a marker with its exit code; stop at the first
-    failure. The nonce keeps a step's own output from forging a marker."""
+    failure. The nonce keeps a step's own output from forging a marker. With `guard`, the
+    steps run only while that shell condition holds, and a failure clears it (for checks)."""
     import base64
 
     lines = []
@@ -242,20 +243,38 @@ def batch_script(steps: list[Step], nonce: str) -> str:
             cmd = f"printf %s {q(base64.b64encode(s.data).decode())} | base64 -d | ( {put_script(s)} )"
         else:
             cmd = s.script
-        lines += [
+        body = [
             f"( {cmd}\n) </dev/null 2>&1",
             "rc=$?",
-            f'printf "\\n{MARK}-{nonce} {i} %s\\n" "$rc"',
-            '[ "$rc" -eq 0 ] || exit 0',
+            f'printf "\\n{MARK}-{nonce} {tag}{i} %s\\n" "$rc"',
         ]
+        if guard is None:
+            lines += [*body, '[ "$rc" -eq 0 ] || exit 0']
+        else:
+            lines += [f"if {guard}; then", *body, '[ "$rc" -eq 0 ] || ok=0', "fi"]
     return "\n".join(lines)
 
 
-def parse_batch(stdout: bytes, nonce: str) -> list[tuple[bytes, int]]:
-    """(output, exit code) of each step that ran, in order."""
-    marker = re.compile(rb"\n" + re.escape(f"{MARK}-{nonce} ".encode()) + rb"(\d+) (\d+)\n")
+def module_script(mod: Module, nonce: str) -> str:
+    """Check and, unless every check passes, set up: one SSH round trip for the module."""
+    return "\n".join([
+        "ok=1",
+        batch_script(mod.check, nonce, "c", guard='[ "$ok" = 1 ]'),
+        'if [ "$ok" = 1 ]; then exit 0; fi',
+        batch_script(mod.setup, nonce, "s"),
+    ])
+
+
+def fits_one_trip(mod: Module) -> bool:
+    return not any(isinstance(s, Put) and len(s.data) > INLINE_MAX for s in [*mod.check, *mod.setup])
+
+
+def parse_batch(stdout: bytes, nonce: str, tag: str = "s") -> list[tuple[bytes, int]]:
+    """(output, exit code) of each step with this tag that ran, in order."""
+    marker = re.compile(rb"\n" + re.escape(f"{MARK}-{nonce} ".encode()) + rb"([a-z])(\d+) (\d+)\n")
     results, pos = [], 0
     for m in marker.finditer(stdout):
-        results.append((stdout[pos:m.start()], int(m.group(2))))
+        if m.group(1).decode() == tag:
+            results.append((stdout[pos:m.start()], int(m.group(3))))
         pos = m.end()
     return results

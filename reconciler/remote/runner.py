@@ -121,11 +121,16 @@ class RemoteRunner:
             with open(path, "a", encoding="utf-8") as log:
                 log.write(f"== {mod.name} on worker {host.worker} ({host.address}:{host.port}) {_now()}\n")
                 try:
-                    if mod.check and self._steps(host, mod.check, log) is None:
+                    if mod.check and modules.fits_one_trip(mod):
+                        skipped, failed = self._module_one_trip(host, mod, log)
+                    elif mod.check and self._steps(host, mod.check, log) is None:
+                        skipped, failed = True, None
+                    else:
+                        skipped, failed = False, self._steps(host, mod.setup, log)
+                    if skipped:
                         log.write("check passed: already set up, skipping\n")
                         outcomes[mod.name] = "skipped"
                         continue
-                    failed = self._steps(host, mod.setup, log)
                     if failed is not None:
                         label, code = failed
                         log.write(f"FAILED: {label} exited {code}\n")
@@ -138,6 +143,28 @@ class RemoteRunner:
                     outcomes[mod.name] = "failed"
                     return outcomes, (mod.name, str(exc))
         return outcomes, None
+
+    def _module_one_trip(self, host: Host, mod: modules.Module, log) -> tuple[bool, tuple[str, int] | None]:
+        """(skipped, first failure) of a module checked and set up in one round trip."""
+        nonce = secrets.token_hex(8)
+        res = self.pool.run(host, scripts.bash(modules.module_script(mod, nonce)), timeout=self.command_timeout, idempotent=True)
+        checks = modules.parse_batch(res.stdout, nonce, "c")
+        for step, (output, code) in zip(mod.check, checks, strict=False):
+            _log_step(log, step, output, code)
+        if len(checks) == len(mod.check) and all(code == 0 for _, code in checks):
+            return True, None
+        if not any(code != 0 for _, code in checks):
+            return False, (mod.check[len(checks)].label, res.exit_code or -1)
+        ran = modules.parse_batch(res.stdout, nonce, "s")
+        for step, (output, code) in zip(mod.setup, ran, strict=False):
+            _log_step(log, step, output, code)
+            if code != 0:
+                return False, (step.label, code)
+        if len(ran) < len(mod.setup):
+            step = mod.setup[len(ran)]
+            _log_step(log, step, res.stdout[-2000:] + res.stderr[-2000:], res.exit_code or -1)
+            return False, (step.label, res.exit_code or -1)
+        return False, None
 
     def _steps(self, host: Host, steps: list[modules.Step], log) -> tuple[str, int] | None:
         """Run steps in order, one SSH round trip per batch; (label, code) of the first failure."""
