@@ -139,6 +139,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--probes", type=int, default=20)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--warm", action="store_true", help="open the SSH connections before timing setup")
     ap.add_argument("--pull-seconds", type=float, default=0.0,
                     help="sshd target: add a docker module whose (stand-in) pull waits this long on each host")
     a = ap.parse_args()
@@ -160,6 +161,8 @@ def main() -> None:
                     spec = {"setup": {"modules": modules}, "docker": {"image": "img"}, "ssh": {"identities": [
                         {"private_key": "k", "public_key": "k.pub", "config_entry": f"Host x{rep}-{len(subset)}\n"}]}}
                     r = runner(tmp, key, hosts)
+                    if a.warm:
+                        assert not any(r.connect(subset).values())
                     t0 = time.perf_counter()
                     rep_ = r.setup(JOB, rep, subset, spec)
                     sample.append(time.perf_counter() - t0)
@@ -180,7 +183,7 @@ def main() -> None:
             r.close()
     med1, med16, medp = statistics.median(one), statistics.median(many), statistics.median(probes)
     result = {
-        "target": a.target, "hosts": a.hosts, "modules": modules, "pull_seconds": a.pull_seconds, "reps": a.reps, "cpus": os.cpu_count(),
+        "target": a.target, "hosts": a.hosts, "modules": modules, "pull_seconds": a.pull_seconds, "warm": a.warm, "reps": a.reps, "cpus": os.cpu_count(),
         "setup_one_s": round(med1, 4), "setup_pod_s": round(med16, 4), "setup_ratio": round(med16 / med1, 2),
         "setup_ratio_target": 1.5, "probe_pod_ms": round(medp * 1000, 1),
         "probe_pod_p90_ms": round(sorted(probes)[int(0.9 * (len(probes) - 1))] * 1000, 1), "probe_target_ms": 200,
@@ -192,7 +195,7 @@ def main() -> None:
     from rich.table import Table
 
     t = Table(title=f"remote runner, {a.target}, {a.hosts} hosts, setup {'+'.join(modules)}"
-                    f"{f' (pull {a.pull_seconds:g} s)' if a.pull_seconds else ''}, medians of {a.reps} setups / {a.probes} probes")
+                    f"{f' (pull {a.pull_seconds:g} s)' if a.pull_seconds else ''}{' on warm connections' if a.warm else ''}, medians of {a.reps} setups / {a.probes} probes")
     for c in ("figure", "measured", "target"):
         t.add_column(c)
     t.add_row("setup, 1 host", f"{med1 * 1000:.0f} ms", "")

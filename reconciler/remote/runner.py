@@ -308,6 +308,18 @@ class RemoteRunner:
 
         return self._parallel(self._select(hosts, workers), one)
 
+    def connect(self, hosts: list[Host], *, retries: int | None = None) -> dict[int, str | None]:
+        """Open (or check) the connection to each host in parallel: {worker: error or None}.
+        Useful right after a node turns READY, while its SSH servers may still be starting."""
+        def one(h: Host) -> str | None:
+            try:
+                self.pool.connect(h, retries=retries)
+                return None
+            except RemoteError as exc:
+                return str(exc)
+
+        return self._parallel(hosts, one)
+
     def run(self, host: Host, command: str, *, timeout: float | None = None):
         """Run one raw exec request (already quoted) on one host; for tools and tests."""
         return self.pool.run(self._host(host), command, timeout=timeout or self.command_timeout)
