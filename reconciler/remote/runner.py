@@ -262,7 +262,8 @@ class RemoteRunner:
         if ans.state != "absent":
             with open(out, "ab") as f:
                 f.write(ans.data)
-        found = self._scan(job_id, attempt, host.worker, out, final=ans.state in ("exited", "gone"), compiled=compiled)
+        found = self._scan(job_id, attempt, host.worker, out, final=ans.state in ("exited", "gone"),
+                           compiled=compiled, fetched_from=offset)
         state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)
         error = {"absent": "the attempt was never started on this host",
                  "gone": "the process is gone and left no exit code"}.get(ans.state)
@@ -272,9 +273,10 @@ class RemoteRunner:
                           json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
         return status
 
-    def _scan(self, job_id: str, attempt: int, worker: int, out: Path, *, final: bool, compiled) -> list[tuple[str, str]]:
-        """Scan complete lines not scanned before; after a restart, lines already in the local
-        log count as scanned (they were reported before the restart)."""
+    def _scan(self, job_id: str, attempt: int, worker: int, out: Path, *, final: bool, compiled,
+              fetched_from: int) -> list[tuple[str, str]]:
+        """Scan complete lines not scanned before; after a restart, lines that were already in
+        the local log before this probe's fetch count as scanned (reported before the restart)."""
         key = (job_id, attempt, worker)
         if not out.exists():
             return []
@@ -282,12 +284,10 @@ class RemoteRunner:
             start = self._scanned.get(key)
         with open(out, "rb") as f:
             if start is None:
-                data = f.read()
-                start = data.rfind(b"\n") + 1
-                data = data[start:]
-            else:
-                f.seek(start)
-                data = f.read()
+                head = f.read(fetched_from)
+                start = head.rfind(b"\n") + 1
+            f.seek(start)
+            data = f.read()
         end = len(data) if final else data.rfind(b"\n") + 1
         with self._scan_lock:
             self._scanned[key] = start + end
