@@ -495,7 +495,7 @@ class Cloud:
                     getattr(rec.pb, p).update(getattr(node, p))
                 elif p in ("tags", "data_disks"):
                     getattr(rec.pb, p).extend(getattr(node, p))
-                elif node.HasField(p):
+                elif rec.pb.DESCRIPTOR.fields_by_name[p].message_type is not None:
                     getattr(rec.pb, p).CopyFrom(getattr(node, p))
                 else:
                     setattr(rec.pb, p, getattr(node, p))

@@ -17,6 +17,7 @@ import grpc
 from emulator.cloud import Cloud, Timings
 from emulator.control import ControlServer
 from emulator.grpc_api import build_handlers
+from emulator.hosts import reap_orphans
 
 
 class Emulator:
@@ -56,19 +57,24 @@ class Emulator:
     def start(self) -> Emulator:
         if self._given_dir is None:
             self._tmp = tempfile.mkdtemp(prefix="tpu-emulator-")
-            self.state_dir = Path(self._tmp)
+            self.state_dir = Path(self._tmp).resolve()
         else:
-            self.state_dir = self._given_dir
+            self.state_dir = self._given_dir.resolve()
             self.state_dir.mkdir(parents=True, exist_ok=True)
+        # jobs left by an emulator that was killed outright (SIGKILL) die now, not never
+        reap_orphans(self.state_dir)
         self.cloud = Cloud(self.state_dir, self.timings, host_bind=self.host)
         for (zone, family), chips in self._initial_capacity.items():
             self.cloud.set_capacity(zone, family, chips)
         self._executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="emulator-grpc")
         server = grpc.server(self._executor, handlers=build_handlers(self.cloud), options=[("grpc.so_reuseport", 0)])
-        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        try:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError:  # grpc raises rather than returning 0 in recent versions
+            bound = 0
         if bound == 0:
             self._teardown()
-            raise OSError(f"cannot listen on {self.host}:{self.port} (in use?)")
+            raise OSError(f"cannot listen on {self.host}:{self.port}: address in use")
         self.port = bound
         self._server = server
         server.start()

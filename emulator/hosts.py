@@ -12,20 +12,26 @@ leaves nothing running.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
+from paramiko.common import MSG_CHANNEL_FAILURE, MSG_CHANNEL_SUCCESS
 
 from emulator.sftp import SandboxSFTP
 
 MARKER = "TPU_EMULATOR_HOST_TOKEN"
+# Server transports log here; a client hanging up is routine ("Connection reset by peer"),
+# so nothing is printed unless the application configures logging.
+logging.getLogger("emulator.ssh").addHandler(logging.NullHandler())
 
 AuthorizedKeys = dict[str, set[tuple[str, str]]]
 
@@ -120,6 +126,27 @@ class Acceptor:
         self._wake_w.close()
 
 
+class _Transport(paramiko.Transport):
+    """Opens a channel's gate once the reply to its exec/shell request is on the wire.
+
+    paramiko replies to a request after `check_channel_*_request` returns; a fast command's
+    output, exit status and close would otherwise overtake that reply, and the client
+    reports "Channel closed" for a command that ran.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.gates: dict[int, threading.Event] = {}
+
+    def _send_user_message(self, data) -> None:
+        super()._send_user_message(data)
+        raw = data.asbytes() if hasattr(data, "asbytes") else bytes(data)
+        if len(raw) >= 5 and raw[0] in (MSG_CHANNEL_SUCCESS, MSG_CHANNEL_FAILURE):
+            gate = self.gates.pop(struct.unpack(">I", raw[1:5])[0], None)
+            if gate is not None:
+                gate.set()
+
+
 class _Server(paramiko.ServerInterface):
     def __init__(self, host: SSHHost) -> None:
         self.host = host
@@ -208,8 +235,9 @@ class SSHHost:
             if self._closed:
                 conn.close()
                 return
-            t = paramiko.Transport(conn)
+            t = _Transport(conn)
             self._transports.add(t)
+        t.set_log_channel("emulator.ssh")
         t.add_server_key(self.host_key)
         t.set_subsystem_handler("sftp", paramiko.SFTPServer, SandboxSFTP)
         t.start_server(event=threading.Event(), server=_Server(self))
@@ -261,6 +289,12 @@ class SSHHost:
                 return False
         env = {**self.env, **extra, "USER": user or "root", "LOGNAME": user or "root", MARKER: self.token}
         argv = ["/bin/bash", "-c", command] if command is not None else ["/bin/bash"]
+        gate = threading.Event()
+        transport = channel.get_transport()
+        if isinstance(transport, _Transport):
+            transport.gates[channel.remote_chanid] = gate
+        else:
+            gate.set()
         try:
             proc = subprocess.Popen(
                 argv,
@@ -275,14 +309,15 @@ class SSHHost:
             return False
         with self._lock:
             self._pgids.add(proc.pid)
-        runner = threading.Thread(target=self._run, args=(channel, proc), name="emulator-ssh-exec", daemon=True)
+        runner = threading.Thread(target=self._run, args=(channel, proc, gate), name="emulator-ssh-exec", daemon=True)
         with self._lock:
             self._runners.add(runner)
         runner.start()
         return True
 
-    def _run(self, channel: paramiko.Channel, proc: subprocess.Popen) -> None:
+    def _run(self, channel: paramiko.Channel, proc: subprocess.Popen, gate: threading.Event) -> None:
         try:
+            gate.wait(10)  # a client that wants no reply gets its output after this wait
             pumps = [
                 threading.Thread(target=_pump_out, args=(proc.stdout, channel.sendall), daemon=True),
                 threading.Thread(target=_pump_out, args=(proc.stderr, channel.sendall_stderr), daemon=True),
@@ -347,18 +382,32 @@ def _group_empty(pgid: int) -> bool:
         return False
 
 
-def _marked_pids(token: str) -> list[int]:
-    needle = f"{MARKER}={token}".encode() + b"\0"
+def reap_orphans(state_dir: Path) -> int:
+    """SIGKILL host processes whose HOME lies in `state_dir`: their emulator is gone."""
+    prefix = f"HOME={state_dir.resolve()}/hosts/".encode()
+    marker = f"{MARKER}=".encode()
+    killed = 0
+    for pid, environ in _environs():
+        entries = environ.split(b"\0")
+        if any(e.startswith(marker) for e in entries) and any(e.startswith(prefix) for e in entries):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def _environs():
     me = os.getpid()
-    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as f:
-                data = f.read() + b"\0"
+                yield int(entry.name), f.read()
         except OSError:
             continue
-        if needle in data:
-            found.append(int(entry.name))
-    return found
+
+
+def _marked_pids(token: str) -> list[int]:
+    needle = f"{MARKER}={token}".encode() + b"\0"
+    return [pid for pid, environ in _environs() if needle in environ + b"\0"]

@@ -86,6 +86,7 @@ class JobState:
     submitted_seq: int = 0  # queue order among equals in a shared-TPU pool
     priority: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)  # every failed attempt, in order
+    released: list[list[str]] = field(default_factory=list)  # [tpu name, time] of the latest releases
     version: int = 0  # stream version this state reflects
     position: int = 0  # global seq this state reflects
     anomalies: list[dict[str, Any]] = field(default_factory=list)
@@ -123,6 +124,9 @@ def evolve(job: JobState, type_: str, data: Mapping[str, Any], *, time: str = ""
         handler(nxt, data)
     if type_ == "submitted":
         nxt.submitted_seq = seq
+    elif type_ == "released" and isinstance(data.get("tpu"), dict):
+        # Kept so a node that was ours moments ago is not mistaken for an orphan.
+        nxt.released = [*job.released[-4:], [data["tpu"].get("name", ""), time]]
     if time:
         nxt.times[type_] = time
     nxt.version = version or job.version + 1

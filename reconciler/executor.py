@@ -8,6 +8,8 @@ keys derived from the intent's id, so a retried outcome append stores nothing tw
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -19,6 +21,17 @@ from reconciler.model import Action
 from reconciler.tpu import CapacityError, CreateRequest, PermanentTpuError, TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
+
+# Fault injection for crash tests: LEDGER_FAULT_CRASH="start:effect" kills this process with
+# SIGKILL right after the start's effect, before its outcome is recorded ("KIND:intent" kills
+# right after the intent). Read once; unset in normal use.
+_CRASH_AT = frozenset(filter(None, os.environ.get("LEDGER_FAULT_CRASH", "").split(",")))
+
+
+def _crash_point(kind: str, point: str) -> None:
+    if f"{kind}:{point}" in _CRASH_AT:
+        log.warning("LEDGER_FAULT_CRASH: killing myself at %s:%s", kind, point)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 Events = list[tuple[str, dict[str, Any]]]
 
@@ -102,6 +115,7 @@ class Executor:
             return "skipped: another writer acted first"
         if res.duplicate:
             return "skipped: this intent is already recorded"
+        _crash_point(kind, "intent")
         return self._complete(job.id, action_id, kind, effect)
 
     def _complete(self, job_id: str, action_id: str, kind: str, effect: Callable[[], Events]) -> str:
@@ -112,6 +126,7 @@ class Executor:
         except Exception as exc:  # an adapter failed in a way we did not foresee: record it, go on
             log.exception("action %s on %s failed", kind, job_id)
             events, outcome = [], {"action_id": action_id, "action": kind, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        _crash_point(kind, "effect")
         news = [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")]
         news += [NewEvent(t, d, self.actor, key=f"{action_id}:{i}:{t}") for i, (t, d) in enumerate(events)]
         self.store().append(job_id, news)
@@ -174,10 +189,15 @@ class Executor:
                                   "reason": str(message)[:2000], "final": False})]
 
     def _start(self, job: JobState, p: dict) -> Events:
-        pids = self.runner.start(
-            job.id, job.attempt, self.hosts_of(job), job.spec,
-            extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
-        )
+        from reconciler.remote import RemoteError
+
+        try:
+            pids = self.runner.start(
+                job.id, job.attempt, self.hosts_of(job), job.spec,
+                extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
+            )
+        except RemoteError as exc:  # the runner already retried what was transient
+            return [("failed", {"kind": "failure", "message": f"could not start: {exc}"[:2000], "attempt": job.attempt})]
         return [("started", {"attempt": job.attempt, "workers": sorted(pids), "pids": {str(w): pid for w, pid in pids.items()},
                              "resume": bool(p.get("resume")), "spec_hash": job.spec_hash})]
 

@@ -277,6 +277,11 @@ def _resolve(job: JobState, obs: Observed, config: PlanConfig) -> Action | None:
 
 def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig) -> list[Action]:
     held = {j.tpu["name"] for j in jobs.values() if j.tpu}
+    # A node released within the grace period is being deleted by its job, not orphaned.
+    for j in jobs.values():
+        for name, when in j.released:
+            if when and obs.now - parse_time(when).timestamp() < config.orphan_grace_s:
+                held.add(name)
     # A provisioning intent names its node before the node exists: never collect it.
     for j in jobs.values():
         if j.pending_action and (tpu := (j.pending_action.get("params") or {}).get("tpu")):
@@ -284,7 +289,7 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
     by_hash = {naming.job_hash(j.id, j.commit or str(j.submitted_seq)): j.id for j in jobs.values()}
     actions = []
     for node in obs.nodes.values():
-        if node.name in held or not naming.is_managed(node.labels):
+        if node.name in held or not naming.is_managed(node.labels) or node.state == "DELETING":
             continue
         if obs.now - node.create_time < config.orphan_grace_s:
             continue

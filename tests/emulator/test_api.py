@@ -86,8 +86,11 @@ def test_stop_start_and_update(client, user_key):
         client.stop_node(request={"name": node.name})
     started = client.start_node(request={"name": node.name}).result(timeout=60)
     assert started.state == S.READY and len(started.network_endpoints) == 1
-    updated = client.update_node(request={"node": T.Node(name=node.name, labels={"k": "v"}), "update_mask": {"paths": ["labels"]}}).result(timeout=60)
-    assert dict(updated.labels) == {"k": "v"}
+    change = T.Node(name=node.name, labels={"k": "v"}, description="new", scheduling_config=T.SchedulingConfig(reserved=True))
+    updated = client.update_node(request={"node": change, "update_mask": {"paths": ["labels", "description", "scheduling_config"]}}).result(timeout=60)
+    assert dict(updated.labels) == {"k": "v"} and updated.description == "new" and updated.scheduling_config.reserved
+    with pytest.raises(exceptions.InvalidArgument):
+        client.update_node(request={"node": change, "update_mask": {"paths": ["accelerator_type"]}})
 
 
 def test_operation_fault_and_operations_api(emu, client, user_key):
@@ -197,3 +200,21 @@ def test_accelerator_types_runtime_versions_locations(client):
         client.get_runtime_version(name=f"{PARENT}/runtimeVersions/nope")
     locs = client.list_locations(request={"name": f"projects/{PROJECT}"})
     assert ZONE in [loc.location_id for loc in locs.locations]
+
+
+def test_scheduled_and_random_preemptions_are_logged(emu, client, user_key):
+    create_ready(client, user_key, "a", scheduling_config=T.SchedulingConfig(preemptible=True))
+    create_ready(client, user_key, "b")
+    assert emu.preempt("a", at=0.3) == pytest.approx(0.3)
+    delay = emu.preempt("b", rate=3600 * 20, state="TERMINATED")  # mean 0.05 s
+    assert client.get_node(name=f"{PARENT}/nodes/a").state == S.READY
+    wait_for(lambda: client.get_node(name=f"{PARENT}/nodes/a").state == S.PREEMPTED, what="a PREEMPTED")
+    wait_for(lambda: client.get_node(name=f"{PARENT}/nodes/b").state == S.TERMINATED, what="b TERMINATED")
+    faults = emu.faults
+    applied = {f["node"].rsplit("/", 1)[1]: f for f in faults if f["fault"] == "preempt"}
+    scheduled = {f["node"].rsplit("/", 1)[1]: f for f in faults if f["fault"] == "preempt_scheduled"}
+    assert applied["a"]["time"] - scheduled["a"]["time"] >= 0.25
+    assert set(applied) == {"a", "b"} and applied["b"]["state"] == "TERMINATED"
+    assert ("b" in scheduled) == (delay > 0)
+    with pytest.raises(Exception, match="not found"):
+        emu.preempt("nope")

@@ -149,3 +149,22 @@ def test_stop_start_keeps_host_keys(client, user_key):
     assert client.get_guest_attributes(request={"name": node.name, "query_path": "hostkeys/"}) == before
     with pinned_ssh(client, node, 0, user_key) as ssh:
         assert run(ssh, "echo ok")[1] == "ok\n"
+
+
+@pytest.mark.slow
+def test_v6e_256_all_64_hosts_reachable_quickly(client, user_key):
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.monotonic()
+    node = create_ready(client, user_key, "big", "v6e-256")
+    assert len(node.network_endpoints) == 64
+
+    def worker_id(i: int) -> str:
+        with pinned_ssh(client, node, i, user_key) as ssh:
+            return run(ssh, "echo $TPU_WORKER_ID")[1].strip()
+
+    with ThreadPoolExecutor(16) as pool:
+        assert list(pool.map(worker_id, range(64))) == [str(i) for i in range(64)]
+    # the client's operation poll alone waits about 1 s; the target is 10 s
+    assert time.monotonic() - t0 < 20, "64 hosts took too long (target 10 s on an idle machine)"

@@ -163,3 +163,20 @@ def test_cli_with_pubsub_leaves_no_process(tmp_path):
         except ProcessLookupError:
             alive = False
         assert not alive, f"process group {pid} of the Pub/Sub emulator survived"
+
+
+def test_jobs_of_a_killed_emulator_are_reaped_by_the_next(tmp_path, user_key):
+    proc, env = _start_cli(tmp_path)
+    try:
+        client = tpu_v2.TpuClient(transport=TpuGrpcTransport(channel=grpc.insecure_channel(env["LEDGER_TPU_ENDPOINT"])))
+        node = create_ready(client, user_key, "orphan")
+        with pinned_ssh(client, node, 0, user_key) as ssh:
+            _, out, _ = run(ssh, "nohup setsid sleep 300 >/dev/null 2>&1 & echo $!")
+        job = int(out)
+        client.transport.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # no clean-up possible
+        proc.wait(30)
+    assert pid_alive(job)
+    with Emulator(state_dir=tmp_path / "state"):
+        wait_for(lambda: not pid_alive(job), what="orphaned job reaped")

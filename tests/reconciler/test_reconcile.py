@@ -103,17 +103,16 @@ def test_queued_resource_waits_for_capacity_then_runs(harness: Harness):
 def test_shared_tpu_is_handed_to_the_next_job_when_the_first_is_cancelled(harness: Harness):
     from google.cloud import tpu_v2
 
+    from reconciler.keys import ensure_key
+
+    # The lab's TPU already lets the reconciler's key in, as an admin would have set it up.
+    key = ensure_key(harness.settings().ssh_key)
     client = harness.emu.client()
     client.create_node(parent="projects/tpu-ledger-local/locations/us-central2-b", node_id="lab-v4-8-1",
                        node=tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base",
-                                        metadata={"ssh-keys": ""})).result(timeout=30)
+                                        metadata={"ssh-keys": f"ledger:{key}"})).result(timeout=30)
     client.transport.close()
     shared = {"shared": True, "name": "lab-v4-8-1"}
-    # The lab's TPU accepts the reconciler's key only once it is in the metadata; the
-    # emulator reads keys at host start, so the reconciler's key is added here like an admin would.
-    from reconciler.keys import ensure_key
-
-    harness.emu.cloud.authorize_key("lab-v4-8-1", "ledger", ensure_key(harness.settings().ssh_key)) if hasattr(harness.emu.cloud, "authorize_key") else None
     harness.submit("ivan/first", job_spec("sleep 300", tpu=shared))
     harness.submit("jill/second", job_spec("echo second on the shared TPU", tpu=shared))
     harness.start()
@@ -130,8 +129,8 @@ def test_orphan_node_with_our_labels_is_collected_and_foreign_nodes_are_not(harn
     client = harness.emu.client()
     parent = "projects/tpu-ledger-local/locations/us-central2-b"
     client.create_node(parent=parent, node_id="tl-orphan-1", node=tpu_v2.Node(
-        accelerator_type="v4-8", labels={"managed-by": "tpu-ledger"})).result(timeout=30)
-    client.create_node(parent=parent, node_id="not-ours", node=tpu_v2.Node(accelerator_type="v4-8")).result(timeout=30)
+        accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"})).result(timeout=30)
+    client.create_node(parent=parent, node_id="not-ours", node=tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base")).result(timeout=30)
     client.transport.close()
     harness.submit("kim/any", job_spec("sleep 1"))  # puts the zone in use
     harness.start()
