@@ -16,7 +16,7 @@ import click
 
 from ledger.errors import LedgerError, UsageError
 
-DEFAULT_LOG_DIR = "~/.tpu-ledger/logs"
+DEFAULT_LOG_DIR_HELP = "$XDG_DATA_HOME/tpu-ledger/logs, as the reconciler"
 
 
 def _attempts(job_dir: Path) -> list[int]:
@@ -36,11 +36,11 @@ def _setup_logs(adir: Path, worker: int) -> list[Path]:
 @click.option("--attempt", "-a", type=int, default=None, help="Which attempt (default: the latest).")
 @click.option("--setup", "show_setup", is_flag=True, help="Show the setup modules' logs before the output.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the command ends (Ctrl-C stops).")
-@click.option("--log-dir", envvar="LEDGER_LOG_DIR", default=DEFAULT_LOG_DIR, show_default=True,
-              help="Where the reconciler keeps job logs [env: LEDGER_LOG_DIR].")
+@click.option("--log-dir", envvar="LEDGER_LOG_DIR", default=None,
+              help=f"Where the reconciler keeps job logs [env: LEDGER_LOG_DIR; default: {DEFAULT_LOG_DIR_HELP}].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: files, state and output.")
 @click.option("--interval", type=float, default=0.5, show_default=True, help="Seconds between checks with --follow.")
-def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: bool, log_dir: str,
+def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: bool, log_dir: str | None,
          as_json: bool, interval: float) -> None:
     """Show JOB's output on one worker (0 by default), and with --setup its setup logs.
 
@@ -55,7 +55,12 @@ def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: b
 
     if follow and as_json:
         raise UsageError("--follow and --json do not mix", hint="use one or the other")
-    root = Path(os.path.expanduser(log_dir))
+    if log_dir is None:
+        from reconciler.wiring import DEFAULT_HOME
+
+        root = DEFAULT_HOME / "logs"
+    else:
+        root = Path(os.path.expanduser(log_dir))
     job_dir = layout.local_job_dir(root, job)
     attempts = _attempts(job_dir)
     if not attempts:

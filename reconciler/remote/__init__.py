@@ -7,16 +7,18 @@ status probe with incremental output fetch and pattern scan, stop.
 
 from reconciler.remote.errors import (
     AuthFailed,
+    ChannelLost,
     CommandTimeout,
     HostKeyMismatch,
     HostUnreachable,
     RemoteError,
+    StartFailed,
 )
 from reconciler.remote.patterns import DEFAULT_PATTERNS, classify
 from reconciler.remote.runner import RemoteRunner
 from reconciler.remote.types import CommandResult, Host, HostStatus, SetupReport
 
 __all__ = [
-    "DEFAULT_PATTERNS", "AuthFailed", "CommandResult", "CommandTimeout", "Host", "HostKeyMismatch",
-    "HostStatus", "HostUnreachable", "RemoteError", "RemoteRunner", "SetupReport", "classify",
+    "DEFAULT_PATTERNS", "AuthFailed", "ChannelLost", "CommandResult", "CommandTimeout", "Host", "HostKeyMismatch",
+    "HostStatus", "HostUnreachable", "RemoteError", "RemoteRunner", "SetupReport", "StartFailed", "classify",
 ]

@@ -35,7 +35,11 @@ GCSFUSE_INSTALL = (
 @dataclass(frozen=True)
 class Exec:
     label: str
-    command: str  # a complete exec request (already `bash -c '...'`)
+    script: str  # bash script text; in a batch it runs in a subshell, alone as `bash -c`
+
+    @property
+    def command(self) -> str:
+        return bash(self.script)
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def _stamp(module: str, dig: str) -> str:
 
 
 def _touch(rel: str) -> Exec:
-    return Exec("record stamp", bash(f"mkdir -p {layout.home(SETUP_REL)} && touch {layout.home(rel)}"))
+    return Exec("record stamp", f"mkdir -p {layout.home(SETUP_REL)} && touch {layout.home(rel)}")
 
 
 def build(name: str, spec: Mapping, read: Reader) -> Module:
@@ -107,23 +111,24 @@ def ssh_module(spec: Mapping, read: Reader) -> Module:
             entries.append(str(ident["config_entry"]).rstrip("\n"))
     block = "\n".join([SSH_BEGIN, *entries, SSH_END]) + "\n"
     stamp = _stamp("ssh", digest(*material, block))
-    steps: list[Step] = [Exec("ssh dir", bash('mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"')), *puts]
+    steps: list[Step] = [Exec("ssh dir", 'mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"'), *puts]
     if pubs:
         adds = " && ".join(
             f'{{ grep -qxF {q(p.decode())} "$HOME/.ssh/authorized_keys" 2>/dev/null || '
             f'printf "%s\\n" {q(p.decode())} >> "$HOME/.ssh/authorized_keys"; }}'
             for p in pubs
         )
-        steps.append(Exec("authorize public keys", bash(f"touch \"$HOME/.ssh/authorized_keys\" && chmod 600 \"$HOME/.ssh/authorized_keys\" && {adds}")))
+        steps.append(Exec("authorize public keys", f"touch \"$HOME/.ssh/authorized_keys\" && chmod 600 \"$HOME/.ssh/authorized_keys\" && {adds}"))
     block_rel = f"{SETUP_REL}/ssh_config_block"
     steps.append(Put("ssh config entries", block.encode(), block_rel, 0o600))
-    steps.append(Exec("install ssh config block", bash(
+    steps.append(Exec(
+        "install ssh config block",
         'c="$HOME/.ssh/config"; touch "$c"; '
         f'awk -v b={q(SSH_BEGIN)} -v e={q(SSH_END)} \'$0==b{{s=1}} !s{{print}} $0==e{{s=0}}\' "$c" > "$c.tmp" && '
-        f'cat {layout.home(block_rel)} >> "$c.tmp" && chmod 600 "$c.tmp" && mv -f "$c.tmp" "$c"'
-    )))
+        f'cat {layout.home(block_rel)} >> "$c.tmp" && chmod 600 "$c.tmp" && mv -f "$c.tmp" "$c"',
+    ))
     steps.append(_touch(stamp))
-    return Module("ssh", [Exec("stamp present", bash(f"test -f {layout.home(stamp)}"))], steps)
+    return Module("ssh", [Exec("stamp present", f"test -f {layout.home(stamp)}")], steps)
 
 
 def gcsfuse_module(spec: Mapping, read: Reader) -> Module:
@@ -131,11 +136,11 @@ def gcsfuse_module(spec: Mapping, read: Reader) -> Module:
     path = layout.user_path(str(g["mount_path"]))
     return Module(
         "gcsfuse",
-        [Exec("mounted", bash(f"mountpoint -q {path}"))],
+        [Exec("mounted", f"mountpoint -q {path}")],
         [
-            Exec("install gcsfuse", bash(GCSFUSE_INSTALL)),
-            Exec("mount point", bash(f"mkdir -p {path}")),
-            Exec("mount bucket", bash(f"gcsfuse --implicit-dirs {q(str(g['bucket_name']))} {path}")),
+            Exec("install gcsfuse", GCSFUSE_INSTALL),
+            Exec("mount point", f"mkdir -p {path}"),
+            Exec("mount bucket", f"gcsfuse --implicit-dirs {q(str(g['bucket_name']))} {path}"),
         ],
     )
 
@@ -144,8 +149,8 @@ def docker_module(spec: Mapping, read: Reader) -> Module:
     image = q(str((spec.get("docker") or {})["image"]))
     return Module(
         "docker",
-        [Exec("image present", bash(f"docker image inspect {image} >/dev/null"))],
-        [Exec("pull image", bash(f"docker pull {image}"))],
+        [Exec("image present", f"docker image inspect {image} >/dev/null")],
+        [Exec("pull image", f"docker pull {image}")],
     )
 
 
@@ -157,10 +162,10 @@ def conda_module(spec: Mapping, read: Reader) -> Module:
     stamp = _stamp("conda", digest(name, data))
     return Module(
         "conda",
-        [Exec("env up to date", bash(f"test -f {layout.home(stamp)} && conda run -n {q(name)} true"))],
+        [Exec("env up to date", f"test -f {layout.home(stamp)} && conda run -n {q(name)} true")],
         [
             Put("environment file", data, rel, 0o644),
-            Exec("create or update env", bash(f"conda env update --name {q(name)} --file {layout.home(rel)} --prune")),
+            Exec("create or update env", f"conda env update --name {q(name)} --file {layout.home(rel)} --prune"),
             _touch(stamp),
         ],
     )
@@ -177,24 +182,99 @@ def venv_module(spec: Mapping, read: Reader) -> Module:
     req = read(v["requirements_file"]) if v.get("requirements_file") else b""
     venv = layout.home(venv_rel(spec))
     stamp = _stamp("venv", digest(str(v["name"]), python, req))
-    setup: list[Step] = [Exec("create venv", bash(f"{q(python)} -m venv {venv}"))]
+    setup: list[Step] = [Exec("create venv", f"{q(python)} -m venv {venv}")]
     if req.strip():
         rel = f"{SETUP_REL}/requirements-{layout.escape_segment(str(v['name']))}.txt"
         setup.insert(0, Put("requirements file", req, rel, 0o644))
-        setup.append(Exec("install requirements", bash(f"{venv}/bin/python -m pip install -q -r {layout.home(rel)}")))
+        setup.append(Exec("install requirements", f"{venv}/bin/python -m pip install -q -r {layout.home(rel)}"))
     setup.append(_touch(stamp))
     return Module(
         "venv",
-        [Exec("venv up to date", bash(f"test -x {venv}/bin/python && test -f {layout.home(stamp)}"))],
+        [Exec("venv up to date", f"test -x {venv}/bin/python && test -f {layout.home(stamp)}")],
         setup,
     )
 
 
-def put_command(step: Put) -> str:
-    """The exec request that writes stdin to $HOME/<rel> atomically."""
+def put_script(step: Put) -> str:
+    """Write stdin to $HOME/<rel> atomically."""
     target = layout.home(step.rel)
     parent = layout.home(os.path.dirname(step.rel) or ".")
-    return bash(
+    return (
         f"umask 077 && mkdir -p {parent} && cat > {target}.tmp && "
         f"chmod {step.mode:o} {target}.tmp && mv -f {target}.tmp {target}"
     )
+
+
+def put_command(step: Put) -> str:
+    return bash(put_script(step))
+
+
+# -- batching: a module's steps in one SSH round trip ---------------------------------------
+INLINE_MAX = 48 * 1024  # a bash -c argument must stay well under Linux's 128 KiB per argument
+MARK = "@@ledger-step"
+
+
+def batches(steps: list[Step]) -> list[list[Step]]:
+    """Consecutive steps grouped for one exec each; a large upload travels alone, by stdin."""
+    out: list[list[Step]] = []
+    cur: list[Step] = []
+    for s in steps:
+        if isinstance(s, Put) and len(s.data) > INLINE_MAX:
+            if cur:
+                out.append(cur)
+                cur = []
+            out.append([s])
+        else:
+            cur.append(s)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def batch_script(steps: list[Step], nonce: str, tag: str = "s", *, guard: str | None = None) -> str:
+    """Run `steps` in order, each followed by a marker with its exit code; stop at the first
+    failure. The nonce keeps a step's own output from forging a marker. With `guard`, the
+    steps run only while that shell condition holds, and a failure clears it (for checks)."""
+    import base64
+
+    lines = []
+    for i, s in enumerate(steps):
+        if isinstance(s, Put):
+            cmd = f"printf %s {q(base64.b64encode(s.data).decode())} | base64 -d | ( {put_script(s)} )"
+        else:
+            cmd = s.script
+        body = [
+            f"( {cmd}\n) </dev/null 2>&1",
+            "rc=$?",
+            f'printf "\\n{MARK}-{nonce} {tag}{i} %s\\n" "$rc"',
+        ]
+        if guard is None:
+            lines += [*body, '[ "$rc" -eq 0 ] || exit 0']
+        else:
+            lines += [f"if {guard}; then", *body, '[ "$rc" -eq 0 ] || ok=0', "fi"]
+    return "\n".join(lines)
+
+
+def module_script(mod: Module, nonce: str) -> str:
+    """Check and, unless every check passes, set up: one SSH round trip for the module."""
+    return "\n".join([
+        "ok=1",
+        batch_script(mod.check, nonce, "c", guard='[ "$ok" = 1 ]'),
+        'if [ "$ok" = 1 ]; then exit 0; fi',
+        batch_script(mod.setup, nonce, "s"),
+    ])
+
+
+def fits_one_trip(mod: Module) -> bool:
+    return not any(isinstance(s, Put) and len(s.data) > INLINE_MAX for s in [*mod.check, *mod.setup])
+
+
+def parse_batch(stdout: bytes, nonce: str, tag: str = "s") -> list[tuple[bytes, int]]:
+    """(output, exit code) of each step with this tag that ran, in order."""
+    marker = re.compile(rb"\n" + re.escape(f"{MARK}-{nonce} ".encode()) + rb"([a-z])(\d+) (\d+)\n")
+    results, pos = [], 0
+    for m in marker.finditer(stdout):
+        if m.group(1).decode() == tag:
+            results.append((stdout[pos:m.start()], int(m.group(3))))
+        pos = m.end()
+    return results

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from reconciler.remote import layout, modules, patterns, scripts
-from reconciler.remote.errors import AuthFailed, HostKeyMismatch, HostUnreachable, RemoteError
+from reconciler.remote.errors import (
+    AuthFailed,
+    HostKeyMismatch,
+    HostUnreachable,
+    RemoteError,
+    StartFailed,
+)
 from reconciler.remote.ssh import SSHPool
 from reconciler.remote.types import DEFAULT_USERNAME, Host, HostStatus, SetupReport
 
@@ -114,16 +121,21 @@ class RemoteRunner:
             with open(path, "a", encoding="utf-8") as log:
                 log.write(f"== {mod.name} on worker {host.worker} ({host.address}:{host.port}) {_now()}\n")
                 try:
-                    if mod.check and all(self._step(host, s, log) == 0 for s in mod.check):
+                    if mod.check and modules.fits_one_trip(mod):
+                        skipped, failed = self._module_one_trip(host, mod, log)
+                    elif mod.check and self._steps(host, mod.check, log) is None:
+                        skipped, failed = True, None
+                    else:
+                        skipped, failed = False, self._steps(host, mod.setup, log)
+                    if skipped:
                         log.write("check passed: already set up, skipping\n")
                         outcomes[mod.name] = "skipped"
                         continue
-                    for step in mod.setup:
-                        code = self._step(host, step, log)
-                        if code != 0:
-                            log.write(f"FAILED: {step.label} exited {code}\n")
-                            outcomes[mod.name] = "failed"
-                            return outcomes, (mod.name, f"{step.label} exited {code} (see {path})")
+                    if failed is not None:
+                        label, code = failed
+                        log.write(f"FAILED: {label} exited {code}\n")
+                        outcomes[mod.name] = "failed"
+                        return outcomes, (mod.name, f"{label} exited {code} (see {path})")
                     log.write("done\n")
                     outcomes[mod.name] = "done"
                 except RemoteError as exc:
@@ -132,20 +144,51 @@ class RemoteRunner:
                     return outcomes, (mod.name, str(exc))
         return outcomes, None
 
-    def _step(self, host: Host, step: modules.Step, log) -> int:
-        if isinstance(step, modules.Put):
-            log.write(f"$ upload {step.label} ({len(step.data)} bytes, mode {step.mode:o})\n")
-            res = self.pool.run(host, modules.put_command(step), timeout=self.command_timeout, stdin=step.data)
-        else:
-            log.write(f"$ {step.label}: {step.command}\n")
-            res = self.pool.run(host, step.command, timeout=self.command_timeout)
-        if res.stdout:
-            log.write(res.stdout.decode(errors="replace"))
-        if res.stderr:
-            log.write(res.stderr.decode(errors="replace"))
-        log.write(f"-> exit {res.exit_code}\n")
-        log.flush()
-        return res.exit_code
+    def _module_one_trip(self, host: Host, mod: modules.Module, log) -> tuple[bool, tuple[str, int] | None]:
+        """(skipped, first failure) of a module checked and set up in one round trip."""
+        nonce = secrets.token_hex(8)
+        res = self.pool.run(host, scripts.bash(modules.module_script(mod, nonce)), timeout=self.command_timeout, idempotent=True)
+        checks = modules.parse_batch(res.stdout, nonce, "c")
+        for step, (output, code) in zip(mod.check, checks, strict=False):
+            _log_step(log, step, output, code)
+        if len(checks) == len(mod.check) and all(code == 0 for _, code in checks):
+            return True, None
+        if not any(code != 0 for _, code in checks):
+            return False, (mod.check[len(checks)].label, res.exit_code or -1)
+        ran = modules.parse_batch(res.stdout, nonce, "s")
+        for step, (output, code) in zip(mod.setup, ran, strict=False):
+            _log_step(log, step, output, code)
+            if code != 0:
+                return False, (step.label, code)
+        if len(ran) < len(mod.setup):
+            step = mod.setup[len(ran)]
+            _log_step(log, step, res.stdout[-2000:] + res.stderr[-2000:], res.exit_code or -1)
+            return False, (step.label, res.exit_code or -1)
+        return False, None
+
+    def _steps(self, host: Host, steps: list[modules.Step], log) -> tuple[str, int] | None:
+        """Run steps in order, one SSH round trip per batch; (label, code) of the first failure."""
+        for batch in modules.batches(steps):
+            if len(batch) == 1 and isinstance(batch[0], modules.Put) and len(batch[0].data) > modules.INLINE_MAX:
+                step = batch[0]
+                res = self.pool.run(host, modules.put_command(step), timeout=self.command_timeout, stdin=step.data)
+                _log_step(log, step, res.stdout + res.stderr, res.exit_code)
+                if res.exit_code != 0:
+                    return step.label, res.exit_code
+                continue
+            nonce = secrets.token_hex(8)
+            # Setup modules are idempotent by design: a batch whose channel was lost may run again.
+            res = self.pool.run(host, scripts.bash(modules.batch_script(batch, nonce)), timeout=self.command_timeout, idempotent=True)
+            ran = modules.parse_batch(res.stdout, nonce)
+            for step, (output, code) in zip(batch, ran, strict=False):
+                _log_step(log, step, output, code)
+                if code != 0:
+                    return step.label, code
+            if len(ran) < len(batch):
+                step = batch[len(ran)]
+                _log_step(log, step, res.stdout[-2000:] + res.stderr[-2000:], res.exit_code or -1)
+                return step.label, res.exit_code or -1
+        return None
 
     # -- start ---------------------------------------------------------------------------
     def start(
@@ -154,7 +197,8 @@ class RemoteRunner:
     ) -> dict[int, int]:
         """Start the command detached on the selected workers (`workers`, else the spec's
         command.workers); returns {worker: pid}. Idempotent per attempt: a repeated start
-        returns the pid of the first and never runs the command twice."""
+        returns the pid of the first and never runs the command twice. Raises StartFailed
+        (with the pids that did start) when any host could not be started."""
         chosen = self._select(hosts, workers if workers is not None else (spec.get("command") or {}).get("workers", "all"))
         adir = layout.local_attempt_dir(self.log_dir, job_id, attempt)
         adir.mkdir(parents=True, exist_ok=True)
@@ -162,13 +206,24 @@ class RemoteRunner:
         _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra}))
         built = {h.worker: scripts.bash(scripts.start_script(spec, job_id, attempt, h.worker, extra_args=extra_args, resume=resume)) for h in chosen}
 
-        def one(h: Host) -> int:
-            res = self.pool.run(h, built[h.worker], timeout=self.command_timeout)
+        def one(h: Host) -> int | str:
+            try:
+                res = self.pool.run(h, built[h.worker], timeout=self.command_timeout, idempotent=True)
+            except RemoteError as exc:
+                return str(exc)
             if res.exit_code != 0:
-                raise RemoteError(f"worker {h.worker}: start failed with exit {res.exit_code}: {res.stderr.decode(errors='replace')[-500:]}")
-            return scripts.parse_start(res.stdout)
+                return f"start script exited {res.exit_code}: {res.stderr.decode(errors='replace')[-500:]}"
+            try:
+                return scripts.parse_start(res.stdout)
+            except ValueError as exc:
+                return str(exc)
 
-        return self._parallel(chosen, one)
+        results = self._parallel(chosen, one)
+        pids = {w: v for w, v in results.items() if isinstance(v, int)}
+        errors = {w: v for w, v in results.items() if isinstance(v, str)}
+        if errors:
+            raise StartFailed(pids, errors)
+        return pids
 
     # -- probe ---------------------------------------------------------------------------
     def probe(
@@ -194,7 +249,7 @@ class RemoteRunner:
         offset = out.stat().st_size if out.exists() else 0
         script = scripts.bash(scripts.probe_script(job_id, host.worker, attempt, offset, MAX_FETCH))
         try:
-            res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries)
+            res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries, idempotent=True)
             if res.exit_code != 0:
                 return HostStatus("unknown", error=f"probe exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}")
             ans = scripts.parse_probe(res.stdout)
@@ -212,7 +267,7 @@ class RemoteRunner:
         state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)
         error = {"absent": "the attempt was never started on this host",
                  "gone": "the process is gone and left no exit code"}.get(ans.state)
-        status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size)  # type: ignore[arg-type]
+        status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size + len(ans.data))  # type: ignore[arg-type]
         if ans.state in ("exited", "gone"):
             _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker),
                           json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
@@ -246,12 +301,24 @@ class RemoteRunner:
         def one(h: Host) -> str | None:
             script = scripts.bash(scripts.stop_script(job_id, h.worker, attempt, grace))
             try:
-                res = self.pool.run(h, script, timeout=grace + self.command_timeout)
+                res = self.pool.run(h, script, timeout=grace + self.command_timeout, idempotent=True)
             except RemoteError as exc:
                 return str(exc)
             return None if res.exit_code == 0 else f"stop exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}"
 
         return self._parallel(self._select(hosts, workers), one)
+
+    def connect(self, hosts: list[Host], *, retries: int | None = None) -> dict[int, str | None]:
+        """Open (or check) the connection to each host in parallel: {worker: error or None}.
+        Useful right after a node turns READY, while its SSH servers may still be starting."""
+        def one(h: Host) -> str | None:
+            try:
+                self.pool.connect(h, retries=retries)
+                return None
+            except RemoteError as exc:
+                return str(exc)
+
+        return self._parallel(hosts, one)
 
     def run(self, host: Host, command: str, *, timeout: float | None = None):
         """Run one raw exec request (already quoted) on one host; for tools and tests."""
@@ -266,6 +333,18 @@ class RemoteRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _log_step(log, step: modules.Step, output: bytes, code: int) -> None:
+    if isinstance(step, modules.Put):
+        log.write(f"$ upload {step.label} ({len(step.data)} bytes, mode {step.mode:o})\n")
+    else:
+        log.write(f"$ {step.label}: {step.script}\n")
+    if output:
+        text = output.decode(errors="replace")
+        log.write(text if text.endswith("\n") else text + "\n")
+    log.write(f"-> exit {code}\n")
+    log.flush()
 
 
 def _now() -> str:

@@ -22,7 +22,13 @@ from pathlib import Path
 
 import paramiko
 
-from reconciler.remote.errors import AuthFailed, CommandTimeout, HostKeyMismatch, HostUnreachable
+from reconciler.remote.errors import (
+    AuthFailed,
+    ChannelLost,
+    CommandTimeout,
+    HostKeyMismatch,
+    HostUnreachable,
+)
 from reconciler.remote.types import CommandResult, Host
 
 
@@ -231,10 +237,18 @@ class SSHPool:
     # -- commands ------------------------------------------------------------------------
     def run(
         self, host: Host, command: str, *, timeout: float, stdin: bytes | None = None,
-        retries: int | None = None,
+        retries: int | None = None, idempotent: bool = False,
     ) -> CommandResult:
         """Run one exec request. A connection that died since its last use is reopened once;
-        a command that already started is never sent again by this layer."""
+        a command whose channel was lost is sent again once only when `idempotent`."""
+        try:
+            return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
+        except ChannelLost:
+            if not idempotent:
+                raise
+            return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
+
+    def _run(self, host: Host, command: str, *, timeout: float, stdin: bytes | None, retries: int | None) -> CommandResult:
         for reuse in (True, False):
             client = self.connect(host, retries=retries)
             try:
@@ -267,13 +281,12 @@ class SSHPool:
                 if left <= 0:
                     raise CommandTimeout(f"worker {host.worker}: command exceeded {timeout:g}s")
                 if chan.closed and not chan.exit_status_ready():
-                    self.drop(host)
-                    raise HostUnreachable(f"worker {host.worker} ({key_name(host)}): connection lost during the command")
+                    raise ChannelLost(f"worker {host.worker} ({key_name(host)}): channel closed without an exit status")
                 select.select([chan], [], [], min(left, 1.0))
             code = chan.recv_exit_status()
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.drop(host)
-            raise HostUnreachable(f"worker {host.worker} ({key_name(host)}): connection lost during the command: {exc}") from None
+            raise ChannelLost(f"worker {host.worker} ({key_name(host)}): connection lost during the command: {exc}") from None
         finally:
             with contextlib.suppress(Exception):
                 chan.close()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 
-from reconciler.remote import layout
+import pytest
+
+from reconciler.remote import StartFailed, layout
 
 JOB = "alice/train"
 
@@ -142,5 +144,24 @@ def test_lost_process_and_lost_host_are_gone(pod, runner_for, wait_for):
     st = r2.probe(JOB, 1, pod.hosts)
     assert {s.state for s in st.values()} == {"gone"}
     assert all("unreachable" in s.error for s in st.values())
+    with pytest.raises(StartFailed) as exc:
+        r2.start(JOB, 2, pod.hosts[:2], spec("true"), extra_args=[], resume=True)
+    assert exc.value.pids == {} and sorted(exc.value.errors) == [0, 1]
     for pid in (pids[0], pids[2], pids[3]):
         os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_restarted_runner_reports_new_matches_once(pod, runner_for, wait_for):
+    h = pod.hosts[:1]
+    s = spec("echo 'GRPC error one'; while [ ! -e go ]; do sleep 0.05; done; echo 'GRPC error two'")
+    r1 = runner_for(pod)
+    r1.start(JOB, 1, h, s, extra_args=[], resume=False)
+    # A fresh runner's first probe scans what it fetches itself.
+    first = wait_for(lambda: (st := r1.probe(JOB, 1, h)[0]) and st.matches and st)
+    assert first.matches == ["GRPC error one"]
+    r1.close()
+    r2 = runner_for(pod)  # after a restart: what is already in the local log was reported
+    r2.run(h[0], f'touch "$HOME"/{layout.worker_rel(JOB, 0)}/work/go')
+    seen: list[str] = []
+    wait_for(lambda: (st := r2.probe(JOB, 1, h)[0]) and (seen.extend(st.matches) or st.state == "exited"))
+    assert seen == ["GRPC error two"]

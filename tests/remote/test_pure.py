@@ -93,3 +93,25 @@ def test_module_digests_change_with_inputs():
     assert a.check != b.check
     with pytest.raises(ValueError, match="unknown setup module"):
         modules.build("nix", spec, files.__getitem__)
+
+
+def test_batches_send_large_uploads_alone_and_markers_parse():
+    small, big = modules.Put("s", b"x", "a"), modules.Put("b", b"y" * (modules.INLINE_MAX + 1), "b")
+    e = modules.Exec("e", "true")
+    assert modules.batches([e, small, big, e, e]) == [[e, small], [big], [e, e]]
+    script = modules.batch_script([e, modules.Exec("fail", "echo out; exit 3"), e], "n1")
+    res = subprocess.run(["bash", "-c", script], capture_output=True)
+    assert modules.parse_batch(res.stdout, "n1") == [(b"", 0), (b"out\n", 3)]
+    assert modules.parse_batch(res.stdout, "other") == []
+
+
+def test_module_script_checks_then_sets_up_in_one_trip(tmp_path):
+    flag = tmp_path / "flag"
+    mod = modules.Module("m", [modules.Exec("present", f"test -f {flag}")],
+                         [modules.Exec("make", f"echo making; touch {flag}"), modules.Exec("after", "exit 4")])
+    run = lambda: subprocess.run(["bash", "-c", modules.module_script(mod, "n")], capture_output=True).stdout  # noqa: E731
+    out = run()
+    assert modules.parse_batch(out, "n", "c") == [(b"", 1)]
+    assert modules.parse_batch(out, "n", "s") == [(b"making\n", 0), (b"", 4)]
+    out = run()
+    assert modules.parse_batch(out, "n", "c") == [(b"", 0)] and modules.parse_batch(out, "n", "s") == []

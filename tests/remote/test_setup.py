@@ -119,13 +119,14 @@ def test_docker_command_runs_in_docker_run_and_stop_kills_the_container(pod, run
 
 def test_conda_env_from_file_and_command_in_conda_run(pod, runner_for, wait_for, tmp_path):
     r = runner_for(pod)
-    write(tmp_path, "env.yml", "name: fms\n")
+    big = "name: fms\n" + "# padding\n" * 20000  # 200 KB: too big to inline, sent by stdin
+    write(tmp_path, "env.yml", big)
     spec = {"setup": {"modules": ["conda", "command"]}, "conda": {"name": "fms", "config_file": str(tmp_path / "env.yml")},
             "command": {"cmd": "echo conda ok", "workers": "all", "env": {}}}
     h = pod.hosts[:1]
     assert r.setup(JOB, 1, h, spec).outcomes == {0: {"conda": "done"}}
     uploaded = pod.home(0) / ".tpu-ledger/setup/conda-fms.yml"
-    assert uploaded.read_text() == "name: fms\n"
+    assert uploaded.read_text() == big
     assert pod.argv(0, "conda") == [["env", "update", "--name", "fms", "--file", str(uploaded), "--prune"]]
     assert r.setup(JOB, 1, h, spec).outcomes == {0: {"conda": "skipped"}}
     r.start(JOB, 1, h, spec, extra_args=[], resume=False)

@@ -131,3 +131,13 @@ def test_several_workers_behind_one_endpoint_stay_apart(pod, runner_for, wait_fo
     assert {w: v.exit_code for w, v in st.items()} == {0: 0, 1: 1, 2: 2, 3: 3}
     for w in range(4):
         assert layout.output_log(r.log_dir, "o/j", 1, w).read_text() == f"w={w}\n"
+
+
+def test_connect_reports_each_host(pod, runner_for):
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        dead = Host(9, "127.0.0.2", s.getsockname()[1], pod.hosts[0].username)
+    r = runner_for(pod, retries=1)
+    got = r.connect([*pod.hosts, dead])
+    assert {w: e for w, e in got.items() if w != 9} == {0: None, 1: None, 2: None, 3: None}
+    assert "unreachable after 2 tries" in got[9]
