@@ -45,11 +45,22 @@ class PubSubEmulator:
             if self._proc.poll() is not None:
                 self.stop()
                 raise RuntimeError(f"the Pub/Sub emulator exited with {self._proc.returncode}; see {self.log_path}")
-            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
+            if self.answers():
                 return
             time.sleep(0.1)
         self.stop()
         raise TimeoutError(f"the Pub/Sub emulator did not listen on {self.endpoint} within {timeout:.0f} s; see {self.log_path}")
+
+    def answers(self) -> bool:
+        """The emulator serves REST on its gRPC port; any HTTP answer means it is ready
+        (the port opens a moment before the service behind it does)."""
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://{self.endpoint}/v1/projects/x/topics", timeout=1):
+                return True
+        except OSError as exc:
+            return hasattr(exc, "code")  # an HTTP error is still an answer
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -66,3 +77,9 @@ class PubSubEmulator:
         # the group may outlive the script (java); make sure nothing of it stays
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the port is free again before a restart on it
+            with socket.socket() as s:
+                if s.connect_ex((self.host, self.port)) != 0:
+                    return
+            time.sleep(0.05)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ledger.commands.common import console, print_json, store_from
+from ledger.commands.common import console, print_json, publishing, store_from, topic_option
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
 from ledger.fold import TERMINAL, replay
@@ -32,9 +32,11 @@ from ledger.fold import TERMINAL, replay
               help="This reconciler's stable id (default: the hostname); its own unfinished intents are resolved at start.")
 @click.option("--orphan-grace", type=float, default=300.0, show_default=True,
               help="Seconds before a labelled node no job holds is deleted.")
+@topic_option
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
-              ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float) -> None:
+              ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
+              topic: str | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
 
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
@@ -63,7 +65,8 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     out.print(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
     try:
-        rec.run(once=once, stop=stop)
+        with publishing(settings.store_url, project, topic):
+            rec.run(once=once, stop=stop)
     except KeyboardInterrupt:
         stop.set()
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ledger.commands.common import console, print_json, store_from
+from ledger.commands.common import console, print_json, publishing, store_from, topic_option
 
 REPO_HELP = "Jobs repository: a local path (bare or not) or a remote URL (mirrored locally) [env: LEDGER_REPO]"
 BRANCH_HELP = "The protected branch whose commits are approved jobs [env: LEDGER_BRANCH]"
@@ -41,9 +41,13 @@ def _summary(report) -> str:  # noqa: ANN001
               help="Where mirrors of remote repositories live [default: ~/.cache/tpu-ledger/mirrors].")
 @click.option("--no-watchdog", is_flag=True, help="Poll only; no file system hints.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per ingest.")
+@click.option("--project", envvar="LEDGER_PROJECT", default="tpu-ledger-local", show_default=True,
+              help="Google Cloud project of the Pub/Sub topic [env: LEDGER_PROJECT].")
+@topic_option
 @click.pass_context
 def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval: float,
-              accept_rewrite: bool, cache_dir: Path | None, no_watchdog: bool, as_json: bool) -> None:
+              accept_rewrite: bool, cache_dir: Path | None, no_watchdog: bool, as_json: bool,
+              project: str, topic: str | None) -> None:
     """Turn every new commit on BRANCH into ledger events, exactly once.
 
     Each commit's diff of jobs/ against its first parent becomes events: an added spec is
@@ -87,7 +91,8 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
     if not as_json:
         out.print(f"watching {source} ({branch}); poll every {interval:g} s; Ctrl-C to stop")
     try:
-        watcher.run()
+        with publishing(store.url, project, topic):
+            watcher.run()
     finally:
         watcher.stop()
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, free_port
 
+from emulator.pubsub import free_port
 from ledger.events import NewEvent
 from ledger.fanout.notifier import Notifier, load_policy
 from ledger.store import open_store
+from tests.fanout.conftest import REPO
 
 
 class Webhook:
