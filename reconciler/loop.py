@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ledger.fold import LedgerState, apply
+from ledger.fold import LedgerState
 from ledger.store import Store, open_store
 from reconciler.executor import Executor, Runner
 from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
@@ -53,6 +53,7 @@ class Reconciler:
         self._in_flight: dict[str, Future[str]] = {}
         self._lock = threading.Lock()
         self.state = LedgerState()
+        self._caught_up_once = False
         self.passes = 0
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
@@ -67,8 +68,17 @@ class Reconciler:
 
     # -- one pass -------------------------------------------------------------------------
     def catch_up(self) -> None:
-        for ev in self.store().read_all(after=self.state.position):
-            apply(self.state, ev.stream, ev.type, ev.data, time=ev.time, seq=ev.seq, version=ev.version)
+        """Snapshot + tail at start, then only the new events: O(events since)."""
+        from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
+
+        store = self.store()
+        if not self._caught_up_once:
+            self.state = load_state(store)
+            self._caught_up_once = True
+        else:
+            fold_into(self.state, fold_rows(store, self.state.position))
+        if self.passes % 200 == 0:
+            maybe_snapshot(store, self.state)
 
     def observe(self) -> Observed:
         obs = Observed(now=time.time())
