@@ -1,7 +1,8 @@
 """Reconciler figures.
 
-- plan(): time to plan over N jobs (default 10,000, 100 of them running), median of runs.
-- API calls per pass: TPU API calls one observation makes, against zones in use.
+- plan(): time to plan over N jobs (default 10,000, 100 of them running), median of runs;
+  once with finished jobs that never held a TPU, once with finished jobs that each
+  released one an hour ago (what a real ledger holds: the orphan check reads those).
 - Preemption reaction (bench/reconcile_preemption.py, real emulator + SQLite + reconciler
   thread): the emulator preempts a running job's node; preemption -> `preempted` in the
   ledger -> the re-create request, and TPU API calls per idle pass vs zones in use.
