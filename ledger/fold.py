@@ -95,6 +95,11 @@ class JobState:
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
+    def copy(self) -> JobState:
+        """A private copy: a replay folds its own jobs in place, so whoever keeps a job
+        beyond the next fold (an action in flight) takes a copy."""
+        return _clone(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
@@ -115,23 +120,41 @@ def initial(job_id: str) -> JobState:
 
 def evolve(job: JobState, type_: str, data: Mapping[str, Any], *, time: str = "", seq: int = 0, version: int = 0) -> JobState:
     """The next state of `job` after one event. Returns a new JobState; `job` is untouched."""
-    nxt = dataclasses.replace(job, times=dict(job.times), anomalies=job.anomalies)
+    nxt = _clone(job)
+    _transition(nxt, type_, data, time, seq, version)
+    return nxt
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(JobState))
+
+
+def _clone(job: JobState) -> JobState:
+    """A copy that shares nothing a transition mutates in place (only `times` is; every
+    other field is replaced, never edited). Much cheaper than dataclasses.replace."""
+    new = JobState.__new__(JobState)
+    for name in _FIELD_NAMES:
+        setattr(new, name, getattr(job, name))
+    new.times = dict(job.times)
+    return new
+
+
+def _transition(j: JobState, type_: str, data: Mapping[str, Any], time: str, seq: int, version: int) -> None:
+    """Apply one event to a JobState the caller owns (a fresh clone, or replay's own copy)."""
     allowed = ALLOWED_FROM.get(type_)
-    if allowed is not None and job.state not in allowed:
-        nxt.anomalies = [*job.anomalies, {"seq": seq, "type": type_, "from": job.state or "(new)"}]
+    if allowed is not None and j.state not in allowed:
+        j.anomalies = [*j.anomalies, {"seq": seq, "type": type_, "from": j.state or "(new)"}]
     handler = _HANDLERS.get(type_)
     if handler is not None:
-        handler(nxt, data)
+        handler(j, data)
     if type_ == "submitted":
-        nxt.submitted_seq = seq
+        j.submitted_seq = seq
     elif type_ == "released" and isinstance(data.get("tpu"), dict):
         # Kept so a node that was ours moments ago is not mistaken for an orphan.
-        nxt.released = [*job.released[-4:], [data["tpu"].get("name", ""), time]]
+        j.released = [*j.released[-4:], [data["tpu"].get("name", ""), time]]
     if time:
-        nxt.times[type_] = time
-    nxt.version = version or job.version + 1
-    nxt.position = seq or job.position
-    return nxt
+        j.times[type_] = time
+    j.version = version or j.version + 1
+    j.position = seq or j.position
 
 
 # -- handlers: each mutates the fresh copy made by evolve ----------------------------------
@@ -315,6 +338,9 @@ class LedgerState:
 
     position: int = 0
     jobs: dict[str, JobState] = field(default_factory=dict)
+    # Jobs this state copied itself: only those may change in place (copy on first write,
+    # so a state built from another state or a snapshot never edits what it shares).
+    owned: set[str] = field(default_factory=set, repr=False, compare=False)
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -333,15 +359,19 @@ def is_job_stream(stream: str) -> bool:
 
 
 def apply(state: LedgerState, stream: str, type_: str, data: Mapping[str, Any], *, time: str, seq: int, version: int) -> None:
-    """Fold one event into `state` in place. Replay owns its state, so in-place is safe here;
-    each job's transition is still the pure `evolve`."""
+    """Fold one event into `state` in place: what `evolve` does, without a copy per event.
+    Each job is copied once, on the first event that touches it, so nothing shared changes."""
     state.position = seq
     if not is_job_stream(stream):
         return
     job = state.jobs.get(stream)
     if job is None:
-        job = initial(stream)
-    state.jobs[stream] = evolve(job, type_, data, time=time, seq=seq, version=version)
+        job = state.jobs[stream] = initial(stream)
+        state.owned.add(stream)
+    elif stream not in state.owned:
+        job = state.jobs[stream] = _clone(job)
+        state.owned.add(stream)
+    _transition(job, type_, data, time, seq, version)
 
 
 def replay(events: Iterable[Any], start: LedgerState | None = None) -> LedgerState:

@@ -18,7 +18,7 @@ from ledger.fold import LedgerState
 from ledger.store import Store, open_store
 from reconciler.executor import Executor, Runner
 from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
-from reconciler.plan import plan, selected_workers, zones_in_use
+from reconciler.plan import plan, queued_resource_zones, selected_workers, zones_in_use
 from reconciler.tpu import TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
@@ -83,10 +83,11 @@ class Reconciler:
     def observe(self) -> Observed:
         obs = Observed(now=time.time())
         zones = set()
+        qr_zones = queued_resource_zones(self.state.jobs)
         for zone in sorted(zones_in_use(self.state.jobs)):
             try:
                 nodes = self.tpu.list_nodes(zone)
-                queued = self.tpu.list_queued(zone)
+                queued = self.tpu.list_queued(zone) if zone in qr_zones else []
             except Exception as exc:  # that zone stays unobserved: nothing is concluded about it
                 log.warning("could not observe zone %s: %s", zone, exc)
                 continue
@@ -134,6 +135,7 @@ class Reconciler:
 
     def _dispatch(self, action: Action) -> None:
         job = self.state.jobs.get(action.job_id)
+        job = job.copy() if job is not None else None  # the next catch-up folds in place
         key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
         if key in self._in_flight:
             return

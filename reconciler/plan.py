@@ -8,10 +8,11 @@ each step recorded before the next is decided.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from ledger import fold
-from ledger.events import parse_time
+from ledger.events import format_time, parse_time
 from ledger.fold import JobState
 from reconciler import naming
 from reconciler.model import (
@@ -101,7 +102,7 @@ def plan_job(
         return _watch_provisioning(job, node, obs, config)
     if node is None or node.state in NODE_GONE_STATES:
         if s in (fold.PREEMPTED, fold.FAILED):
-            return _recover(job, tpu_usable=False)
+            return _recover(job, tpu_usable=False, cause=_cause_when_tpu_gone(job))
         if s == fold.RECOVERING:
             return _release(job, "TPU lost during recovery", next_step="reapply")
         state = node.state if node else "DELETED"
@@ -230,8 +231,18 @@ def selected_workers(job: JobState) -> list[int]:
     return sorted(int(w) for w in workers)
 
 
-def _recover(job: JobState, *, tpu_usable: bool) -> Action:
-    kind = (job.last_error or {}).get("kind", "failure")
+def _cause_when_tpu_gone(job: JobState) -> str | None:
+    """A host that vanished, or a command killed by a signal, on a TPU that now reads
+    PREEMPTED (or is gone) was the preemption seen first from the host's side: the probe
+    raced the TPU API. Judge it by the preemption rule, not the failure rule."""
+    err = job.last_error or {}
+    if err.get("kind") == "lost_host" or err.get("kind") == "exit" and (err.get("exit_code") or 0) >= 128:
+        return "preempted"
+    return None
+
+
+def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None) -> Action:
+    kind = cause or (job.last_error or {}).get("kind", "failure")
     d = decide(job.spec, kind, job.restarts, tpu_usable=tpu_usable)
     if d.rule in ("pass", "exhausted"):
         return _record(job, "failed", {
@@ -276,23 +287,31 @@ def _resolve(job: JobState, obs: Observed, config: PlanConfig) -> Action | None:
 
 
 def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig) -> list[Action]:
+    if not obs.nodes:
+        return []
     held = {j.tpu["name"] for j in jobs.values() if j.tpu}
     # A node released within the grace period is being deleted by its job, not orphaned.
+    # ISO UTC times compare as text: one cutoff per pass, no parsing per job.
+    cutoff = format_time(datetime.fromtimestamp(obs.now - config.orphan_grace_s, UTC))
     for j in jobs.values():
         for name, when in j.released:
-            if when and obs.now - parse_time(when).timestamp() < config.orphan_grace_s:
+            if when > cutoff:
                 held.add(name)
     # A provisioning intent names its node before the node exists: never collect it.
     for j in jobs.values():
         if j.pending_action and (tpu := (j.pending_action.get("params") or {}).get("tpu")):
             held.add(tpu.get("name", ""))
+    orphans = [
+        n for n in obs.nodes.values()
+        if n.name not in held and naming.is_managed(n.labels) and n.state != "DELETING"
+        and obs.now - n.create_time >= config.orphan_grace_s
+    ]
+    if not orphans:
+        return []
+    # Which job a label names: only worth hashing every job when there is an orphan.
     by_hash = {naming.job_hash(j.id, j.commit or str(j.submitted_seq)): j.id for j in jobs.values()}
     actions = []
-    for node in obs.nodes.values():
-        if node.name in held or not naming.is_managed(node.labels) or node.state == "DELETING":
-            continue
-        if obs.now - node.create_time < config.orphan_grace_s:
-            continue
+    for node in orphans:
         owner = by_hash.get(node.labels.get(naming.LABEL_JOB_HASH, ""), "_orphans")
         tpu = {"name": node.name, "zone": node.zone, "kind": "node", "shared": False}
         actions.append(Action("collect_orphan", owner, {"tpu": tpu, "labels": node.labels}, "no live job holds it"))
@@ -302,6 +321,20 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
 def _age(job: JobState, event_type: str, now: float) -> float | None:
     stamp = job.times.get(event_type)
     return None if not stamp else now - parse_time(stamp).timestamp()
+
+
+def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
+    """Zones where a live job uses (or will ask for) a queued resource: only there is
+    listing queued resources worth an API call."""
+    zones = set()
+    for j in jobs.values():
+        if j.terminal and j.tpu is None:
+            continue
+        tpu = j.tpu or {}
+        want = j.spec.get("tpu") or {}
+        if tpu.get("kind") == "queued_resource" or want.get("allocation_mode") == "queued-resources":
+            zones.add(tpu.get("zone") or want.get("zone", ""))
+    return zones
 
 
 def zones_in_use(jobs: Mapping[str, JobState]) -> set[str]:

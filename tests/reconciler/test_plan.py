@@ -247,3 +247,36 @@ def test_plan_over_ten_thousand_jobs_is_fast():
     t = time.perf_counter()
     plan(jobs, observed())
     assert time.perf_counter() - t < 0.5  # the benchmark measures the real figure
+
+
+def test_a_host_lost_because_the_tpu_was_preempted_is_recovered_as_a_preemption():
+    """The probe can see the host vanish before the TPU API says PREEMPTED: the next pass,
+    with the node PREEMPTED, must apply the preemption rule (reapply), not on_failure (pass)."""
+    j, name = running_job()
+    j = evolve(j, "failed", {"kind": "lost_host", "worker": 0, "message": "worker 0 lost"})
+    a = only(plan({j.id: j}, observed(ready(name, "PREEMPTED"))))
+    assert a.kind == "recover" and a.params["kind"] == "preempted" and a.params["reapply"]
+
+
+def test_a_command_killed_by_a_signal_on_a_vanished_tpu_is_a_preemption_too():
+    j, name = running_job()
+    j = evolve(j, "failed", {"kind": "exit", "exit_code": 137})
+    a = only(plan({j.id: j}, observed()))  # the node is gone from the listing
+    assert a.kind == "recover" and a.params["kind"] == "preempted"
+
+
+def test_a_plain_non_zero_exit_stays_a_failure_even_if_the_tpu_went_away():
+    j, name = running_job()
+    j = evolve(j, "failed", {"kind": "exit", "exit_code": 3})
+    a = only(plan({j.id: j}, observed(ready(name, "PREEMPTED"))))
+    assert a.params["events"][0][1]["kind"] == "pass"
+
+
+def test_queued_resources_are_listed_only_where_a_job_uses_them():
+    from reconciler.plan import queued_resource_zones, zones_in_use
+
+    node_job = job([submitted()], job_id="a/node")
+    qr_job = job([submitted(spec(allocation_mode="queued-resources", zone="us-east1-d"))], job_id="b/qr")
+    jobs = {node_job.id: node_job, qr_job.id: qr_job}
+    assert zones_in_use(jobs) == {ZONE, "us-east1-d"}
+    assert queued_resource_zones(jobs) == {"us-east1-d"}
