@@ -14,10 +14,26 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ledger.events import Event, NewEvent
+from ledger.errors import UsageError
+from ledger.events import EVENT_TYPES, Event, NewEvent
 
 # Bumped when the on-disk layout changes; a store written by newer code is refused.
-FORMAT_VERSION = 1
+# 2: actor/data stored as canonical JSON text (the hashed bytes are rebuilt from the
+#    columns without decoding) and an insert trigger that only lets the chain grow at its head.
+FORMAT_VERSION = 2
+
+_KNOWN_TYPES = frozenset(EVENT_TYPES)
+
+
+def check_stream(stream: str) -> None:
+    """Stream names are job ids (`owner/name`) or system streams (`_name`)."""
+    if not isinstance(stream, str) or not stream or len(stream) > 300 or not stream.isprintable():
+        raise UsageError(f"bad stream name {stream!r}", hint="a job id owner/name, or _system-stream")
+
+
+def check_type(type_: str) -> None:
+    if type_ not in _KNOWN_TYPES:
+        raise UsageError(f"unknown event type {type_!r}", hint="add it to ledger.events.EVENT_TYPES and schemas/event.schema.json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +69,22 @@ class Store(Protocol):
         ...
 
     def read_all(self, after: int = 0, limit: int | None = None) -> Iterator[Event]: ...
+
+    def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """Rows in seq order as stored, without decoding: (seq, stream, version, type, time,
+        actor_json, id, causation, data_json, prev_hash, hash), actor/data as the canonical
+        JSON text (`ledger.events.dumps`). `events.body_text(*row[:10])` gives the hashed bytes.
+        Verify and export read this."""
+        ...
+
+    def fold_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """(seq, stream, version, type, time, data_json) in seq order, seq in (after, until]:
+        all the fold needs. Replay reads this."""
+        ...
+
+    def count_since(self, after: int) -> int:
+        """How many events have seq > after (progress bars)."""
+        ...
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Event]: ...
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ledger.errors import ConflictError, StoreError
-from ledger.events import GENESIS_HASH, Event, NewEvent, seal
-from ledger.store.base import FORMAT_VERSION, AppendResult, Snapshot
+from ledger.errors import ConflictError, StoreError, UsageError
+from ledger.events import GENESIS_HASH, Event, NewEvent, body_text, dumps, now, row_hash
+from ledger.store.base import FORMAT_VERSION, AppendResult, Snapshot, check_stream, check_type
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,7 +38,15 @@ CREATE TABLE IF NOT EXISTS events (
     hash TEXT NOT NULL,
     UNIQUE (stream, version)
 );
-CREATE INDEX IF NOT EXISTS events_time ON events (time);
+-- No index on time: it would cost every append ~20%, and only `replay --until TIME` needs it
+-- (a scan of a million rows in C takes a fraction of a second).
+-- Even a writer that bypasses this code (the sqlite3 shell, another tool) can only extend
+-- the chain: the next seq, the stream's next version, chained to the head's hash.
+CREATE TRIGGER IF NOT EXISTS events_contiguous BEFORE INSERT ON events
+WHEN NEW.seq IS NOT (SELECT IFNULL(MAX(seq), 0) + 1 FROM events)
+  OR NEW.version IS NOT (SELECT IFNULL(MAX(version), 0) + 1 FROM events WHERE stream = NEW.stream)
+  OR NEW.prev_hash IS NOT IFNULL((SELECT hash FROM events WHERE seq = NEW.seq - 1), '0000000000000000000000000000000000000000000000000000000000000000')
+BEGIN SELECT RAISE(ABORT, 'the ledger only grows at its head: seq, version or prev_hash out of order'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: events cannot be updated'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
@@ -54,6 +62,9 @@ CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, position INTEGER NOT 
 """
 
 COLUMNS = "seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash"
+INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+# What the fold needs, in replay order: data stays canonical JSON text until decoded.
+FOLD_COLUMNS = "seq, stream, version, type, time, data"
 
 
 def _row_to_event(row: tuple) -> Event:
@@ -61,14 +72,13 @@ def _row_to_event(row: tuple) -> Event:
     return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 class SQLiteStore:
     def __init__(self, path: str | Path, *, create: bool = True, synchronous: str = "FULL") -> None:
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
+        self._read_db: sqlite3.Connection | None = None
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA", "OFF"):
+            raise UsageError(f"unknown synchronous setting {synchronous!r}")
         if not self.path.exists():
             if not create:
                 raise StoreError(f"no ledger at {self.path}", hint="check --store / LEDGER_STORE")
@@ -81,8 +91,13 @@ class SQLiteStore:
             self._db.execute("PRAGMA busy_timeout = 30000")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute(f"PRAGMA synchronous = {synchronous}")
+            # Reads of a big ledger go through the page cache instead of read() calls.
+            self._db.execute("PRAGMA mmap_size = 1073741824")
+            self._db.execute("PRAGMA cache_size = -65536")
             self._init_schema()
         except sqlite3.DatabaseError as exc:
+            with contextlib.suppress(Exception):
+                self._db.close()
             raise StoreError(
                 f"cannot open ledger {self.path}: {exc}",
                 hint="is it a tpu-ledger SQLite file, readable, and not locked by a crashed tool?",
@@ -99,6 +114,11 @@ class SQLiteStore:
                     f"ledger {self.path} has format {row[0]}, newer than this tpu-ledger ({FORMAT_VERSION})",
                     hint="upgrade tpu-ledger to read it",
                 )
+            if int(row[0]) < FORMAT_VERSION:
+                raise StoreError(
+                    f"ledger {self.path} has format {row[0]}, older than this tpu-ledger ({FORMAT_VERSION})",
+                    hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
+                )
             return
         # executescript runs its own statements; the script is one transaction, and
         # IF NOT EXISTS makes two processes creating the same file at once harmless.
@@ -106,6 +126,12 @@ class SQLiteStore:
             "BEGIN IMMEDIATE;" + SCHEMA
             + f"INSERT OR IGNORE INTO meta (key, value) VALUES ('format', '{FORMAT_VERSION}'); COMMIT;"
         )
+
+    def _begin(self) -> None:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"ledger {self.path} is locked: {exc}", hint="another process holds it; retry") from exc
 
     # -- writing --------------------------------------------------------------------------
     def append(
@@ -117,38 +143,55 @@ class SQLiteStore:
         self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]
     ) -> list[AppendResult]:
         db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"ledger {self.path} is locked: {exc}", hint="another process holds it; retry") from exc
+        stamp = now()  # one instant per transaction: the batch is one decision
+        self._begin()
         try:
             head = db.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev_hash = head if head else (0, GENESIS_HASH)
             results: list[AppendResult] = []
             rows: list[tuple] = []
             versions: dict[str, int] = {}
+            # Writers pass the same actor dict for many events: encode each object once.
+            actors: dict[int, tuple[object, str]] = {}
             for stream, events, expected in batches:
+                check_stream(stream)
                 ids = [e.resolve_id(stream) for e in events]
-                stored = self._stored_positions(ids)
+                # Only keyed events can be retries; random ids are new by construction
+                # (and the UNIQUE index would still refuse a collision).
+                keyed = [i for i, e in zip(ids, events, strict=True) if e.key is not None]
+                stored = self._stored_positions(keyed) if keyed else {}
                 if stored and len(stored) == len(ids):
                     results.append(AppendResult(tuple(stored[i] for i in ids), self._version(stream, versions), True))
                     continue
                 if stored:
                     raise ConflictError(stream, expected if expected is not None else -1, self._version(stream, versions))
+                if len(set(ids)) != len(ids):
+                    raise UsageError(f"a batch for stream {stream!r} repeats an idempotency key")
                 version = self._version(stream, versions)
                 if expected is not None and expected != version:
                     raise ConflictError(stream, expected, version)
                 positions = []
                 for new, id_ in zip(events, ids, strict=True):
+                    check_type(new.type)
                     seq += 1
                     version += 1
-                    ev = seal(new, seq=seq, stream=stream, version=version, prev_hash=prev_hash, event_id_=id_)
-                    prev_hash = ev.hash
-                    rows.append(self._row(ev))
+                    time_ = new.time or stamp
+                    cached = actors.get(id(new.actor))
+                    if cached is None or cached[0] is not new.actor:
+                        cached = actors[id(new.actor)] = (new.actor, dumps(new.actor))
+                    actor_json = cached[1]
+                    data_json = dumps(new.data)
+                    body = body_text(seq, stream, version, new.type, time_, actor_json, id_,
+                                     new.causation, data_json, prev_hash)
+                    hash_ = row_hash(prev_hash, body)
+                    rows.append((seq, stream, version, new.type, time_, actor_json, id_,
+                                 new.causation, data_json, prev_hash, hash_))
+                    prev_hash = hash_
                     positions.append(seq)
                 versions[stream] = version
                 results.append(AppendResult(tuple(positions), version, False))
-            db.executemany(f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            if rows:
+                db.executemany(INSERT, rows)
             db.execute("COMMIT")
             return results
         except BaseException:
@@ -156,19 +199,24 @@ class SQLiteStore:
             raise
 
     def import_events(self, events: Sequence[Event]) -> None:
+        """Store sealed envelopes as they are, after checking each continues the chain."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
+        self._begin()
         try:
             head = db.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev_hash = head if head else (0, GENESIS_HASH)
+            rows = []
             for ev in events:
-                if ev.seq != seq + 1 or ev.prev_hash != prev_hash or ev.expected_hash() != ev.hash:
+                row = self._row(ev)
+                if ev.seq != seq + 1 or ev.prev_hash != prev_hash or row_hash(ev.prev_hash, body_text(*row[:10])) != ev.hash:
                     raise StoreError(f"event seq {ev.seq} does not continue the chain at seq {seq}")
                 seq, prev_hash = ev.seq, ev.hash
-            db.executemany(
-                f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", [self._row(e) for e in events]
-            )
+                rows.append(row)
+            db.executemany(INSERT, rows)
             db.execute("COMMIT")
+        except sqlite3.IntegrityError as exc:
+            db.execute("ROLLBACK")
+            raise StoreError(f"import refused by the ledger: {exc}") from exc
         except BaseException:
             db.execute("ROLLBACK")
             raise
@@ -176,8 +224,8 @@ class SQLiteStore:
     @staticmethod
     def _row(ev: Event) -> tuple:
         return (
-            ev.seq, ev.stream, ev.version, ev.type, ev.time, _dumps(ev.actor), ev.id,
-            ev.causation, _dumps(ev.data), ev.prev_hash, ev.hash,
+            ev.seq, ev.stream, ev.version, ev.type, ev.time, dumps(ev.actor), ev.id,
+            ev.causation, dumps(ev.data), ev.prev_hash, ev.hash,
         )
 
     def _stored_positions(self, ids: list[str]) -> dict[str, int]:
@@ -230,11 +278,39 @@ class SQLiteStore:
         row = self._db.execute("SELECT MAX(seq) FROM events WHERE time <= ?", (iso_time,)).fetchone()
         return row[0] or 0
 
-    def raw_rows(self, after: int = 0) -> Iterator[tuple]:
-        """Undecoded rows in seq order, for fast folds and verification."""
-        cur = self._db.execute(f"SELECT {COLUMNS} FROM events WHERE seq > ? ORDER BY seq", (after,))
-        while rows := cur.fetchmany(8192):
-            yield from rows
+    def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """Undecoded rows (COLUMNS order; actor and data as stored canonical JSON text) in seq
+        order, for verification and export: `events.body_text(*row[:10])` rebuilds the hashed bytes."""
+        yield from self._scan(COLUMNS, after, until)
+
+    def fold_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """(seq, stream, version, type, time, data JSON text) in seq order: only what the fold reads."""
+        yield from self._scan(FOLD_COLUMNS, after, until)
+
+    def _scan(self, columns: str, after: int, until: int | None) -> Iterator[tuple]:
+        # A separate read connection: a long scan must not hold this one's transaction state,
+        # and WAL gives it a stable view of the ledger at its start.
+        cur = self._reader().execute(
+            f"SELECT {columns} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
+            (after, until if until is not None else 2**62),
+        )
+        try:
+            while rows := cur.fetchmany(8192):
+                yield from rows
+        finally:
+            cur.close()
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._read_db is None:
+            self._read_db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._read_db.execute("PRAGMA mmap_size = 1073741824")
+            self._read_db.execute("PRAGMA cache_size = -65536")
+        return self._read_db
+
+    def count_since(self, after: int) -> int:
+        row = self._db.execute("SELECT COUNT(*) FROM events WHERE seq > ?", (after,)).fetchone()
+        return row[0]
+
 
     # -- snapshots and cursors ------------------------------------------------------------
     def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -291,4 +367,13 @@ class SQLiteStore:
         return _Tx()
 
     def close(self) -> None:
+        if self._read_db is not None:
+            self._read_db.close()
+            self._read_db = None
         self._db.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
