@@ -32,9 +32,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from ledger.errors import ConflictError, StoreError
-from ledger.events import GENESIS_HASH, Event, NewEvent, now
-from ledger.store.base import FORMAT_VERSION, AppendResult, Snapshot
+from ledger.errors import ConflictError, StoreError, UsageError
+from ledger.events import GENESIS_HASH, Event, NewEvent, body_text, dumps, now, row_hash
+from ledger.store.base import FORMAT_VERSION, AppendResult, Snapshot, check_stream, check_type
 
 WRITER_ROLE = "ledger_writer"
 PAGE = 10_000  # rows per round trip when reading in seq order
@@ -58,7 +58,6 @@ CREATE TABLE IF NOT EXISTS {s}.events (
     hash text COLLATE "C" NOT NULL,
     UNIQUE (stream, version)
 );
-CREATE INDEX IF NOT EXISTS events_time ON {s}.events (time);
 CREATE TABLE IF NOT EXISTS {s}.head (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
     seq bigint NOT NULL,
@@ -88,13 +87,15 @@ CREATE OR REPLACE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON {s}.even
     FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change();
 CREATE OR REPLACE TRIGGER events_no_truncate BEFORE TRUNCATE ON {s}.events
     FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change();
+-- p_keyed holds the ids of keyed events (NULL for random ids, which cannot be retries).
 -- One round trip per append: lock the head, check versions and ids, chain and insert.
 -- The canonical JSON around seq, version and prev_hash comes escaped from the client
 -- (pre/post), so the server only splices numbers and the previous hash into it and
 -- the hash is byte for byte what ledger.events computes.
 CREATE OR REPLACE FUNCTION {s}.append_batches(
     p_streams text[], p_expected bigint[], p_counts int[], p_ids text[], p_types text[],
-    p_times text[], p_actors text[], p_causations text[], p_datas text[], p_pre text[], p_post text[]
+    p_times text[], p_actors text[], p_causations text[], p_datas text[], p_pre text[], p_post text[],
+    p_keyed text[]
 ) RETURNS TABLE (duplicate boolean, positions bigint[], version bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -118,7 +119,7 @@ BEGIN
         SELECT e.version INTO v FROM {s}.events e WHERE e.stream = p_streams[b] ORDER BY e.version DESC LIMIT 1;
         v := coalesce(v, 0);
         SELECT count(e.seq), array_agg(e.seq ORDER BY x.ord) INTO found_n, found_seqs
-            FROM unnest(p_ids[off + 1 : off + n]) WITH ORDINALITY AS x(id, ord)
+            FROM unnest(p_keyed[off + 1 : off + n]) WITH ORDINALITY AS x(id, ord)
             JOIN {s}.events e ON e.id = x.id;
         IF found_n = n AND n > 0 THEN
             duplicate := true; positions := found_seqs; version := v;
@@ -153,6 +154,26 @@ BEGIN
         UPDATE {s}.head SET seq = h_seq, hash = h_hash;
     END IF;
 END $$;
+-- Even a writer that bypasses append_batches (psql, another tool) can only extend the
+-- chain: each new row's seq - 1 exists and its hash is the new row's prev_hash, and the
+-- stream's previous version exists before it. With the primary key, seq stays 1..N.
+CREATE OR REPLACE FUNCTION {s}.check_growth() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM new_rows n
+        LEFT JOIN {s}.events p ON p.seq = n.seq - 1
+        LEFT JOIN {s}.events sv ON sv.stream = n.stream AND sv.version = n.version - 1
+        WHERE (n.seq = 1 AND n.prev_hash <> '{genesis}')
+           OR (n.seq > 1 AND (p.seq IS NULL OR p.hash <> n.prev_hash))
+           OR (n.version > 1 AND (sv.seq IS NULL OR sv.seq > n.seq))
+    ) THEN
+        RAISE EXCEPTION 'the ledger only grows at its head: seq, version or prev_hash out of order'
+            USING ERRCODE = 'LDG02';
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER events_grow_at_head AFTER INSERT ON {s}.events
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.check_growth();
 CREATE OR REPLACE FUNCTION {s}.notify_append() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify({channel}, NEW.seq::text);
@@ -196,17 +217,13 @@ def _row_to_event(row: tuple) -> Event:
     return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def _columns(events: Sequence[Event]) -> list[list]:
     """Column arrays for one `INSERT ... SELECT FROM unnest(...)`: one statement per batch."""
     cols: list[list] = [[] for _ in range(11)]
     for e in events:
         for col, value in zip(cols, (
-            e.seq, e.stream, e.version, e.type, e.time, _dumps(e.actor), e.id,
-            e.causation, _dumps(e.data), e.prev_hash, e.hash,
+            e.seq, e.stream, e.version, e.type, e.time, dumps(e.actor), e.id,
+            e.causation, dumps(e.data), e.prev_hash, e.hash,
         ), strict=True):
             col.append(value)
     return cols
@@ -269,12 +286,17 @@ class PostgresStore:
             "append": q(
                 "SELECT duplicate, positions, version FROM {s}.append_batches("
                 "%b::text[], %b::bigint[], %b::int[], %b::text[], %b::text[], %b::text[], %b::text[], "
-                "%b::text[], %b::text[], %b::text[], %b::text[])"
+                "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[])"
             ),
             "insert": q(f"INSERT INTO {{s}}.events ({COLUMNS}) SELECT * FROM unnest("
                         + ", ".join(f"%s::{t}" for t in ARRAY_TYPES.split(", ")) + ")"),
             "move_head": q("UPDATE {s}.head SET seq = %s, hash = %s"),
-            "page": q(f"SELECT {COLUMNS} FROM {{s}}.events WHERE seq > %s ORDER BY seq LIMIT %s"),
+            "page": q(f"SELECT {COLUMNS} FROM {{s}}.events WHERE seq > %s AND seq <= %s ORDER BY seq LIMIT %s"),
+            "fold_page": q(
+                "SELECT seq, stream, version, type, time, data FROM {s}.events "
+                "WHERE seq > %s AND seq <= %s ORDER BY seq LIMIT %s"
+            ),
+            "count_since": q("SELECT count(*) FROM {s}.events WHERE seq > %s"),
             "stream": q(f"SELECT {COLUMNS} FROM {{s}}.events WHERE stream = %s AND version > %s ORDER BY version"),
             "event": q(f"SELECT {COLUMNS} FROM {{s}}.events WHERE id = %s"),
             "version": q("SELECT version FROM {s}.events WHERE stream = %s ORDER BY version DESC LIMIT 1"),
@@ -320,6 +342,11 @@ class PostgresStore:
                         f"ledger {self._safe_url()} has format {row[0]}, newer than this tpu-ledger ({FORMAT_VERSION})",
                         hint="upgrade tpu-ledger to read it",
                     )
+                if int(row[0]) < FORMAT_VERSION:
+                    raise StoreError(
+                        f"ledger {self._safe_url()} has format {row[0]}, older than this tpu-ledger ({FORMAT_VERSION})",
+                        hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
+                    )
                 return
         if not create:
             raise StoreError(
@@ -357,22 +384,33 @@ class PostgresStore:
     def append_many(
         self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]
     ) -> list[AppendResult]:
+        stamp = now()  # one instant per transaction: the batch is one decision
         streams: list[str] = []
         expected: list[int | None] = []
         counts: list[int] = []
-        cols: list[list] = [[] for _ in range(8)]  # ids, types, times, actors, causations, datas, pre, post
-        ids, types, times, actors, causations, datas, pres, posts = cols
+        # ids, types, times, actors, causations, datas, pre, post, keyed
+        cols: list[list] = [[] for _ in range(9)]
+        ids, types, times, actors, causations, datas, pres, posts, keyed = cols
+        encoded: dict[int, tuple[object, str]] = {}  # writers reuse one actor dict: encode it once
         for stream, events, exp in batches:
+            check_stream(stream)
             streams.append(stream)
             expected.append(exp)
             counts.append(len(events))
             quoted_stream = _json_str(stream)
+            first = len(ids)
             for new in events:
+                check_type(new.type)
                 id_ = new.resolve_id(stream)
-                time_ = new.time or now()
-                actor, data = _dumps(new.actor), _dumps(new.data)
+                time_ = new.time or stamp
+                cached = encoded.get(id(new.actor))
+                if cached is None or cached[0] is not new.actor:
+                    cached = encoded[id(new.actor)] = (new.actor, dumps(new.actor))
+                actor = cached[1]
+                data = dumps(new.data)
                 causation = "null" if new.causation is None else _json_str(new.causation)
                 ids.append(id_)
+                keyed.append(id_ if new.key is not None else None)
                 types.append(new.type)
                 times.append(time_)
                 actors.append(actor)
@@ -381,6 +419,8 @@ class PostgresStore:
                 # canonical(envelope) around prev_hash, seq and version; see append_batches.
                 pres.append(f'{{"actor":{actor},"causation":{causation},"data":{data},"id":{_json_str(id_)},"prev_hash":"')
                 posts.append(f',"stream":{quoted_stream},"time":{_json_str(time_)},"type":{_json_str(new.type)},"version":')
+            if len(set(ids[first:])) != len(ids) - first:
+                raise UsageError(f"a batch for stream {stream!r} repeats an idempotency key")
         with self._lock:
             try:
                 rows = self._conn.execute(self._q["append"], (streams, expected, counts, *cols)).fetchall()
@@ -404,12 +444,14 @@ class PostgresStore:
             conn = self._conn
             with conn.transaction():
                 seq, prev_hash = conn.execute(q["lock_head"]).fetchone()
-                for ev in events:
-                    if ev.seq != seq + 1 or ev.prev_hash != prev_hash or ev.expected_hash() != ev.hash:
+                cols = _columns(events)
+                for i, ev in enumerate(events):
+                    body = body_text(*(col[i] for col in cols[:10]))
+                    if ev.seq != seq + 1 or ev.prev_hash != prev_hash or row_hash(ev.prev_hash, body) != ev.hash:
                         raise StoreError(f"event seq {ev.seq} does not continue the chain at seq {seq}")
                     seq, prev_hash = ev.seq, ev.hash
                 with conn.pipeline():
-                    conn.execute(q["insert"], _columns(events))
+                    conn.execute(q["insert"], cols)
                     conn.execute(q["move_head"], (seq, prev_hash))
 
     def _write_errors(self):
@@ -433,21 +475,33 @@ class PostgresStore:
 
     # -- reading --------------------------------------------------------------------------
     def read_all(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
-        for rows in self._pages(after, limit):
+        for rows in self._pages(self._q["page"], after, None, limit):
             yield from map(_row_to_event, rows)
 
-    def raw_rows(self, after: int = 0) -> Iterator[tuple]:
-        """Undecoded rows in seq order (actor and data as canonical JSON text)."""
-        for rows in self._pages(after, None):
+    def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """Undecoded rows (COLUMNS order; actor and data as the stored canonical JSON text) in
+        seq order: `events.body_text(*row[:10])` rebuilds the hashed bytes."""
+        for rows in self._pages(self._q["page"], after, until, None):
             yield from rows
 
-    def _pages(self, after: int, limit: int | None) -> Iterator[list[tuple]]:
-        # Keyset pages, each its own snapshot: safe because seq order is commit order.
+    def fold_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """(seq, stream, version, type, time, data JSON text) in seq order: what the fold reads."""
+        for rows in self._pages(self._q["fold_page"], after, until, None):
+            yield from rows
+
+    def count_since(self, after: int) -> int:
+        with self._lock:
+            return self._conn.execute(self._q["count_since"], (after,)).fetchone()[0]
+
+    def _pages(self, query: sql.Composed, after: int, until: int | None, limit: int | None) -> Iterator[list[tuple]]:
+        # Keyset pages, each its own snapshot: safe because seq order is commit order, so a
+        # later page can hold nothing that belonged before an earlier one.
+        until = until if until is not None else 2**62
         left = limit if limit is not None else -1
         while left != 0:
             size = PAGE if left < 0 else min(PAGE, left)
             with self._lock:
-                rows = self._conn.execute(self._q["page"], (after, size)).fetchall()
+                rows = self._conn.execute(query, (after, until, size)).fetchall()
             if not rows:
                 return
             yield rows
@@ -558,3 +612,9 @@ class PostgresStore:
                 self._listener.close()
                 self._listener = None
             self._conn.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
