@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from json.encoder import encode_basestring as _json_str  # json.dumps' own string escaping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -239,7 +239,7 @@ def split_url(url: str, schema: str | None) -> tuple[str, str]:
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", name):
         raise StoreError(f"invalid ledger schema name {name!r}", hint="use lower-case letters, digits and _")
     scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
-    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment)), name
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest, quote_via=quote), parts.fragment)), name
 
 
 class PostgresStore:
