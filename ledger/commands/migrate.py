@@ -149,9 +149,10 @@ def migrate_command(source_url: str, dest_url: str, batch: int, as_json: bool) -
         try:
             from rich.console import Console
 
+            err = Console(stderr=True)
             with Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=Console(stderr=True), transient=True,
+                console=err, transient=True, disable=not err.is_terminal,  # no bar in logs and pipes
             ) as bar:
                 tasks: dict[str, int] = {}
 

@@ -95,3 +95,8 @@ def store_factory(ledger_url: str) -> Iterator[Callable]:
 @pytest.fixture
 def store(store_factory):
     return store_factory()
+
+
+@pytest.fixture
+def new_pg_url(pg_database: str) -> Callable[[], str]:
+    return lambda: f"{pg_database}?schema=t_{secrets.token_hex(6)}"

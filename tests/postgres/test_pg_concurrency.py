@@ -68,7 +68,7 @@ def test_four_processes_append_at_once_without_gap_duplicate_or_broken_chain(pg_
     stop.set()
     reader_thread.join(timeout=30)
 
-    for p, (out, err) in zip(procs, outputs, strict=True):
+    for p, (_out, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
     summaries = [json.loads(out) for out, _ in outputs]
     assert all(s["version"] == EVENTS and s["increments"] == INCREMENTS for s in summaries)
