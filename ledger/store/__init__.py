@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
-from ledger.errors import UsageError
+from ledger.errors import StoreError, UsageError
 from ledger.store.base import AppendResult, Snapshot, Store
 
 DEFAULT_STORE_PATH = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "tpu-ledger/ledger.db"
@@ -33,4 +36,18 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     )
 
 
-__all__ = ["AppendResult", "Snapshot", "Store", "open_store", "default_store_url", "DEFAULT_STORE_PATH"]
+@contextlib.contextmanager
+def store_errors(url: str | None = None) -> Iterator[None]:
+    """Turn a database failure in the middle of a read or write into a one-line StoreError."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        where = url or default_store_url()
+        raise StoreError(f"ledger {where} failed: {exc}", hint="is the file intact and readable? try `ledger verify`") from exc
+    except Exception as exc:  # psycopg errors, without importing psycopg here
+        if type(exc).__module__.startswith("psycopg"):
+            raise StoreError(f"ledger {url or default_store_url()} failed: {exc}".strip()) from exc
+        raise
+
+
+__all__ = ["store_errors", "AppendResult", "Snapshot", "Store", "open_store", "default_store_url", "DEFAULT_STORE_PATH"]

@@ -1,0 +1,104 @@
+"""`ledger inspect JOB`: a job's timeline, who asked for what and what happened."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from ledger.commands.common import console, print_json, store_from
+from ledger.errors import LedgerError
+from ledger.store import store_errors
+
+
+def _tpu(d: Mapping[str, Any]) -> str:
+    tpu = d.get("tpu")
+    if not isinstance(tpu, Mapping):
+        return ""
+    parts = [str(tpu.get(k)) for k in ("name", "accelerator", "zone") if tpu.get(k)]
+    if tpu.get("kind"):
+        parts.append(f"({tpu['kind']})")
+    return " ".join(parts)
+
+
+def summarize(type_: str, d: Mapping[str, Any]) -> str:
+    """One line saying what an event means; unknown shapes fall back to its keys."""
+    g = d.get
+    match type_:
+        case "submitted" | "spec_updated":
+            approvers = ", ".join(g("approvers") or [])
+            return f"{g('path', '')} @ {str(g('commit', ''))[:10]} by {g('author', '?')}" + (f", approved by {approvers}" if approvers else "")
+        case "rejected":
+            return str(g("reason", ""))
+        case "queued" | "cancel_requested" | "cancelled":
+            return str(g("reason", ""))
+        case "provisioning":
+            return f"attempt {g('attempt', '?')} {_tpu(d)}".strip()
+        case "provisioned":
+            hosts = g("hosts") or []
+            return f"{_tpu(d)} {len(hosts)} host(s)".strip()
+        case "provision_failed":
+            return f"{g('reason', '')}{' (final)' if g('final') else ''}"
+        case "setup_failed":
+            return " ".join(str(g(k)) for k in ("module", "worker", "reason") if g(k) is not None)
+        case "started":
+            return f"attempt {g('attempt')}" if "attempt" in d else ""
+        case "preempted":
+            return " ".join(str(x) for x in (g("tpu_state"), g("reason")) if x)
+        case "failed":
+            code = f" exit {g('exit_code')}" if g("exit_code") is not None else ""
+            return f"{g('kind', '?')}{code}: {g('message', '')}{' (final)' if g('final') else ''}"
+        case "resumed" | "rerun":
+            return f"rule {g('rule', type_)}, attempt {g('attempt', '?')}, restarts {g('restarts', '?')}" + (" (reapply)" if g("reapply") else "")
+        case "finished":
+            return f"exit {g('exit_code')}" if "exit_code" in d else ""
+        case "released":
+            return " ".join(x for x in (_tpu(d), str(g("reason", ""))) if x)
+        case "action_intent":
+            return f"{g('action', '?')} [{g('action_id', '')}]"
+        case "action_outcome":
+            return f"[{g('action_id', '')}] " + ("ok" if g("ok") else f"error: {g('error', '')}")
+        case "history_rewritten" | "rewrite_accepted":
+            return f"{str(g('old_head', ''))[:10]} -> {str(g('new_head', ''))[:10]}"
+        case "note":
+            return str(g("text", ""))
+    return ", ".join(sorted(d))
+
+
+def actor_text(a: Mapping[str, Any]) -> str:
+    return f"{a.get('kind', '?')}:{a.get('name', '?')}"
+
+
+@click.command("inspect")
+@click.argument("job")
+@click.option("--json", "as_json", is_flag=True, help="Print the job's events as a JSON list of full envelopes.")
+@click.pass_context
+def inspect_cmd(ctx: click.Context, job: str, as_json: bool) -> None:
+    """Show JOB's timeline (JOB is owner/name): time, event, who, what.
+
+    \b
+    ledger inspect alice/bert-pretrain
+    ledger inspect alice/bert-pretrain --json | jq '.[].type'
+    """
+    store = store_from(ctx)
+    with store_errors(store.url):
+        events = store.read_stream(job)
+    if not events:
+        raise LedgerError(f"no job {job!r} in the ledger at {store.url}", hint="`ledger list` shows the job ids (owner/name)")
+    if as_json:
+        print_json([e.to_dict() for e in events])
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{job}: {len(events)} event(s)", title_justify="left")
+    for name in ("seq", "time", "event", "actor", "summary"):
+        # fold, never ellipsis: a cut actor or reason would hide what the audit trail is for
+        table.add_column(name, no_wrap=name in ("time", "event"), overflow="fold")
+    for e in events:
+        table.add_row(str(e.seq), e.time, e.type, actor_text(e.actor), summarize(e.type, e.data))
+    console().print(table)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(inspect_cmd)

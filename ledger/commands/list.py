@@ -1,0 +1,42 @@
+"""`ledger list`: one row per job, filtered by owner or state."""
+
+from __future__ import annotations
+
+import click
+
+from ledger.commands.common import console, print_json, store_from
+from ledger.commands.replay import job_json, jobs_table
+from ledger.store import store_errors
+
+
+@click.command("list")
+@click.option("--owner", metavar="USER", help="Only this owner's jobs (the first part of owner/name).")
+@click.option("--state", "state_", metavar="STATE", help="Only jobs in this state (pending, running, finished, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of job states.")
+@click.pass_context
+def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json: bool) -> None:
+    """List jobs and their current state.
+
+    \b
+    ledger list --owner alice --state running
+    """
+    from ledger.fold import LIVE, TERMINAL
+    from ledger.replay import load_state
+
+    if state_ is not None and state_ not in LIVE | TERMINAL:
+        raise click.BadParameter(f"{state_!r}; one of {', '.join(sorted(LIVE | TERMINAL))}", param_hint="--state")
+    store = store_from(ctx)
+    with store_errors(store.url):
+        state = load_state(store)
+    jobs = sorted(
+        (j for j in state.jobs.values() if (owner is None or j.owner == owner) and (state_ is None or j.state == state_)),
+        key=lambda j: j.id,
+    )
+    if as_json:
+        print_json([job_json(j) for j in jobs])
+        return
+    console().print(jobs_table(jobs, f"{len(jobs)} job(s) at seq {state.position}"))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(list_cmd)

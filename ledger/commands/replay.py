@@ -1,0 +1,63 @@
+"""`ledger replay`: every job's state at the head, or at a past position or time."""
+
+from __future__ import annotations
+
+import click
+
+from ledger.commands.common import console, print_json, store_from
+from ledger.store import store_errors
+
+JOB_COLUMNS = ("id", "owner", "state", "attempt", "restarts", "tpu", "last change")
+
+
+def job_json(job) -> dict:
+    return job.to_dict()
+
+
+def job_row(job) -> tuple[str, ...]:
+    tpu = job.tpu.get("name", "") if isinstance(job.tpu, dict) else ""
+    last = max(job.times.values()) if job.times else ""
+    return (job.id, job.owner, job.state or "-", str(job.attempt), str(job.restarts), tpu, last)
+
+
+def jobs_table(jobs, title: str):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name in JOB_COLUMNS:
+        table.add_column(name, no_wrap=name in ("id", "state"), overflow="fold")
+    for job in jobs:
+        table.add_row(*job_row(job))
+    return table
+
+
+@click.command("replay")
+@click.option("--until", metavar="SEQ|ISO-TIME", help="State as it was at this seq, or at this UTC time (e.g. 2026-03-01T12:00:00Z).")
+@click.option("--no-snapshot", is_flag=True, help="Fold every event from the start instead of the newest snapshot plus the events after it.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"position": N, "jobs": [...]} instead of a table.')
+@click.pass_context
+def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json: bool) -> None:
+    """Rebuild every job's state from the ledger.
+
+    \b
+    ledger replay                         # now
+    ledger replay --until 1200            # right after event 1200
+    ledger replay --until 2026-03-01T12:00:00Z --json
+    """
+    from ledger.replay import load_state, maybe_snapshot, resolve_until
+
+    store = store_from(ctx)
+    with store_errors(store.url):
+        position = resolve_until(store, until)
+        state = load_state(store, until=position, use_snapshot=not no_snapshot)
+        if position is None and not no_snapshot:
+            maybe_snapshot(store, state)  # a read at the head keeps the next one fast
+    jobs = sorted(state.jobs.values(), key=lambda j: j.id)
+    if as_json:
+        print_json({"position": state.position, "jobs": [job_json(j) for j in jobs]})
+        return
+    console().print(jobs_table(jobs, f"ledger at seq {state.position}: {len(jobs)} job(s)"))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(replay_cmd)

@@ -1,0 +1,127 @@
+"""The ledger's state at any position: the newest usable snapshot plus the events after it.
+
+A snapshot is tied to the fold's code version (`fold.code_version()`): one made by other
+code is ignored, never trusted, and replay falls back to the events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import pickle
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from ledger import fold
+from ledger.errors import UsageError
+from ledger.events import format_time
+from ledger.fold import JobState, LedgerState
+from ledger.store.base import Snapshot, Store
+
+SNAPSHOT_NAME = "ledger"
+# Snapshot when this many events have passed since the last one: replay then reads at most
+# this many events beyond the snapshot, and a snapshot (~one job's state per job) is cheap.
+SNAPSHOT_EVERY = 10_000
+
+
+# -- snapshot encoding ---------------------------------------------------------------------
+# Pickle of plain containers only (tuples of field values), read by an unpickler that refuses
+# every global: nothing in a snapshot can name code to run, and it loads twice as fast as
+# JSON. A snapshot's fields match JobState because the snapshot is tied to fold's code version.
+_MAGIC = b"TLS1"
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):  # noqa: ARG002
+        raise pickle.UnpicklingError(f"snapshot refers to {module}.{name}; snapshots hold plain data only")
+
+
+def encode_state(state: LedgerState) -> bytes:
+    names = tuple(f.name for f in dataclasses.fields(JobState))
+    rows = [tuple(getattr(job, n) for n in names) for job in state.jobs.values()]
+    return _MAGIC + pickle.dumps((state.position, names, rows), protocol=5)
+
+
+def decode_state(blob: bytes) -> LedgerState | None:
+    """None when the blob is not a snapshot this code can read (it is then ignored)."""
+    if not blob.startswith(_MAGIC):
+        return None
+    try:
+        position, names, rows = _PlainUnpickler(io.BytesIO(blob[len(_MAGIC):])).load()
+    except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
+        return None
+    if tuple(names) != tuple(f.name for f in dataclasses.fields(JobState)):
+        return None
+    return LedgerState(position, {row[0]: JobState(*row) for row in rows})
+
+
+def fold_rows(store: Store, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+    """(seq, stream, version, type, time, data_json) in seq order; any backend."""
+    fast = getattr(store, "fold_rows", None)
+    if fast is not None:
+        return fast(after, until)
+    from ledger.events import dumps
+
+    return (
+        (e.seq, e.stream, e.version, e.type, e.time, dumps(e.data))
+        for e in store.read_all(after)
+        if until is None or e.seq <= until
+    )
+
+
+def fold_into(state: LedgerState, rows: Iterable[tuple]) -> LedgerState:
+    """Fold rows onto `state` in place (the caller owns it) and return it."""
+    apply = fold.apply
+    loads = json.loads
+    for seq, stream, version, type_, time_, data in rows:
+        apply(state, stream, type_, loads(data), time=time_, seq=seq, version=version)
+    return state
+
+
+def load_state(store: Store, until: int | None = None, use_snapshot: bool = True) -> LedgerState:
+    """Every job's state at `until` (a seq; None = head)."""
+    head = store.head()
+    target = head if until is None else min(until, head)
+    state = LedgerState()
+    if use_snapshot:
+        snap = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=target)
+        loaded = decode_state(snap.state) if snap is not None else None
+        if loaded is not None:
+            state = loaded
+    fold_into(state, fold_rows(store, state.position, target))
+    state.position = target
+    return state
+
+
+def save_snapshot(store: Store, state: LedgerState) -> None:
+    store.save_snapshot(Snapshot(SNAPSHOT_NAME, fold.code_version(), state.position, encode_state(state)))
+
+
+def maybe_snapshot(store: Store, state: LedgerState, every: int = SNAPSHOT_EVERY) -> bool:
+    """The policy: save `state` when `every` events or more passed since the newest snapshot
+    of this code. Call it after a replay at the head; returns whether it saved."""
+    last = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=state.position)
+    since = state.position - (last.position if last else 0)
+    if since < every:
+        return False
+    save_snapshot(store, state)
+    return True
+
+
+def resolve_until(store: Store, text: str | None) -> int | None:
+    """--until: a seq number, or an ISO time (the last event at or before it)."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"--until {text!r} is neither a seq number nor an ISO time",
+            hint="e.g. --until 1200 or --until 2026-03-01T12:00:00Z",
+        ) from None
+    if moment.tzinfo is None:
+        raise UsageError(f"--until {text!r} has no time zone", hint="add Z for UTC, e.g. 2026-03-01T12:00:00Z")
+    return store.position_at_time(format_time(moment))

@@ -1,0 +1,106 @@
+"""`ledger verify`: walk the whole chain and the invariants, stop at the first bad position.
+
+Checked for every event, in seq order: seq is contiguous from 1; prev_hash is the previous
+event's hash; hash is sha256(prev_hash + canonical(envelope without hash)), rebuilt from the
+stored columns; the stream's version is contiguous from 1; the envelope matches
+schemas/event.schema.json; and the transition is legal for the job (fold anomalies).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ledger import fold
+from ledger.events import GENESIS_HASH, body_text, row_hash
+from ledger.schema import RowChecker
+
+PROGRESS_EVERY = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    position: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    events: int  # events checked (up to and including the bad one)
+    head: int
+    problem: Problem | None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok, "events": self.events, "head": self.head,
+            "problem": None if self.problem is None else {"position": self.problem.position, "reason": self.problem.reason},
+        }
+
+
+def verify_rows(
+    rows: Iterable[tuple],
+    *,
+    transitions: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> Report:
+    """Check rows in `Store.raw_rows` layout; the first problem ends the walk."""
+    checker = RowChecker()
+    versions: dict[str, int] = {}
+    state = fold.LedgerState()
+    apply = fold.apply
+    loads = json.loads
+    prev_hash = GENESIS_HASH
+    expected_seq = 1
+    count = 0
+    for row in rows:
+        seq, stream, version, type_, time_, actor_json, id_, causation, data_json, row_prev, hash_ = row
+        count += 1
+        if seq != expected_seq:
+            return Report(count, expected_seq - 1, Problem(expected_seq, f"seq is not contiguous: expected {expected_seq}, found {seq}"))
+        if row_prev != prev_hash:
+            return Report(count, seq, Problem(seq, f"prev_hash does not match the hash of seq {seq - 1}: the chain is broken"))
+        try:
+            actual = row_hash(row_prev, body_text(*row[:10]))
+        except (TypeError, ValueError) as exc:
+            return Report(count, seq, Problem(seq, f"a column has the wrong type: {exc}"))
+        if actual != hash_:
+            return Report(count, seq, Problem(seq, "hash mismatch: the event was altered after it was written"))
+        expected_version = versions.get(stream, 0) + 1
+        if version != expected_version:
+            return Report(count, seq, Problem(seq, f"stream {stream!r} version is not contiguous: expected {expected_version}, found {version}"))
+        versions[stream] = version
+        error = checker.check(row, hashes_checked=True)
+        if error is not None:
+            return Report(count, seq, Problem(seq, f"schema: {error}"))
+        if transitions and fold.is_job_stream(stream):
+            job = state.jobs.get(stream)
+            before = len(job.anomalies) if job is not None else 0
+            apply(state, stream, type_, loads(data_json), time=time_, seq=seq, version=version)
+            after = state.jobs[stream]
+            if len(after.anomalies) > before:
+                anomaly = after.anomalies[-1]
+                return Report(count, seq, Problem(seq, f"illegal transition in {stream}: {type_} from state {anomaly.get('from')}"))
+        prev_hash = hash_
+        expected_seq += 1
+        if progress is not None and count % PROGRESS_EVERY == 0:
+            progress(count)
+    if progress is not None:
+        progress(count)
+    return Report(count, expected_seq - 1, None)
+
+
+def verify_store(store, **kwargs) -> Report:
+    rows = store.raw_rows() if hasattr(store, "raw_rows") else (_row_of(e) for e in store.read_all())
+    return verify_rows(rows, **kwargs)
+
+
+def _row_of(event) -> tuple:
+    from ledger.events import dumps
+
+    return (event.seq, event.stream, event.version, event.type, event.time, dumps(event.actor), event.id,
+            event.causation, dumps(event.data), event.prev_hash, event.hash)

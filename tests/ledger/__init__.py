@@ -1,0 +1,1 @@
+"""Tests of the ledger core: events, stores (per backend), replay, verify, CLI."""

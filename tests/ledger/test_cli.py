@@ -1,0 +1,168 @@
+"""The read/verify/export commands against real SQLite files, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger.cli import cli
+from ledger.events import NewEvent, actor
+from ledger.store.sqlite import SQLiteStore
+
+REPO = Path(__file__).resolve().parents[2]
+GIT = actor("git", "alice@example.com", approvers=["bob@example.com"])
+BOT = actor("reconciler", "reconciler")
+SUBMIT = {"spec": {"tpu": {"accelerator": "v4-8"}}, "spec_hash": "ab12cd34", "commit": "c0ffee12345", "path": "jobs/alice/a.yaml",
+          "author": "alice@example.com", "approvers": ["bob@example.com"]}
+
+
+@pytest.fixture
+def ledger_file(tmp_path) -> Path:
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path)
+    store.append("alice/a", [NewEvent("submitted", SUBMIT, GIT, time="2026-01-01T10:00:00.000000Z")])
+    store.append("bob/b", [NewEvent("submitted", {**SUBMIT, "path": "jobs/bob/b.yaml"}, GIT, time="2026-01-01T10:30:00.000000Z")])
+    store.append("alice/a", [
+        NewEvent("provisioning", {"attempt": 1, "tpu": {"name": "tpu-1", "accelerator": "v4-8", "zone": "us-central2-b", "kind": "spot"}},
+                 BOT, time="2026-01-01T11:00:00.000000Z"),
+        NewEvent("provisioned", {"tpu": {"name": "tpu-1"}, "hosts": [{"worker": 0}]}, BOT, time="2026-01-01T11:05:00.000000Z"),
+        NewEvent("setup_started", {}, BOT, time="2026-01-01T11:06:00.000000Z"),
+        NewEvent("setup_done", {}, BOT, time="2026-01-01T11:07:00.000000Z"),
+        NewEvent("started", {"attempt": 1}, BOT, time="2026-01-01T11:08:00.000000Z"),
+    ])
+    store.close()
+    return path
+
+
+def run(path: Path, *args: str):
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["--store", f"sqlite:///{path}", *args], catch_exceptions=False)
+    return result
+
+
+def test_replay_json_and_until(ledger_file):
+    out = json.loads(run(ledger_file, "replay", "--json").output)
+    assert out["position"] == 7
+    jobs = {j["id"]: j for j in out["jobs"]}
+    assert jobs["alice/a"]["state"] == "running" and jobs["alice/a"]["owner"] == "alice" and jobs["alice/a"]["attempt"] == 1
+    assert jobs["bob/b"]["state"] == "pending" and "restarts" in jobs["bob/b"]
+    past = json.loads(run(ledger_file, "replay", "--until", "2026-01-01T10:45:00Z", "--json").output)
+    assert past["position"] == 2 and {j["state"] for j in past["jobs"]} == {"pending"}
+    by_seq = json.loads(run(ledger_file, "replay", "--until", "1", "--no-snapshot", "--json").output)
+    assert [j["id"] for j in by_seq["jobs"]] == ["alice/a"]
+    table = run(ledger_file, "replay").output
+    assert "alice/a" in table and "running" in table
+
+
+def test_replay_rejects_bad_until(ledger_file):
+    result = run(ledger_file, "replay", "--until", "last tuesday")
+    assert result.exit_code == 2 and "neither a seq number nor an ISO time" in result.output
+
+
+def test_inspect_timeline_and_json(ledger_file):
+    result = run(ledger_file, "inspect", "alice/a")
+    assert result.exit_code == 0
+    for expected in ("submitted", "git:alice@example.com", "approved by bob@example.com", "provisioning", "tpu-1", "started"):
+        assert expected in result.output
+    envelopes = json.loads(run(ledger_file, "inspect", "alice/a", "--json").output)
+    assert [e["version"] for e in envelopes] == [1, 2, 3, 4, 5, 6]
+    assert set(envelopes[0]) == {"seq", "stream", "version", "type", "time", "actor", "id", "causation", "data", "prev_hash", "hash"}
+
+
+def test_inspect_unknown_job(ledger_file):
+    result = run(ledger_file, "inspect", "carol/nope")
+    assert result.exit_code == 1 and "no job 'carol/nope'" in result.output and "ledger list" in result.output
+
+
+def test_list_filters(ledger_file):
+    assert [j["id"] for j in json.loads(run(ledger_file, "list", "--json").output)] == ["alice/a", "bob/b"]
+    assert [j["id"] for j in json.loads(run(ledger_file, "list", "--owner", "bob", "--json").output)] == ["bob/b"]
+    assert [j["id"] for j in json.loads(run(ledger_file, "list", "--state", "running", "--json").output)] == ["alice/a"]
+    assert run(ledger_file, "list", "--state", "sleeping").exit_code == 2
+
+
+def test_verify_sound_then_hand_edited(ledger_file):
+    result = run(ledger_file, "verify")
+    assert result.exit_code == 0 and "7 event(s)" in result.output
+    assert json.loads(run(ledger_file, "verify", "--json").output)["ok"] is True
+    db = sqlite3.connect(ledger_file, isolation_level=None)
+    db.executescript(
+        "DROP TRIGGER events_no_update; UPDATE events SET data = '{\"attempt\":9}' WHERE seq = 3;"
+        "CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN SELECT RAISE(ABORT, 'append-only'); END;"
+    )
+    db.close()
+    result = run(ledger_file, "verify")
+    assert result.exit_code == 1 and "seq 3" in result.output and "hash mismatch" in result.output
+    report = json.loads(run(ledger_file, "verify", "--json").output)
+    assert report["ok"] is False and report["problem"]["position"] == 3
+
+
+def test_export_import_round_trip(ledger_file, tmp_path):
+    dump = tmp_path / "ledger.jsonl"
+    assert run(ledger_file, "export", str(dump)).exit_code == 0
+    lines = dump.read_text().splitlines()
+    assert len(lines) == 7 and json.loads(lines[0])["seq"] == 1
+    copy = tmp_path / "copy.db"
+    result = run(copy, "import", str(dump))
+    assert result.exit_code == 0, result.output
+    original = [e.to_dict() for e in SQLiteStore(ledger_file).read_all()]
+    assert [e.to_dict() for e in SQLiteStore(copy).read_all()] == original
+    assert run(copy, "import", str(dump)).exit_code == 2  # not empty any more
+
+
+def test_import_refuses_broken_chain_with_line_number(ledger_file, tmp_path):
+    dump = tmp_path / "ledger.jsonl"
+    run(ledger_file, "export", str(dump))
+    lines = dump.read_text().splitlines()
+    event = json.loads(lines[3])
+    event["data"]["hosts"] = []
+    lines[3] = json.dumps(event)
+    dump.write_text("\n".join(lines) + "\n")
+    target = tmp_path / "target.db"
+    result = run(target, "import", str(dump))
+    assert result.exit_code == 1 and f"{dump}:4:" in result.output and "nothing was imported" in result.output
+    assert SQLiteStore(target).head() == 0
+    dump.write_text(lines[0] + "\n{not json\n")
+    result = run(tmp_path / "other.db", "import", str(dump))
+    assert result.exit_code == 1 and ":2:" in result.output
+
+
+def cli_process(*args: str, store: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ledger", "--store", store, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_stores_get_one_line_errors(tmp_path):
+    missing = cli_process("list", store=f"sqlite:///{tmp_path / 'none.db'}")
+    assert missing.returncode == 1 and "no ledger at" in missing.stderr and "Traceback" not in missing.stderr
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    bad = cli_process("replay", store=f"sqlite:///{garbage}")
+    assert bad.returncode == 1 and "cannot open ledger" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    newer = tmp_path / "newer.db"
+    SQLiteStore(newer).close()
+    db = sqlite3.connect(newer, isolation_level=None)
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'format'")
+    db.close()
+    result = cli_process("verify", store=f"sqlite:///{newer}")
+    assert result.returncode == 1 and "newer than this tpu-ledger" in result.stderr and "Traceback" not in result.stderr
+    unknown = cli_process("list", store="mysql://x")
+    assert unknown.returncode == 2 and "unknown store URL" in unknown.stderr
+
+
+def test_verify_shows_progress_on_big_ledgers(tmp_path, monkeypatch):
+    import ledger.commands.verify as verify_cmd
+
+    path = tmp_path / "big.db"
+    store = SQLiteStore(path)
+    store.append_many([(f"u/j{i}", [NewEvent("note", {"text": str(k)}) for k in range(10)], None) for i in range(30)])
+    store.close()
+    monkeypatch.setattr(verify_cmd, "PROGRESS_FROM", 100)
+    result = CliRunner().invoke(cli, ["--store", f"sqlite:///{path}", "verify"])
+    assert result.exit_code == 0 and "300 event(s)" in result.output

@@ -1,0 +1,275 @@
+"""The store contract, written once: every backend in ./backends/ must pass it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ledger.errors import ConflictError, UsageError
+from ledger.events import GENESIS_HASH, NewEvent, actor, event_id
+from ledger.replay import load_state, save_snapshot
+from ledger.store.base import Snapshot
+from ledger.verify import verify_store
+
+REPO = Path(__file__).resolve().parents[2]
+WHO = actor("cli", "tester")
+
+
+def note(text: str, key: str | None = None, **extra) -> NewEvent:
+    return NewEvent("note", {"text": text, **extra}, WHO, key=key)
+
+
+def spawn_writer(url: str, name: str, count: int, batch: int, mode: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.ledger.writer", url, name, str(count), str(batch), mode],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def check_sound(store) -> None:
+    report = verify_store(store, transitions=False)
+    assert report.ok, report.problem
+
+
+# -- basics --------------------------------------------------------------------------------
+def test_append_assigns_contiguous_positions_and_chains_hashes(store_factory):
+    store = store_factory()
+    first = store.append("alice/a", [note("1"), note("2")], expected_version=0)
+    second = store.append("bob/b", [note("3")], expected_version=0)
+    third = store.append("alice/a", [note("4")], expected_version=2)
+    assert (first.positions, first.version) == ((1, 2), 2)
+    assert (second.positions, second.version) == ((3,), 1)
+    assert (third.positions, third.version) == ((4,), 3)
+    events = list(store.read_all())
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    assert events[0].prev_hash == GENESIS_HASH
+    assert all(b.prev_hash == a.hash for a, b in zip(events, events[1:], strict=False))
+    assert all(e.expected_hash() == e.hash for e in events)
+    assert [e.version for e in store.read_stream("alice/a")] == [1, 2, 3]
+    assert [e.seq for e in store.read_stream("alice/a", after_version=1)] == [2, 4]
+    assert [e.seq for e in store.read_all(after=2, limit=1)] == [3]
+    assert store.head() == 4 and store.stream_version("alice/a") == 3 and store.stream_version("nobody/x") == 0
+    assert store.streams() == ["alice/a", "bob/b"]
+    assert store.get_event(events[2].id) == events[2]
+    check_sound(store)
+
+
+def test_stored_event_reads_back_exactly(store_factory):
+    store = store_factory()
+    data = {"text": "héllo \"quoted\" \n", "nested": {"b": [1, 2.5, None, True], "a": {}}, "big": 2**53 + 1}
+    store.append("alice/a", [NewEvent("note", data, actor("git", "ålice", approvers=["bob"]), causation="c0ffee")])
+    event = next(store.read_all())
+    assert event.data == data and event.actor["approvers"] == ["bob"] and event.causation == "c0ffee"
+    check_sound(store)
+
+
+def test_retried_append_is_a_no_op_returning_original_positions(store_factory):
+    store = store_factory()
+    batch = [note("a", key="k1"), note("b", key="k2")]
+    first = store.append("alice/a", batch)
+    store.append("bob/b", [note("other")])
+    again = store.append("alice/a", batch)
+    assert again.positions == first.positions and again.duplicate and not first.duplicate
+    assert store.head() == 3
+    assert store.get_event(event_id("alice/a", "k1")).seq == 1
+    # The id is per stream: the same key on another stream is another event.
+    assert not store.append("bob/b", [note("a", key="k1")]).duplicate
+
+
+def test_expected_version_conflict(store_factory):
+    store = store_factory()
+    store.append("alice/a", [note("1")], expected_version=0)
+    with pytest.raises(ConflictError) as info:
+        store.append("alice/a", [note("2")], expected_version=0)
+    assert (info.value.expected, info.value.actual) == (0, 1)
+    assert "alice/a" in str(info.value)
+    assert store.head() == 1
+
+
+def test_append_many_is_atomic(store_factory):
+    store = store_factory()
+    store.append("alice/a", [note("1")])
+    with pytest.raises(ConflictError):
+        store.append_many([("bob/b", [note("2")], 0), ("alice/a", [note("3")], 0)])
+    assert store.head() == 1 and store.stream_version("bob/b") == 0
+    results = store.append_many([("bob/b", [note("2")], 0), ("alice/a", [note("3")], 1)])
+    assert [r.positions for r in results] == [(2,), (3,)]
+
+
+def test_unknown_type_and_bad_stream_are_refused(store_factory):
+    store = store_factory()
+    with pytest.raises(UsageError):
+        store.append("alice/a", [NewEvent("exploded", {})])
+    with pytest.raises(UsageError):
+        store.append("", [note("x")])
+    assert store.head() == 0
+
+
+def test_database_refuses_update_and_delete(store_factory):
+    store = store_factory()
+    store.append("alice/a", [note("1"), note("2")])
+    store.close()
+    for sql in ("UPDATE events SET type = 'finished' WHERE seq = 1", "DELETE FROM events WHERE seq = 2"):
+        with pytest.raises(Exception, match="append-only"):
+            store_factory.raw_execute(store.url, sql)
+    reopened = store_factory.reopen(store.url)
+    assert [e.type for e in reopened.read_all()] == ["note", "note"]
+    check_sound(reopened)
+
+
+def test_database_refuses_inserts_that_do_not_extend_the_head(store_factory):
+    store = store_factory()
+    store.append("alice/a", [note("1")])
+    e = next(store.read_all())
+    forged = (
+        "INSERT INTO events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash) "
+        f"VALUES (5, 'alice/a', 2, 'note', '{e.time}', '{{}}', 'x-1', NULL, '{{}}', '{e.hash}', '{'0' * 64}')"
+    )
+    with pytest.raises(Exception, match="only grows at its head"):
+        store_factory.raw_execute(store.url, forged)
+
+
+def test_hand_edit_is_detected_by_verify(store_factory):
+    store = store_factory()
+    store.append("alice/a", [note("one"), note("two"), note("three")])
+    check_sound(store)
+    store_factory.tamper(store.url, 2, '{"text":"TWO"}')
+    report = verify_store(store_factory.reopen(store.url))
+    assert not report.ok
+    assert report.problem.position == 2 and "hash mismatch" in report.problem.reason
+
+
+# -- several real processes ----------------------------------------------------------------
+def test_concurrent_appends_from_processes_leave_no_gap_or_duplicate(store_factory):
+    url = store_factory.new_url()
+    store = store_factory.reopen(url)  # created before the children race to create it
+    writers = [spawn_writer(url, f"w{i}", 30, 3, "free") for i in range(4)]
+    for w in writers:
+        out, err = w.communicate(timeout=240)
+        assert w.returncode == 0, err
+        assert out.count("ack") == 30
+    assert store.head() == 4 * 30 * 3
+    events = list(store.read_all())
+    assert [e.seq for e in events] == list(range(1, 361))
+    assert len({e.id for e in events}) == 360
+    shared = store.read_stream("shared/stream")
+    assert [e.version for e in shared] == list(range(1, 4 * 15 * 3 + 1))
+    # A batch is contiguous in seq: appends from other processes never interleave inside it.
+    batches: dict[tuple[str, int], list[int]] = {}
+    for e in events:
+        batches.setdefault((e.actor["name"], e.data["batch"]), []).append(e.seq)
+    assert len(batches) == 120
+    assert all(seqs == list(range(seqs[0], seqs[0] + 3)) for seqs in batches.values())
+    check_sound(store)
+
+
+def test_optimistic_writers_serialise_through_expected_version(store_factory):
+    url = store_factory.new_url()
+    store = store_factory.reopen(url)
+    writers = [spawn_writer(url, f"o{i}", 25, 1, "optimistic") for i in range(3)]
+    for w in writers:
+        _, err = w.communicate(timeout=240)
+        assert w.returncode == 0, err
+    counter = store.read_stream("shared/counter")
+    assert [e.version for e in counter] == list(range(1, 76))
+    assert sorted(e.data["text"] for e in counter) == sorted(f"o{i}-{n}" for i in range(3) for n in range(25))
+
+
+def test_kill_9_mid_append_loses_nothing_acknowledged(store_factory):
+    url = store_factory.new_url()
+    store_factory.reopen(url)  # the ledger exists before the child starts
+    child = spawn_writer(url, "k", 0, 40, "forever")
+    acked: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 120
+    try:
+        while len(acked) < 15 and time.monotonic() < deadline:
+            line = child.stdout.readline()
+            if not line:
+                break
+            _, n, first, last = line.split()
+            acked.append((int(n), int(first), int(last)))
+        os.kill(child.pid, signal.SIGKILL)  # very likely inside an append by now: it loops on them
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+    assert len(acked) >= 15, child.stderr.read()
+    reopened = store_factory.reopen(url)
+    check_sound(reopened)
+    events = reopened.read_stream("k/own")
+    by_batch: dict[int, list[int]] = {}
+    for e in events:
+        by_batch.setdefault(e.data["batch"], []).append(e.seq)
+    for n, first, last in acked:  # everything acknowledged is there, where it was reported
+        assert by_batch[n] == list(range(first, last + 1))
+    assert all(len(seqs) == 40 for seqs in by_batch.values())  # no batch half-written
+    assert reopened.head() == len(events)
+
+
+# -- snapshots and cursors -----------------------------------------------------------------
+def test_snapshots_are_tied_to_code_version(store_factory):
+    store = store_factory()
+    store.save_snapshot(Snapshot("ledger", "code-a", 10, b"A10"))
+    store.save_snapshot(Snapshot("ledger", "code-a", 20, b"A20"))
+    store.save_snapshot(Snapshot("ledger", "code-b", 30, b"B30"))
+    assert store.load_snapshot("ledger", "code-a").state == b"A20"
+    assert store.load_snapshot("ledger", "code-a", at_most=15).state == b"A10"
+    assert store.load_snapshot("ledger", "code-a", at_most=5) is None
+    assert store.load_snapshot("ledger", "code-c") is None
+
+
+def test_snapshot_from_other_code_is_ignored_by_replay(store_factory):
+    store = store_factory()
+    store.append("alice/a", [NewEvent("submitted", {"spec": {}, "spec_hash": "ab" * 8, "commit": "c1", "path": "jobs/alice/a.yaml"})])
+    store.save_snapshot(Snapshot("ledger", "not-this-code", 1, b"garbage that must not be read"))
+    assert load_state(store).jobs["alice/a"].state == "pending"
+    save_snapshot(store, load_state(store))
+    assert load_state(store).jobs["alice/a"].state == "pending"
+
+
+def test_cursors_only_move_forward(store_factory):
+    store = store_factory()
+    assert store.get_cursor("fanout") == 0
+    store.set_cursor("fanout", 5)
+    store.set_cursor("fanout", 3)
+    assert store.get_cursor("fanout") == 5
+    store.set_cursor("fanout", 9)
+    assert store_factory.reopen(store.url).get_cursor("fanout") == 9
+
+
+def test_position_at_time_and_wait_for_append(store_factory):
+    store = store_factory()
+    store.append("alice/a", [
+        NewEvent("note", {}, time="2026-01-01T00:00:00.000000Z"),
+        NewEvent("note", {}, time="2026-01-02T00:00:00.000000Z"),
+    ])
+    assert store.position_at_time("2025-12-31T00:00:00.000000Z") == 0
+    assert store.position_at_time("2026-01-01T12:00:00.000000Z") == 1
+    assert store.position_at_time("2027-01-01T00:00:00.000000Z") == 2
+    assert store.wait_for_append(2, timeout=0.05) == 2
+    child = spawn_writer(store.url, "late", 1, 1, "free")
+    try:
+        assert store.wait_for_append(2, timeout=120) >= 3
+    finally:
+        child.communicate(timeout=120)
+
+
+def test_fold_and_raw_rows_agree_with_read_all(store_factory):
+    from ledger.events import body_text, dumps, row_hash
+
+    store = store_factory()
+    store.append("alice/a", [note("x", n=1), note("y")])
+    store.append("bob/b", [note("z")])
+    events = list(store.read_all())
+    rows = list(store.raw_rows())
+    assert [r[0] for r in rows] == [1, 2, 3]
+    for e, r in zip(events, rows, strict=True):
+        assert r[5] == dumps(e.actor) and r[8] == dumps(e.data)
+        assert row_hash(r[9], body_text(*r[:10])) == e.hash
+    assert list(store.fold_rows(1, 2)) == [(2, "alice/a", 2, "note", events[1].time, dumps(events[1].data))]
+    assert store.count_since(1) == 2
