@@ -108,64 +108,115 @@ DECLARE
     found_n int;
     found_seqs bigint[];
     seqs bigint[];
-    prevs text[];
-    hashes text[];
+    -- One entry per event of the call (NULL = not inserted: a retried batch), so a single
+    -- INSERT zips them with the p_ arrays at the end: one statement, one trigger run.
+    a_seq bigint[] := '{{}}';
+    a_stream text[] := '{{}}';
+    a_ver bigint[] := '{{}}';
+    a_prev text[] := '{{}}';
+    a_hash text[] := '{{}}';
+    touched text[] := '{{}}';
+    pending boolean := false;
     r record;
 BEGIN
     SELECT h.seq, h.hash INTO h_seq, h_hash FROM {s}.head h FOR UPDATE;
     first_seq := h_seq;
     FOR b IN 1 .. coalesce(array_length(p_streams, 1), 0) LOOP
         n := p_counts[b];
+        IF pending AND p_streams[b] = ANY(touched) THEN
+            -- A stream seen earlier in this call: store what is pending so lookups see it.
+            PERFORM {s}.insert_pending(a_seq, a_stream, a_ver, p_types[1 : off], p_times[1 : off],
+                p_actors[1 : off], p_ids[1 : off], p_causations[1 : off], p_datas[1 : off], a_prev, a_hash);
+            a_seq := array_fill(NULL::bigint, ARRAY[off]);
+            pending := false;
+        END IF;
+        touched := array_append(touched, p_streams[b]);
         SELECT e.version INTO v FROM {s}.events e WHERE e.stream = p_streams[b] ORDER BY e.version DESC LIMIT 1;
         v := coalesce(v, 0);
-        SELECT count(e.seq), array_agg(e.seq ORDER BY x.ord) INTO found_n, found_seqs
-            FROM unnest(p_keyed[off + 1 : off + n]) WITH ORDINALITY AS x(id, ord)
-            JOIN {s}.events e ON e.id = x.id;
+        -- A scalar subquery per id: an index probe each, never a scan of the ledger.
+        SELECT count(f.seq), array_agg(f.seq ORDER BY f.ord) INTO found_n, found_seqs
+            FROM (SELECT x.ord, (SELECT e.seq FROM {s}.events e WHERE e.id = x.id) AS seq
+                  FROM unnest(p_keyed[off + 1 : off + n]) WITH ORDINALITY AS x(id, ord)) f
+            WHERE f.seq IS NOT NULL;
         IF found_n = n AND n > 0 THEN
             duplicate := true; positions := found_seqs; version := v;
             RETURN NEXT;
+            FOR i IN 1 .. n LOOP
+                a_seq := array_append(a_seq, NULL::bigint);
+                a_stream := array_append(a_stream, NULL::text);
+                a_ver := array_append(a_ver, NULL::bigint);
+                a_prev := array_append(a_prev, NULL::text);
+                a_hash := array_append(a_hash, NULL::text);
+            END LOOP;
         ELSIF found_n > 0 OR (p_expected[b] IS NOT NULL AND p_expected[b] <> v) THEN
             RAISE EXCEPTION USING ERRCODE = 'LDG01', MESSAGE = p_streams[b],
                 DETAIL = coalesce(p_expected[b], -1)::text || ' ' || v::text;
         ELSE
-            seqs := '{{}}'; prevs := '{{}}'; hashes := '{{}}';
+            seqs := '{{}}';
             FOR r IN SELECT x.pre, x.post FROM unnest(p_pre[off + 1 : off + n], p_post[off + 1 : off + n])
                     AS x(pre, post) LOOP
                 h_seq := h_seq + 1;
                 v := v + 1;
-                prevs := array_append(prevs, h_hash);
+                a_prev := array_append(a_prev, h_hash);
                 h_hash := encode(sha256(convert_to(
                     h_hash || r.pre || h_hash || '","seq":' || h_seq || r.post || v || '}}', 'UTF8')), 'hex');
                 seqs := array_append(seqs, h_seq);
-                hashes := array_append(hashes, h_hash);
+                a_seq := array_append(a_seq, h_seq);
+                a_stream := array_append(a_stream, p_streams[b]);
+                a_ver := array_append(a_ver, v);
+                a_hash := array_append(a_hash, h_hash);
             END LOOP;
-            INSERT INTO {s}.events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash)
-                SELECT x.seq, p_streams[b], v - n + x.ord, x.type, x.time, x.actor, x.id, x.causation, x.data, x.prev, x.hash
-                FROM unnest(seqs, p_types[off + 1 : off + n], p_times[off + 1 : off + n],
-                            p_actors[off + 1 : off + n], p_ids[off + 1 : off + n],
-                            p_causations[off + 1 : off + n], p_datas[off + 1 : off + n], prevs, hashes)
-                    WITH ORDINALITY AS x(seq, type, time, actor, id, causation, data, prev, hash, ord);
+            pending := pending OR n > 0;
             duplicate := false; positions := seqs; version := v;
             RETURN NEXT;
         END IF;
         off := off + n;
     END LOOP;
+    IF pending THEN
+        PERFORM {s}.insert_pending(a_seq, a_stream, a_ver, p_types, p_times, p_actors, p_ids,
+            p_causations, p_datas, a_prev, a_hash);
+    END IF;
     IF h_seq > first_seq THEN
         UPDATE {s}.head SET seq = h_seq, hash = h_hash;
     END IF;
 END $$;
+CREATE OR REPLACE FUNCTION {s}.insert_pending(
+    a_seq bigint[], a_stream text[], a_ver bigint[], p_types text[], p_times text[], p_actors text[],
+    p_ids text[], p_causations text[], p_datas text[], a_prev text[], a_hash text[]
+) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO {s}.events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash)
+    SELECT x.seq, x.stream, x.ver, x.type, x.time, x.actor, x.id, x.causation, x.data, x.prev, x.hash
+    FROM unnest(a_seq, a_stream, a_ver, p_types, p_times, p_actors, p_ids, p_causations, p_datas, a_prev, a_hash)
+        AS x(seq, stream, ver, type, time, actor, id, causation, data, prev, hash)
+    WHERE x.seq IS NOT NULL
+$$;
 -- Even a writer that bypasses append_batches (psql, another tool) can only extend the
 -- chain: each new row's seq - 1 exists and its hash is the new row's prev_hash, and the
 -- stream's previous version exists before it. With the primary key, seq stays 1..N.
 CREATE OR REPLACE FUNCTION {s}.check_growth() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    -- Inside the batch, each row is checked against the row before it (window functions);
+    -- only the batch's first row, and each stream's first row, probe the stored ledger, by
+    -- scalar subqueries (an index probe each, whatever the planner guesses about new_rows).
     IF EXISTS (
-        SELECT 1 FROM new_rows n
-        LEFT JOIN {s}.events p ON p.seq = n.seq - 1
-        LEFT JOIN {s}.events sv ON sv.stream = n.stream AND sv.version = n.version - 1
-        WHERE (n.seq = 1 AND n.prev_hash <> '{genesis}')
-           OR (n.seq > 1 AND (p.seq IS NULL OR p.hash <> n.prev_hash))
-           OR (n.version > 1 AND (sv.seq IS NULL OR sv.seq > n.seq))
+        SELECT 1 FROM (
+            SELECT seq, stream, version, prev_hash,
+                   lag(seq) OVER w AS p_seq, lag(hash) OVER w AS p_hash,
+                   lag(version) OVER ws AS p_ver
+            FROM new_rows
+            WINDOW w AS (ORDER BY seq), ws AS (PARTITION BY stream ORDER BY seq)
+        ) n
+        WHERE CASE
+                WHEN n.p_seq IS NOT NULL THEN n.p_seq <> n.seq - 1 OR n.p_hash <> n.prev_hash
+                WHEN n.seq = 1 THEN n.prev_hash <> '{genesis}'
+                ELSE n.prev_hash IS DISTINCT FROM (SELECT p.hash FROM {s}.events p WHERE p.seq = n.seq - 1)
+              END
+           OR CASE
+                WHEN n.p_ver IS NOT NULL THEN n.p_ver <> n.version - 1
+                WHEN n.version = 1 THEN false
+                ELSE coalesce((SELECT sv.seq FROM {s}.events sv
+                               WHERE sv.stream = n.stream AND sv.version = n.version - 1), n.seq) >= n.seq
+              END
     ) THEN
         RAISE EXCEPTION 'the ledger only grows at its head: seq, version or prev_hash out of order'
             USING ERRCODE = 'LDG02';
