@@ -51,7 +51,23 @@ def test_a_raw_insert_can_only_extend_the_chain_at_its_head(pg):
         for row in bad_rows:
             with pytest.raises(psycopg.Error, match="only grows at its head"):
                 conn.execute(f'INSERT INTO "{pg.schema}".events ({cols}) VALUES ({", ".join(["%s"] * 11)})', row)
-    assert pg.head() == 3
+        # Several rows at once: each is checked against the row before it in the batch.
+        first = (4, "a/a", 4, "note", "t", "{}", "id-ok", None, "{}", last[10], "h4")
+        for second in [
+            (5, "a/a", 5, "note", "t", "{}", "id-2", None, "{}", "not-h4", "h5"),  # broken link
+            (6, "a/a", 5, "note", "t", "{}", "id-2", None, "{}", "h4", "h5"),  # gap inside the batch
+            (5, "a/a", 7, "note", "t", "{}", "id-2", None, "{}", "h4", "h5"),  # version jump
+        ]:
+            with pytest.raises(psycopg.Error, match="only grows at its head"):
+                conn.execute(
+                    f'INSERT INTO "{pg.schema}".events ({cols}) VALUES ({", ".join(["%s"] * 11)}), ({", ".join(["%s"] * 11)})',
+                    first + second,
+                )
+    assert pg.head() == 3 and chain_rows(pg) == 3
+
+
+def chain_rows(store) -> int:
+    return sum(1 for _ in store.raw_rows(0))
 
 
 def test_the_writer_role_appends_but_holds_no_update_or_delete_privilege(pg):
