@@ -19,7 +19,9 @@ differ), this host's for SQLite (one host by nature).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -47,6 +49,8 @@ class Leases(Protocol):
 
     def all(self) -> list[Lease]: ...
 
+    def close(self) -> None: ...
+
 
 def _check(holder: str, ttl: float | None = None) -> None:
     if not holder:
@@ -58,8 +62,13 @@ def _check(holder: str, ttl: float | None = None) -> None:
 class PostgresLeases:
     """Leases in the `leases` table of a PostgresStore's schema, judged by the server clock."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store, *, owns_store: bool = False) -> None:
         self.store = store
+        self._owns = owns_store
+
+    def close(self) -> None:
+        if self._owns:
+            self.store.close()
 
     def acquire(self, name: str, holder: str, ttl: float) -> bool:
         _check(holder, ttl)
@@ -118,8 +127,9 @@ CREATE TABLE IF NOT EXISTS leases (
 class SQLiteLeases:
     """Leases in a `leases` table of the SQLite ledger file, on a connection of their own."""
 
-    def __init__(self, store, *, clock=time.time) -> None:
+    def __init__(self, store, *, clock=time.time, owns_store: bool = False) -> None:
         self.path = store.path
+        self._store = store if owns_store else None
         self.clock = clock
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout = 30000")
@@ -176,16 +186,124 @@ class SQLiteLeases:
 
     def close(self) -> None:
         self._db.close()
+        if self._store is not None:
+            self._store.close()
 
 
-def leases_for(store) -> Leases:
+def open_leases(url: str) -> Leases:
+    """Leases of the ledger at `url` on a connection of their own; `close()` when done."""
+    from ledger.store import open_store
+
+    store = open_store(url)
+    try:
+        return leases_for(store, owns_store=True)
+    except BaseException:
+        store.close()
+        raise
+
+
+def leases_for(store, *, owns_store: bool = False) -> Leases:
     """The lease table that lives beside `store`'s events (PostgreSQL or SQLite)."""
     from ledger.store.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        return SQLiteLeases(store)
+        return SQLiteLeases(store, owns_store=owns_store)
     from ledger.store.postgres import PostgresStore  # psycopg only when PostgreSQL is used
 
     if isinstance(store, PostgresStore):
-        return PostgresLeases(store)
+        return PostgresLeases(store, owns_store=owns_store)
     raise StoreError(f"no leases for store {type(store).__name__}")
+
+
+class LeaseKeeper:
+    """Keeps one holder's leases alive: `claim` takes a lease, a thread renews every claimed
+    lease each ttl/3, `holds` says whether acting on it is still safe, `release` gives it up.
+
+    `holds` is judged conservatively on this host's monotonic clock: a lease counts as held
+    only until ttl minus a margin after the start of the last successful acquire or renew
+    request, so a holder cut off from the database stops acting before anyone else can take
+    the lease over. Appends with expected versions remain the fence for a write in flight.
+
+    A reconciler uses it as: `if keeper.claim(f"job:{job_id}"): act ...`; and after the
+    action, or when the job is done, `keeper.release(...)`. A dead reconciler's jobs are
+    claimable by the others at most `ttl` after its last renewal.
+    """
+
+    def __init__(self, leases_factory, holder: str, ttl: float = 15.0, *, margin: float | None = None) -> None:
+        _check(holder, ttl)
+        self.holder = holder
+        self.ttl = ttl
+        self.margin = margin if margin is not None else ttl / 5
+        self._factory = leases_factory
+        self._leases = leases_factory()  # for claim/release (the caller's thread)
+        self._held: dict[str, float] = {}  # name -> monotonic deadline
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, name=f"leases-{holder}", daemon=True)
+        self._thread.start()
+
+    def claim(self, name: str) -> bool:
+        started = time.monotonic()
+        with self._lock:
+            ok = self._leases.acquire(name, self.holder, self.ttl)
+            if ok:
+                self._held[name] = started + self.ttl - self.margin
+            else:
+                self._held.pop(name, None)
+            return ok
+
+    def holds(self, name: str) -> bool:
+        with self._lock:
+            deadline = self._held.get(name)
+        return deadline is not None and time.monotonic() < deadline
+
+    def held(self) -> list[str]:
+        now_ = time.monotonic()
+        with self._lock:
+            return sorted(n for n, d in self._held.items() if d > now_)
+
+    def release(self, name: str) -> None:
+        with self._lock:
+            self._held.pop(name, None)
+            self._leases.release(name, self.holder)
+
+    def _renew_loop(self) -> None:
+        leases = None
+        try:
+            while not self._stop.wait(self.ttl / 3):
+                with self._lock:
+                    names = list(self._held)
+                if leases is None:
+                    try:
+                        leases = self._factory()
+                    except Exception:  # unreachable for now: deadlines run out meanwhile
+                        continue
+                for name in names:
+                    started = time.monotonic()
+                    try:
+                        ok = leases.renew(name, self.holder, self.ttl)
+                    except Exception:  # the database is unreachable: the deadline runs out
+                        continue
+                    with self._lock:
+                        if name not in self._held:
+                            continue
+                        if ok:
+                            self._held[name] = started + self.ttl - self.margin
+                        else:
+                            del self._held[name]  # lost (expired and taken): stop acting on it
+        finally:
+            close = getattr(leases, "close", None)
+            if close is not None:
+                close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.ttl)
+        with self._lock:
+            for name in list(self._held):
+                with contextlib.suppress(Exception):  # unreachable: it expires by itself
+                    self._leases.release(name, self.holder)
+            self._held.clear()
+        close = getattr(self._leases, "close", None)
+        if close is not None:
+            close()
