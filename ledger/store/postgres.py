@@ -125,8 +125,12 @@ BEGIN
         n := p_counts[b];
         IF pending AND p_streams[b] = ANY(touched) THEN
             -- A stream seen earlier in this call: store what is pending so lookups see it.
-            PERFORM {s}.insert_pending(a_seq, a_stream, a_ver, p_types[1 : off], p_times[1 : off],
-                p_actors[1 : off], p_ids[1 : off], p_causations[1 : off], p_datas[1 : off], a_prev, a_hash);
+            INSERT INTO {s}.events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash)
+            SELECT x.seq, x.stream, x.ver, x.type, x.time, x.actor, x.id, x.causation, x.data, x.prev, x.hash
+            FROM unnest(a_seq, a_stream, a_ver, p_types[1 : off], p_times[1 : off], p_actors[1 : off],
+                        p_ids[1 : off], p_causations[1 : off], p_datas[1 : off], a_prev, a_hash)
+                AS x(seq, stream, ver, type, time, actor, id, causation, data, prev, hash)
+            WHERE x.seq IS NOT NULL;
             a_seq := array_fill(NULL::bigint, ARRAY[off]);
             pending := false;
         END IF;
@@ -173,23 +177,17 @@ BEGIN
         off := off + n;
     END LOOP;
     IF pending THEN
-        PERFORM {s}.insert_pending(a_seq, a_stream, a_ver, p_types, p_times, p_actors, p_ids,
-            p_causations, p_datas, a_prev, a_hash);
+        -- Inline, not in an SQL function: PL/pgSQL keeps this statement's plan across calls.
+        INSERT INTO {s}.events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash)
+        SELECT x.seq, x.stream, x.ver, x.type, x.time, x.actor, x.id, x.causation, x.data, x.prev, x.hash
+        FROM unnest(a_seq, a_stream, a_ver, p_types, p_times, p_actors, p_ids, p_causations, p_datas, a_prev, a_hash)
+            AS x(seq, stream, ver, type, time, actor, id, causation, data, prev, hash)
+        WHERE x.seq IS NOT NULL;
     END IF;
     IF h_seq > first_seq THEN
         UPDATE {s}.head SET seq = h_seq, hash = h_hash;
     END IF;
 END $$;
-CREATE OR REPLACE FUNCTION {s}.insert_pending(
-    a_seq bigint[], a_stream text[], a_ver bigint[], p_types text[], p_times text[], p_actors text[],
-    p_ids text[], p_causations text[], p_datas text[], a_prev text[], a_hash text[]
-) RETURNS void LANGUAGE sql AS $$
-    INSERT INTO {s}.events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash)
-    SELECT x.seq, x.stream, x.ver, x.type, x.time, x.actor, x.id, x.causation, x.data, x.prev, x.hash
-    FROM unnest(a_seq, a_stream, a_ver, p_types, p_times, p_actors, p_ids, p_causations, p_datas, a_prev, a_hash)
-        AS x(seq, stream, ver, type, time, actor, id, causation, data, prev, hash)
-    WHERE x.seq IS NOT NULL
-$$;
 -- Even a writer that bypasses append_batches (psql, another tool) can only extend the
 -- chain: each new row's seq - 1 exists and its hash is the new row's prev_hash, and the
 -- stream's previous version exists before it. With the primary key, seq stays 1..N.
