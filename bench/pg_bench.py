@@ -116,13 +116,26 @@ def ours_single(url: str, stream: str, count: int) -> None:
 def writers_at_once(fn, url: str, tag: str, writers: int) -> tuple[float, float]:
     fn(url, f"bench/{tag}-warmup", 1)  # tables exist before the writers race (and are warm)
     per = SINGLE // writers
-    threads = [threading.Thread(target=fn, args=(url, f"bench/{tag}-{w}", per)) for w in range(writers)]
+    done: list[int] = []
+    errors: list[BaseException] = []
+
+    def writer(stream: str) -> None:
+        try:
+            fn(url, stream, per)
+            done.append(per)
+        except BaseException as exc:  # a figure from writers that died would be a lie
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(f"bench/{tag}-{w}",)) for w in range(writers)]
     w0, c0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return time.perf_counter() - w0, time.process_time() - c0
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    if errors or sum(done) != per * writers:
+        raise RuntimeError(f"a writer failed: {errors[0]!r}" if errors else "a writer stopped early")
+    return wall, cpu
 
 
 def ours_replay(url: str) -> tuple[float, float, int]:
@@ -148,7 +161,7 @@ def ours_scan(url: str) -> tuple[float, float, int]:
 
 
 # -- eventsourcing, same server, same data -------------------------------------------------
-def es_recorder(url: str, schema: str):
+def es_recorder(url: str, schema: str, *, create: bool = True):
     from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
     parts = urlsplit(url)
@@ -160,7 +173,8 @@ def es_recorder(url: str, schema: str):
         originator_id_type="text",
     )
     recorder = PostgresApplicationRecorder(datastore)
-    recorder.create_table()
+    if create:  # not from racing threads: concurrent CREATE OR REPLACE FUNCTION fails
+        recorder.create_table()
     return recorder
 
 
@@ -186,7 +200,7 @@ def es_fill(url: str, schema: str, data) -> tuple[float, float]:
 
 def es_single_fn(schema: str):
     def single(url: str, stream: str, count: int) -> None:
-        recorder = es_recorder(url, schema)
+        recorder = es_recorder(url, schema, create=stream.endswith("-warmup"))
         who = actor("reconciler", "bench")
         for n in range(count):
             recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
