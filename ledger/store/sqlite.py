@@ -95,7 +95,7 @@ class SQLiteStore:
             # batched appends. No mmap: it made a full scan count the whole file in RSS and
             # bought nothing measurable for sequential reads.
             self._db.execute("PRAGMA cache_size = -65536")
-            self._init_schema()
+            self._init_schema(create)
         except sqlite3.DatabaseError as exc:
             with contextlib.suppress(Exception):
                 self._db.close()
@@ -105,7 +105,7 @@ class SQLiteStore:
             ) from exc
 
     # -- set-up ---------------------------------------------------------------------------
-    def _init_schema(self) -> None:
+    def _init_schema(self, create: bool) -> None:
         row = None
         with contextlib.suppress(sqlite3.OperationalError):  # a new file: no meta table yet
             row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
@@ -121,6 +121,12 @@ class SQLiteStore:
                     hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
                 )
             return
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables - {"meta", "events", "snapshots", "cursors"}:
+            raise StoreError(f"{self.path} is an SQLite database but not a tpu-ledger ledger",
+                             hint="point --store / LEDGER_STORE at a ledger file")
+        if not create and not tables:
+            raise StoreError(f"no ledger at {self.path} (an empty file)", hint="check --store / LEDGER_STORE")
         # executescript runs its own statements; the script is one transaction, and
         # IF NOT EXISTS makes two processes creating the same file at once harmless.
         self._db.executescript(
