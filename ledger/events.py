@@ -6,6 +6,7 @@ encoding chained to the event before it, so any edit anywhere is detectable.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -86,13 +87,23 @@ def _uuid_text(h: str, version: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{version}{h[13:16]}-{_VARIANT[int(h[16], 16)]}{h[17:20]}-{h[20:32]}"
 
 
+@functools.lru_cache(maxsize=65536)
+def _stream_prefix(stream: str) -> str:
+    return hashlib.sha256(stream.encode()).hexdigest()[:8]
+
+
+# Ids start with 4 bytes of the stream's hash, then 12 of the key's (or random) bytes: the
+# events of one stream sit together in the id index, so a batch touches a few index pages
+# instead of one per event (a 1M-event ledger's id index no longer thrashes on appends).
 def event_id(stream: str, key: str) -> str:
     """A deterministic id from an idempotency key: retrying an append stores nothing twice."""
-    return _uuid_text(hashlib.sha256(f"{stream}\x00{key}".encode()).hexdigest(), "5")
+    digest = hashlib.sha256(f"{stream}\x00{key}".encode()).hexdigest()
+    return _uuid_text(_stream_prefix(stream) + digest[:24], "5")
 
 
-def random_id() -> str:
-    return _uuid_text(os.urandom(16).hex(), "4")
+def random_id(stream: str | None = None) -> str:
+    raw = os.urandom(16).hex()
+    return _uuid_text((_stream_prefix(stream) + raw[:24]) if stream is not None else raw, "4")
 
 
 def dumps(value: Any) -> str:
@@ -142,7 +153,7 @@ class NewEvent:
     time: str | None = None  # ISO UTC; None = now
 
     def resolve_id(self, stream: str) -> str:
-        return event_id(stream, self.key) if self.key is not None else random_id()
+        return event_id(stream, self.key) if self.key is not None else random_id(stream)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,317 @@
+"""Ledger benchmark: tpu-ledger's SQLite store against the `eventsourcing` library (9.x,
+SQLite) on the same data, in the same run.
+
+    python bench/ledger_bench.py                         # 200k events, 2k jobs, 3 runs
+    python bench/ledger_bench.py --events 1000000 --jobs 10000 --runs 3 --json
+
+Measured (medians over --runs; wall time, with CPU time beside it since the machine may be
+shared): durable single-event append (synchronous=FULL, and NORMAL for comparison), batched
+append, full replay without snapshot, snapshot + 1,000-event tail, inspect of one job,
+verify, and peak RSS of a full replay (in a child process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from workload import workload  # noqa: E402
+
+from ledger import fold  # noqa: E402
+from ledger.events import NewEvent, actor, dumps  # noqa: E402
+from ledger.replay import load_state, save_snapshot  # noqa: E402
+from ledger.store.sqlite import SQLiteStore  # noqa: E402
+from ledger.verify import verify_store  # noqa: E402
+
+TARGETS = {  # from issue 2
+    "single_append_full_per_s": (">=", 5000), "batched_append_per_s": (">=", 100_000),
+    "replay_full_s": ("<=", 3.0), "replay_snapshot_tail_s": ("<=", 0.1),
+    "inspect_s": ("<=", 0.010), "verify_s": ("<=", 5.0),
+}
+SINGLE = 2000  # single-event appends per run
+JOBS_PER_TX = 100  # batched append: this many jobs' events per transaction
+
+
+def timed(fn):
+    w, c = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - w, time.process_time() - c, result
+
+
+def fresh(path: Path) -> Path:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return path
+
+
+# -- tpu-ledger --------------------------------------------------------------------------
+def ours_fill(path: Path, data) -> tuple[float, float]:
+    store = SQLiteStore(fresh(path))
+
+    def go():
+        for i in range(0, len(data), JOBS_PER_TX):
+            store.append_many([(job, events, 0) for job, events in data[i:i + JOBS_PER_TX]])
+
+    wall, cpu, _ = timed(go)
+    store.close()
+    return wall, cpu
+
+
+def ours_single(path: Path, synchronous: str, run: int) -> tuple[float, float]:
+    store = SQLiteStore(path, synchronous=synchronous)
+    who = actor("reconciler", "bench")
+    stream = f"bench/single-{synchronous}-{run}"
+
+    def go():
+        for n in range(SINGLE):
+            store.append(stream, [NewEvent("note", {"text": f"tick {n}"}, who, key=str(n))], expected_version=n)
+
+    wall, cpu, _ = timed(go)
+    store.close()
+    return wall, cpu
+
+
+def replay_child(path: str, engine: str) -> None:
+    """Run in a child: one full replay, then print its time and the process's peak RSS."""
+    base = peak_rss_mb()
+    if engine == "ours":
+        store = SQLiteStore(path)
+        wall, cpu, state = timed(lambda: load_state(store, use_snapshot=False))
+    else:
+        recorder = es_recorder(path)
+        wall, cpu, state = timed(lambda: es_replay(recorder))
+    print(json.dumps({"wall": wall, "cpu": cpu, "jobs": len(state.jobs),
+                      "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS. Not ru_maxrss: Linux carries it across exec from the parent."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def in_child(path: Path, engine: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--replay-child", str(path), engine],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout)
+
+
+# -- eventsourcing, same data ------------------------------------------------------------
+def es_recorder(path: str):
+    from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+    datastore = SQLiteDatastore(str(path), originator_id_type="text")
+    recorder = SQLiteApplicationRecorder(datastore)
+    recorder.create_table()
+    return recorder
+
+
+def es_stored(job: str, version: int, event: NewEvent):
+    from eventsourcing.persistence import StoredEvent
+
+    state = dumps({"time": event.time, "actor": event.actor, "data": event.data}).encode()
+    return StoredEvent(originator_id=job, originator_version=version, topic=event.type, state=state)
+
+
+def es_fill(path: Path, data) -> tuple[float, float]:
+    recorder = es_recorder(str(fresh(path)))
+
+    def go():
+        for i in range(0, len(data), JOBS_PER_TX):
+            recorder.insert_events([es_stored(job, v, e) for job, events in data[i:i + JOBS_PER_TX]
+                                    for v, e in enumerate(events, 1)])
+
+    wall, cpu, _ = timed(go)
+    recorder.datastore.close()
+    return wall, cpu
+
+
+def es_single(path: Path, run: int) -> tuple[float, float]:
+    recorder = es_recorder(str(path))
+    who = actor("reconciler", "bench")
+    stream = f"bench/single-{run}"
+
+    def go():
+        for n in range(SINGLE):
+            recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
+
+    wall, cpu, _ = timed(go)
+    recorder.datastore.close()
+    return wall, cpu
+
+
+def es_replay(recorder) -> fold.LedgerState:
+    state = fold.LedgerState()
+    loads = json.loads
+    start = 1
+    while True:
+        page = recorder.select_notifications(start, 10_000)
+        if not page:
+            return state
+        for n in page:
+            body = loads(n.state)
+            fold.apply(state, n.originator_id, n.topic, body["data"], time=body["time"], seq=n.id,
+                       version=n.originator_version)
+        start = page[-1].id + 1
+
+
+# -- the run -----------------------------------------------------------------------------
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
+    data = list(workload(events, jobs))
+    total = sum(len(e) for _, e in data)
+    ours_db, es_db = workdir / "ours.db", workdir / "es.db"
+    m: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        m.setdefault(name, []).append(value)
+
+    for r in range(runs):
+        progress(f"run {r + 1}/{runs}: batched append")
+        wall, cpu = ours_fill(ours_db, data)
+        add("batched_append_per_s", total / wall)
+        add("batched_append_cpu_per_s", total / cpu)
+        wall, _ = es_fill(es_db, data)
+        add("es_batched_append_per_s", total / wall)
+
+        progress(f"run {r + 1}/{runs}: single appends")
+        for sync in ("FULL", "NORMAL"):
+            wall, cpu = ours_single(ours_db, sync, r)
+            add(f"single_append_{sync.lower()}_per_s", SINGLE / wall)
+        wall, _ = es_single(es_db, r)
+        add("es_single_append_per_s", SINGLE / wall)
+
+        progress(f"run {r + 1}/{runs}: replay")
+        store = SQLiteStore(ours_db)
+        child = in_child(ours_db, "ours")
+        add("replay_full_s", child["wall"])
+        add("replay_full_cpu_s", child["cpu"])
+        add("replay_peak_rss_mb", child["peak_rss_mb"])
+        add("replay_base_rss_mb", child["base_rss_mb"])
+        es_child = in_child(es_db, "es")
+        add("es_replay_full_s", es_child["wall"])
+        add("es_replay_peak_rss_mb", es_child["peak_rss_mb"])
+
+        head = store.head()
+        save_snapshot(store, load_state(store, until=head - 1000, use_snapshot=False))
+        wall, cpu, state = timed(lambda store=store: load_state(store))
+        assert state.position == head
+        add("replay_snapshot_tail_s", wall)
+        add("replay_snapshot_tail_cpu_s", cpu)
+
+        job = data[len(data) // 2][0]
+
+        def inspect(store=store, job=job):
+            from ledger.commands.inspect import summarize
+
+            return [(e.time, e.type, e.actor, summarize(e.type, e.data)) for e in store.read_stream(job)]
+
+        add("inspect_s", median([timed(inspect)[0] for _ in range(20)]))
+        recorder = es_recorder(str(es_db))
+        add("es_inspect_s", median([timed(lambda recorder=recorder, job=job: recorder.select_events(job))[0] for _ in range(20)]))
+        recorder.datastore.close()
+
+        progress(f"run {r + 1}/{runs}: verify")
+        wall, cpu, report = timed(lambda store=store: verify_store(store))
+        assert report.ok, report.problem
+        add("verify_s", wall)
+        add("verify_cpu_s", cpu)
+        store.close()
+
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores, {sys.platform}, Python {sys.version.split()[0]}, load {os.getloadavg()[0]:.1f}",
+        "events": total, "jobs": jobs, "runs": runs,
+        "medians": {k: median(v) for k, v in m.items()},
+        "all": m,
+        "targets": {k: {"op": op, "target": t, "met": (median(m[k]) >= t) if op == ">=" else (median(m[k]) <= t)}
+                    for k, (op, t) in TARGETS.items()},
+    }
+    return result
+
+
+ROWS = [  # label, ours key, eventsourcing key, format
+    ("single append, durable (FULL), events/s", "single_append_full_per_s", "es_single_append_per_s", "{:,.0f}"),
+    ("single append, synchronous=NORMAL, events/s", "single_append_normal_per_s", None, "{:,.0f}"),
+    ("batched append, events/s", "batched_append_per_s", "es_batched_append_per_s", "{:,.0f}"),
+    ("batched append, events per CPU-s", "batched_append_cpu_per_s", None, "{:,.0f}"),
+    ("full replay, s", "replay_full_s", "es_replay_full_s", "{:.2f}"),
+    ("full replay, CPU s", "replay_full_cpu_s", None, "{:.2f}"),
+    ("snapshot + 1,000-event tail, ms", "replay_snapshot_tail_s", None, "ms"),
+    ("snapshot + tail, CPU ms", "replay_snapshot_tail_cpu_s", None, "ms"),
+    ("inspect one job, ms", "inspect_s", "es_inspect_s", "ms"),
+    ("verify, s", "verify_s", None, "{:.2f}"),
+    ("verify, CPU s", "verify_cpu_s", None, "{:.2f}"),
+    ("peak RSS of full replay, MB", "replay_peak_rss_mb", "es_replay_peak_rss_mb", "{:.0f}"),
+    ("  (RSS before the replay, MB)", "replay_base_rss_mb", None, "{:.0f}"),
+]
+
+
+def fmt(value: float | None, spec: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value * 1000:.1f}" if spec == "ms" else spec.format(value)
+
+
+def print_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    med = result["medians"]
+    table = Table(title=f"{result['events']:,} events, {result['jobs']:,} jobs, median of {result['runs']} run(s); {result['machine']}")
+    for col in ("measure", "tpu-ledger", "eventsourcing 9.x", "target"):
+        table.add_column(col, justify="left" if col == "measure" else "right")
+    for label, ours, es, spec in ROWS:
+        target = result["targets"].get(ours)
+        tgt = "" if target is None else f"{target['op']} {fmt(target['target'], spec)} {'met' if target['met'] else 'MISSED'}"
+        table.add_row(label, fmt(med.get(ours), spec), fmt(med.get(es), spec) if es else "n/a", tgt)
+    Console(width=140).print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=200_000, help="events in the ledger (default 200,000)")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs they are spread over (default events/100)")
+    parser.add_argument("--runs", type=int, default=3, help="runs; medians are reported (default 3)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--dir", type=Path, default=None, help="where the databases go (default: a temporary folder)")
+    parser.add_argument("--replay-child", nargs=2, metavar=("PATH", "ENGINE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.replay_child:
+        replay_child(*args.replay_child)
+        return
+    jobs = args.jobs or max(1, args.events // 100)
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        result = run(args.events, jobs, args.runs, Path(tmp), progress)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_table(result)
+
+
+if __name__ == "__main__":
+    main()
