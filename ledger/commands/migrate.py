@@ -131,6 +131,7 @@ def migrate_command(source_url: str, dest_url: str, batch: int, as_json: bool) -
     Example: move the embedded ledger to a shared PostgreSQL server
       ledger migrate --from sqlite:///var/lib/tpu-ledger/ledger.db \\
                      --to postgresql://ledger@db.internal/ledger
+
     Then point every watcher and reconciler at it (LEDGER_STORE=postgresql://...).
 
     Events are copied as sealed envelopes (same seq, ids, times and hashes). An interrupted

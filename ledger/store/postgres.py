@@ -10,8 +10,11 @@ Same contract as the SQLite store (ledger/store/base.py). How each guarantee is 
   Paged reads (`seq > after ORDER BY seq LIMIT n`) never miss a late event below a page.
 - Append-only: triggers refuse UPDATE, DELETE and TRUNCATE on `events`, and the role
   `ledger_writer` (created when the connecting user may) holds SELECT/INSERT only on it.
-- One round trip to lock and read (pipeline mode: the second statement takes its snapshot
-  after the first got the lock), one to insert, move the head and commit.
+- The chain only grows at its head, even for a writer that bypasses this code: an AFTER
+  INSERT statement trigger checks each new row against the one before it.
+- One round trip per append: `append_batches()` (PL/pgSQL) locks the head, checks versions
+  and idempotency keys, chains (SHA-256 over the canonical JSON the client escaped, so the
+  hash is byte for byte ledger.events'), inserts and moves the head, in autocommit.
 - LISTEN/NOTIFY: a trigger on `head` notifies `<schema>_appended` with the new head seq, so
   `wait_for_append` sleeps until a commit instead of polling.
 
