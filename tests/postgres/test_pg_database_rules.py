@@ -112,3 +112,26 @@ def test_errors_are_one_line_without_a_password():
     assert "s3cret" not in str(info.value) and "cannot connect" in str(info.value)
     with pytest.raises(StoreError, match="schema name"):
         PostgresStore("postgresql://127.0.0.1/x?schema=Robert'); DROP")
+
+
+def test_wait_for_append_sleeps_on_listen_instead_of_polling(pg, pg_url):
+    import threading
+    import time
+
+    reads = []
+    head = pg.head
+    pg.head = lambda: reads.append(1) or head()  # count the head reads while waiting
+    assert pg.wait_for_append(3, timeout=1.0) == 3
+    assert len(reads) <= 3  # a poller would have read the head dozens of times in 1 s
+
+    reads.clear()
+    writer = open_store(pg_url)
+    timer = threading.Timer(0.5, lambda: writer.append("a/a", [NewEvent("note", {})]))
+    started = time.monotonic()
+    timer.start()
+    try:
+        assert pg.wait_for_append(3, timeout=30) == 4
+    finally:
+        timer.join()
+        writer.close()
+    assert time.monotonic() - started < 10 and len(reads) <= 4  # woken by the NOTIFY
