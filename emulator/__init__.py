@@ -1,1 +1,16 @@
-"""A local emulator of the Cloud TPU API (google.cloud.tpu.v2) with real SSH hosts."""
+"""A local emulator of the Cloud TPU API (google.cloud.tpu.v2) with real SSH hosts.
+
+    from emulator import Emulator
+    with Emulator(state_dir=tmp) as emu:
+        emu.endpoint      # "127.0.0.1:PORT" for LEDGER_TPU_ENDPOINT
+        emu.preempt("my-node")
+
+See docs in `emulator/core.py` (Emulator), `emulator/cloud.py` (behaviour, faults) and
+`emulator/control.py` (the HTTP control API used by `ledger emulator ...`).
+"""
+
+from emulator.cloud import ApiError, Timings
+from emulator.control import ControlClient, ControlError
+from emulator.core import Emulator
+
+__all__ = ["ApiError", "ControlClient", "ControlError", "Emulator", "Timings"]

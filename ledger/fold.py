@@ -51,7 +51,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     "started": frozenset({READY, SETTING_UP, RECOVERING, FAILED}),
     "preempted": frozenset({PROVISIONED, SETTING_UP, READY, RUNNING, PROVISIONING, RECOVERING, CANCELLING}),
     "failed": _ANY_LIVE,
-    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY}),
+    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FAILED_FINAL}),
     "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED}),
     "finished": frozenset({RUNNING}),
     "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
@@ -81,6 +81,12 @@ class JobState:
     cancel_requested: bool = False
     pending_action: dict[str, Any] | None = None  # an intent whose outcome is not recorded yet
     recovery: dict[str, Any] | None = None  # the decided rule while recovering
+    run_spec_hash: str = ""  # the spec the running attempt was started with
+    queued_count: int = 0  # consecutive `queued` events: the retry backoff grows with it
+    submitted_seq: int = 0  # queue order among equals in a shared-TPU pool
+    priority: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)  # every failed attempt, in order
+    released: list[list[str]] = field(default_factory=list)  # [tpu name, time] of the latest releases
     version: int = 0  # stream version this state reflects
     position: int = 0  # global seq this state reflects
     anomalies: list[dict[str, Any]] = field(default_factory=list)
@@ -116,6 +122,11 @@ def evolve(job: JobState, type_: str, data: Mapping[str, Any], *, time: str = ""
     handler = _HANDLERS.get(type_)
     if handler is not None:
         handler(nxt, data)
+    if type_ == "submitted":
+        nxt.submitted_seq = seq
+    elif type_ == "released" and isinstance(data.get("tpu"), dict):
+        # Kept so a node that was ours moments ago is not mistaken for an orphan.
+        nxt.released = [*job.released[-4:], [data["tpu"].get("name", ""), time]]
     if time:
         nxt.times[type_] = time
     nxt.version = version or job.version + 1
@@ -140,6 +151,12 @@ def _submitted(j: JobState, d: Mapping[str, Any]) -> None:
     j.cancel_requested = False
     j.recovery = None
     j.queued_reason = ""
+    j.queued_count = 0
+    j.run_spec_hash = ""
+    j.failures = []
+    j.submitted_seq = 0
+    job = j.spec.get("job") or {}
+    j.priority = int(j.spec.get("priority", job.get("priority", 0)) or 0)
 
 
 def _rejected(j: JobState, d: Mapping[str, Any]) -> None:
@@ -165,6 +182,7 @@ def _queued(j: JobState, d: Mapping[str, Any]) -> None:
     if j.state != CANCELLING:
         j.state = QUEUED
     j.queued_reason = d.get("reason", "")
+    j.queued_count += 1
 
 
 def _provisioning(j: JobState, d: Mapping[str, Any]) -> None:
@@ -180,6 +198,7 @@ def _provisioned(j: JobState, d: Mapping[str, Any]) -> None:
         j.state = PROVISIONED
     j.tpu = d.get("tpu", j.tpu)
     j.hosts = list(d.get("hosts", []))
+    j.queued_count = 0
 
 
 def _provision_failed(j: JobState, d: Mapping[str, Any]) -> None:
@@ -200,24 +219,29 @@ def _setup_done(j: JobState, d: Mapping[str, Any]) -> None:
 
 def _setup_failed(j: JobState, d: Mapping[str, Any]) -> None:
     j.last_error = {"kind": "setup", **{k: d[k] for k in ("module", "worker", "reason") if k in d}}
+    j.failures = [*j.failures, {"kind": "setup", "attempt": j.attempt}]
     if j.state != CANCELLING:
-        j.state = FAILED_FINAL if d.get("final", True) else FAILED
+        j.state = FAILED_FINAL if d.get("final", False) else FAILED
 
 
 def _started(j: JobState, d: Mapping[str, Any]) -> None:
     if j.state != CANCELLING:
         j.state = RUNNING
     j.recovery = None
+    j.run_spec_hash = d.get("spec_hash", j.spec_hash)
 
 
 def _preempted(j: JobState, d: Mapping[str, Any]) -> None:
     j.last_error = {"kind": "preempted", "message": d.get("reason", ""), "tpu_state": d.get("tpu_state", "")}
+    j.failures = [*j.failures, {"kind": "preempted", "attempt": j.attempt}]
     if j.state != CANCELLING:
         j.state = PREEMPTED
 
 
 def _failed(j: JobState, d: Mapping[str, Any]) -> None:
     j.last_error = {k: d[k] for k in ("kind", "message", "exit_code", "worker") if k in d}
+    if not d.get("final") or d.get("kind") not in ("pass", "exhausted"):
+        j.failures = [*j.failures, {"kind": d.get("kind", ""), "attempt": j.attempt}]
     if d.get("final"):
         j.state = FAILED_FINAL
     elif j.state != CANCELLING:

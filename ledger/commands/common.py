@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -27,3 +29,28 @@ def console():
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
+
+
+def topic_option(func):
+    """`--topic`: fan every appended event out over Pub/Sub while this command runs."""
+    return click.option(
+        "--topic", envvar="LEDGER_PUBSUB_TOPIC", default=None, metavar="TOPIC",
+        help="Also publish every event to this Pub/Sub topic while running (needs --project / "
+             "LEDGER_PROJECT; PUBSUB_EMULATOR_HOST for the emulator) [env: LEDGER_PUBSUB_TOPIC].",
+    )(func)
+
+
+@contextlib.contextmanager
+def publishing(store_url: str, project: str | None, topic: str | None) -> Iterator[None]:
+    """Run the outbox publisher beside a long-running command when a topic is configured."""
+    if not topic:
+        yield
+        return
+    from ledger.fanout import start_publisher_thread
+
+    thread, stop = start_publisher_thread(store_url, project, topic)
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)

@@ -1,0 +1,141 @@
+"""The control API over HTTP+JSON on localhost, for `ledger emulator preempt ...` and friends.
+
+POST /v1/<verb> with a JSON object of keyword arguments; GET /v1/faults, /v1/status.
+Verbs: preempt, maintenance, capacity, kill-host, fail-creations, slow-creations,
+fail-next-operation. Answers are JSON; an error is {"error": message, "code": name} with
+HTTP 400 (bad request) or 404 (no such node).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+
+from emulator.cloud import ApiError, Cloud
+
+
+def _verbs(cloud: Cloud) -> dict[str, Any]:
+    return {
+        "preempt": lambda a: {"delay": cloud.preempt(a["node"], at=a.get("at"), rate=a.get("rate"), state=a.get("state", "PREEMPTED"))},
+        "maintenance": lambda a: cloud.maintenance_event(a["node"], duration=a.get("duration")),
+        "capacity": lambda a: cloud.set_capacity(a["zone"], a["family"], a.get("chips")),
+        "kill-host": lambda a: cloud.kill_host(a["node"], int(a["worker"])),
+        "fail-creations": lambda a: cloud.fail_creations(int(a.get("n", 1)), zone=a.get("zone"), code=a.get("code", "INTERNAL"), message=a.get("message")),
+        "slow-creations": lambda a: cloud.slow_creations(a.get("seconds")),
+        "fail-next-operation": lambda a: cloud.fail_next_operation(a.get("code", "INTERNAL"), a.get("message")),
+    }
+
+
+class ControlServer:
+    def __init__(self, cloud: Cloud, host: str = "127.0.0.1", port: int = 0) -> None:
+        verbs = _verbs(cloud)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet: the emulator prints what matters
+                pass
+
+            def _send(self, status: int, body: Any) -> None:
+                data = json.dumps(body, default=str).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/faults":
+                    self._send(200, {"faults": list(cloud.faults)})
+                elif self.path == "/v1/status":
+                    self._send(200, cloud.status())
+                else:
+                    self._send(404, {"error": f"no such path {self.path}", "code": "NOT_FOUND"})
+
+            def do_POST(self) -> None:
+                verb = self.path.removeprefix("/v1/")
+                fn = verbs.get(verb)
+                if fn is None:
+                    self._send(404, {"error": f"unknown verb {verb!r}; one of {', '.join(verbs)}", "code": "NOT_FOUND"})
+                    return
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    args = json.loads(self.rfile.read(length) or b"{}")
+                    result = fn(args)
+                    self._send(200, {"ok": True, **(result or {})})
+                except ApiError as exc:
+                    status = 404 if exc.code == grpc.StatusCode.NOT_FOUND else 400
+                    self._send(status, {"error": exc.message, "code": exc.code.name})
+                except (KeyError, ValueError, TypeError) as exc:
+                    self._send(400, {"error": f"bad arguments for {verb}: {exc!r}", "code": "INVALID_ARGUMENT"})
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://{host}:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="emulator-control", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(10)
+
+
+class ControlError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ControlClient:
+    """Drives a running emulator from another process; methods mirror `Emulator`'s."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if body is None else json.dumps({k: v for k, v in body.items() if v is not None}).encode()
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = json.loads(exc.read())
+            except ValueError:
+                payload = {"error": str(exc), "code": "UNKNOWN"}
+            raise ControlError(payload.get("code", "UNKNOWN"), payload.get("error", str(exc))) from None
+
+    def preempt(self, node: str, *, at: float | None = None, rate: float | None = None, state: str = "PREEMPTED") -> float:
+        return self._call("POST", "/v1/preempt", {"node": node, "at": at, "rate": rate, "state": state})["delay"]
+
+    def maintenance_event(self, node: str, *, duration: float | None = None) -> None:
+        self._call("POST", "/v1/maintenance", {"node": node, "duration": duration})
+
+    def set_capacity(self, zone: str, family: str, chips: int | None) -> None:
+        self._call("POST", "/v1/capacity", {"zone": zone, "family": family, "chips": chips})
+
+    def kill_host(self, node: str, worker: int) -> None:
+        self._call("POST", "/v1/kill-host", {"node": node, "worker": worker})
+
+    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL") -> None:
+        self._call("POST", "/v1/fail-creations", {"n": n, "zone": zone, "code": code})
+
+    def slow_creations(self, seconds: float | None) -> None:
+        self._call("POST", "/v1/slow-creations", {"seconds": seconds})
+
+    def fail_next_operation(self, code: str = "INTERNAL", message: str | None = None) -> None:
+        self._call("POST", "/v1/fail-next-operation", {"code": code, "message": message})
+
+    def faults(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/faults")["faults"]
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/status")

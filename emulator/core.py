@@ -1,0 +1,173 @@
+"""`Emulator`: the gRPC API, the control service and the hosts, started and stopped as one."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from emulator.cloud import Cloud, Timings
+from emulator.control import ControlServer
+from emulator.grpc_api import build_handlers
+from emulator.hosts import reap_orphans
+
+
+class Emulator:
+    """A local Cloud TPU API.
+
+        with Emulator(state_dir=tmp) as emu:
+            client = emu.client()          # or TpuClient on grpc.insecure_channel(emu.endpoint)
+
+    `state_dir` holds the hosts' sandboxes, `faults.jsonl` and `emulator.json` (endpoint,
+    control URL, pid); without one a temporary directory is used and removed on stop.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str] | None = None,
+        *,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        control_port: int = 0,
+        timings: Timings | None = None,
+        capacity: dict[tuple[str, str], int] | None = None,
+    ) -> None:
+        self._given_dir = Path(state_dir) if state_dir is not None else None
+        self.state_dir: Path | None = None
+        self.host = host
+        self.port = port
+        self.control_port = control_port
+        self.timings = timings or Timings()
+        self._initial_capacity = dict(capacity or {})
+        self.cloud: Cloud | None = None
+        self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+        self._control: ControlServer | None = None
+        self._tmp: str | None = None
+
+    # ---------------------------------------------------------------- life cycle
+    def start(self) -> Emulator:
+        if self._given_dir is None:
+            self._tmp = tempfile.mkdtemp(prefix="tpu-emulator-")
+            self.state_dir = Path(self._tmp).resolve()
+        else:
+            self.state_dir = self._given_dir.resolve()
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        # jobs left by an emulator that was killed outright (SIGKILL) die now, not never
+        reap_orphans(self.state_dir)
+        self.cloud = Cloud(self.state_dir, self.timings, host_bind=self.host)
+        for (zone, family), chips in self._initial_capacity.items():
+            self.cloud.set_capacity(zone, family, chips)
+        self._executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="emulator-grpc")
+        server = grpc.server(self._executor, handlers=build_handlers(self.cloud), options=[("grpc.so_reuseport", 0)])
+        try:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError:  # grpc raises rather than returning 0 in recent versions
+            bound = 0
+        if bound == 0:
+            self._teardown()
+            raise OSError(f"cannot listen on {self.host}:{self.port}: address in use")
+        self.port = bound
+        self._server = server
+        server.start()
+        self._control = ControlServer(self.cloud, self.host, self.control_port)
+        self._control.start()
+        info = {"endpoint": self.endpoint, "control": self.control_url, "pid": os.getpid(), "started": time.time()}
+        (self.state_dir / "emulator.json").write_text(json.dumps(info, indent=2) + "\n")
+        return self
+
+    def stop(self) -> None:
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait(10)
+            self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self.cloud is not None:
+            self.cloud.close()
+            self.cloud = None
+        if self.state_dir is not None:
+            with contextlib.suppress(OSError):
+                (self.state_dir / "emulator.json").unlink()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- addresses
+    @property
+    def endpoint(self) -> str:
+        """host:port of the gRPC API (LEDGER_TPU_ENDPOINT)."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        assert self._control is not None, "emulator not started"
+        return self._control.url
+
+    def client(self):
+        """A real `TpuClient` on an insecure channel to this emulator (close its transport)."""
+        from google.cloud import tpu_v2
+        from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
+
+        return tpu_v2.TpuClient(transport=TpuGrpcTransport(channel=grpc.insecure_channel(self.endpoint)))
+
+    # ---------------------------------------------------------------- control API
+    def _cloud(self) -> Cloud:
+        if self.cloud is None:
+            raise RuntimeError("emulator not started")
+        return self.cloud
+
+    @property
+    def faults(self) -> list[dict[str, Any]]:
+        """Every injected fault, in order: {"time": unix seconds, "iso", "fault", ...}."""
+        return list(self._cloud().faults)
+
+    def preempt(self, node: str, *, at: float | None = None, rate: float | None = None, state: str = "PREEMPTED") -> float:
+        return self._cloud().preempt(node, at=at, rate=rate, state=state)
+
+    def maintenance_event(self, node: str, *, duration: float | None = None) -> None:
+        self._cloud().maintenance_event(node, duration=duration)
+
+    def set_capacity(self, zone: str, family: str, chips: int | None) -> None:
+        self._cloud().set_capacity(zone, family, chips)
+
+    def kill_host(self, node: str, worker: int) -> None:
+        self._cloud().kill_host(node, worker)
+
+    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None) -> None:
+        self._cloud().fail_creations(n, zone=zone, code=code, message=message)
+
+    def slow_creations(self, seconds: float | None) -> None:
+        self._cloud().slow_creations(seconds)
+
+    def fail_next_operation(self, code: str = "INTERNAL", message: str | None = None) -> None:
+        self._cloud().fail_next_operation(code, message)
+
+    def status(self) -> dict[str, Any]:
+        return self._cloud().status()
+
+    def host_ports(self, node: str) -> list[int]:
+        """SSH ports of a node's running hosts, worker 0 first (same as network_endpoints)."""
+        st = self._cloud().status()
+        name = self._cloud().resolve_node(node)
+        return next(n["ports"] for n in st["nodes"] if n["name"] == name)

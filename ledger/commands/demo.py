@@ -1,0 +1,61 @@
+"""`ledger demo`: the whole loop on this machine, with no Google Cloud account."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from ledger.commands.common import console
+from ledger.errors import LedgerError
+
+
+@click.command()
+@click.option("--workdir", type=click.Path(path_type=Path), default=None,
+              help="Where the hub, the ledger and the logs go (default: a new temporary folder, kept).")
+@click.option("--pubsub/--no-pubsub", default=None,
+              help="Fan out through the official Pub/Sub emulator (default: when installed).")
+@click.option("--timeout", type=float, default=110.0, show_default=True, help="Give up after this many seconds.")
+def demo(workdir: Path | None, pubsub: bool | None, timeout: float) -> None:
+    """Run the whole story on local emulators, and check it.
+
+    A jobs hub is laid from the template; alice opens a pull request with a 4-host pod job,
+    a steward's approval merges it, and an unreviewed job pushed straight to main is
+    rejected. The watcher records the commits, the reconciler creates the TPU on the
+    emulator, sets the hosts up over SSH and starts training. Midway the emulator preempts
+    the TPU; the reconciler deletes it, creates a new one and resumes from the checkpoint.
+    Exits 0 only when every step happened in order and `ledger verify` passes.
+    """
+    from ledger.demo import EXPECTED, JOB_ID, run_demo
+
+    out = console()
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="tpu-ledger-demo-"))
+    out.print(f"[bold]tpu-ledger demo[/] in {workdir}\n")
+    try:
+        result = run_demo(workdir, pubsub=pubsub, say=out.print, timeout=timeout)
+    except (RuntimeError, TimeoutError) as exc:
+        raise LedgerError(f"demo stopped: {exc}", hint=f"everything it started was stopped; files are in {workdir}") from exc
+    out.print()
+    for title, args in (("ledger inspect " + JOB_ID, ["inspect", JOB_ID]), ("ledger list", ["list"]), ("ledger verify", ["verify"])):
+        from ledger.demo import _ledger
+
+        shown = _ledger(args, result.store_url)
+        out.print(f"[bold]$ {title}[/]")
+        click.echo(shown.stdout.rstrip() or shown.stderr.rstrip())
+        out.print()
+    out.print(f"ledger: {result.store_url}")
+    out.print(f"logs:   {result.log_dir}/{JOB_ID}/<attempt>/  (e.g. `ledger --store {result.store_url} logs {JOB_ID} --attempt 2`)")
+    if result.ok:
+        out.print(f"\n[bold green]demo passed[/] in {result.seconds:.0f} s: {len(EXPECTED)} events in order, "
+                  f"attempt {result.attempt} resumed from step {result.resumed_from}, unreviewed job rejected"
+                  + (", fanned out over the Pub/Sub emulator" if result.pubsub else ""))
+        return
+    out.print("\n[bold red]demo failed[/]:")
+    for problem in result.problems:
+        out.print(f"  - {problem}")
+    raise SystemExit(1)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(demo)

@@ -1,0 +1,247 @@
+"""`ledger emulator`: run the local Cloud TPU emulator, and inject faults into a running one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ledger.commands.common import console, print_json
+from ledger.errors import LedgerError, UsageError
+
+
+def _default_state_dir() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "tpu-ledger", "emulator")
+
+
+def _control(ctx: click.Context):
+    from emulator.control import ControlClient
+
+    params = ctx.find_object(dict) or {}
+    url = params.get("emulator_control")
+    if not url:
+        state = Path(params.get("emulator_state_dir") or _default_state_dir())
+        try:
+            url = json.loads((state / "emulator.json").read_text())["control"]
+        except (OSError, ValueError, KeyError):
+            raise LedgerError(
+                f"no running emulator found in {state}",
+                hint="start one with `ledger emulator`, or pass --control URL / --state-dir DIR",
+            ) from None
+    return ControlClient(url)
+
+
+def _call(ctx: click.Context, method: str, *args: Any, **kwargs: Any) -> Any:
+    from emulator.control import ControlError
+
+    client = _control(ctx)
+    try:
+        return getattr(client, method)(*args, **kwargs)
+    except ControlError as exc:
+        raise LedgerError(f"emulator refused: {exc} [{exc.code}]") from None
+    except OSError as exc:
+        raise LedgerError(f"cannot reach the emulator at {client.url}: {exc}", hint="is `ledger emulator` still running?") from None
+
+
+@click.group("emulator", invoke_without_command=True)
+@click.option("--port", type=int, default=0, envvar="LEDGER_EMULATOR_PORT", show_default=True, help="gRPC port of the TPU API (0 = any free port).")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, envvar="LEDGER_EMULATOR_STATE", help=f"Hosts' sandboxes, faults.jsonl, emulator.json. [default: {_default_state_dir()}]")
+@click.option("--control-port", type=int, default=0, help="Port of the HTTP control API (0 = any free port).")
+@click.option("--control", "control_url", default=None, envvar="LEDGER_EMULATOR_CONTROL", metavar="URL", help="Control URL of a running emulator (for the fault subcommands).")
+@click.option("--pubsub/--no-pubsub", default=False, help="Also run the official Pub/Sub emulator and print PUBSUB_EMULATOR_HOST.")
+@click.option("--pubsub-port", type=int, default=0, help="Port of the Pub/Sub emulator (0 = any free port).")
+@click.option("--create-delay", type=float, default=None, help="Seconds a node takes from CREATING to READY [default: 0.3].")
+@click.pass_context
+def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control_port: int, control_url: str | None, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
+    """A local Cloud TPU API (google.cloud.tpu.v2 over gRPC) whose TPU hosts are real SSH
+    servers on 127.0.0.1, for rehearsing jobs, preemptions included, without quota.
+
+    Without a subcommand, runs in the foreground until Ctrl-C / SIGTERM and prints the
+    variables to export, e.g. `export LEDGER_TPU_ENDPOINT=127.0.0.1:PORT`. Each node's
+    network_endpoints[i] is 127.0.0.1 with port = that worker's SSH port; its hosts accept
+    the keys in the node's `ssh-keys` metadata and publish host keys as guest attributes.
+
+    The subcommands drive a running emulator (found through --control, or emulator.json in
+    --state-dir):
+
+    \b
+      ledger emulator preempt my-node          # now; or --in 30, --rate 2 (per hour)
+      ledger emulator capacity us-central2-b v4 0     # zone runs out of v4 chips
+      ledger emulator faults --json
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["emulator_state_dir"] = state_dir
+    ctx.obj["emulator_control"] = control_url
+    if ctx.invoked_subcommand is not None:
+        return
+    _serve(Path(state_dir or _default_state_dir()), port, control_port, pubsub, pubsub_port, create_delay)
+
+
+def _serve(state_dir: Path, port: int, control_port: int, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
+    from emulator import Emulator, Timings
+    from emulator.pubsub import PubSubEmulator
+
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    timings = Timings() if create_delay is None else Timings(create=create_delay)
+    emu = Emulator(state_dir, port=port, control_port=control_port, timings=timings)
+    ps: PubSubEmulator | None = None
+    try:
+        try:
+            emu.start()
+        except OSError as exc:
+            raise LedgerError(f"cannot start the emulator: {exc}", hint="pick another --port") from None
+        out = [
+            f"# TPU emulator: gRPC {emu.endpoint}, control {emu.control_url}, state {state_dir}",
+            f"export LEDGER_TPU_ENDPOINT={emu.endpoint}",
+            f"export LEDGER_EMULATOR_CONTROL={emu.control_url}",
+        ]
+        if pubsub:
+            ps = PubSubEmulator(state_dir / "pubsub.log", port=pubsub_port)
+            try:
+                ps.start()
+            except (OSError, RuntimeError, TimeoutError) as exc:
+                ps = None
+                raise LedgerError(f"cannot start the Pub/Sub emulator: {exc}") from None
+            out.append(f"export PUBSUB_EMULATOR_HOST={ps.endpoint}")
+        out.append("# Ctrl-C or SIGTERM stops it")
+        click.echo("\n".join(out))
+        sys.stdout.flush()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        if ps is not None:
+            ps.stop()
+        emu.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo("# emulator stopped", err=True)
+
+
+@emulator_group.command("preempt")
+@click.argument("node")
+@click.option("--in", "after", type=float, default=None, metavar="SECONDS", help="Preempt this many seconds from now.")
+@click.option("--rate", type=float, default=None, metavar="PER_HOUR", help="Preempt after a random delay: this many preemptions per hour on average.")
+@click.option("--terminate", is_flag=True, help="End in TERMINATED rather than PREEMPTED.")
+@click.pass_context
+def preempt(ctx: click.Context, node: str, after: float | None, rate: float | None, terminate: bool) -> None:
+    """Preempt NODE (its id or full name): hosts die, processes are killed, state PREEMPTED."""
+    if after is not None and rate is not None:
+        raise UsageError("give --in or --rate, not both")
+    delay = _call(ctx, "preempt", node, at=after, rate=rate, state="TERMINATED" if terminate else "PREEMPTED")
+    click.echo(f"{node}: preemption {'now' if delay == 0 else f'in {delay:.1f} s'}")
+
+
+@emulator_group.command("maintenance")
+@click.argument("node")
+@click.option("--duration", type=float, default=None, help="Seconds the event lasts [default: 1].")
+@click.pass_context
+def maintenance(ctx: click.Context, node: str, duration: float | None) -> None:
+    """Put NODE through a maintenance event: UNHEALTHY_MAINTENANCE, its processes killed."""
+    _call(ctx, "maintenance_event", node, duration=duration)
+    click.echo(f"{node}: maintenance event started")
+
+
+@emulator_group.command("capacity")
+@click.argument("zone")
+@click.argument("family")
+@click.argument("chips")
+@click.pass_context
+def capacity(ctx: click.Context, zone: str, family: str, chips: str) -> None:
+    """Set ZONE's chip capacity for FAMILY (v4, v5p, v5litepod, v6e, ...); CHIPS=default restores it."""
+    if chips != "default" and not chips.isdigit():
+        raise UsageError(f"CHIPS must be a number of chips or 'default', not {chips!r}")
+    _call(ctx, "set_capacity", zone, family, None if chips == "default" else int(chips))
+    click.echo(f"{zone} {family}: capacity {chips}")
+
+
+@emulator_group.command("kill-host")
+@click.argument("node")
+@click.argument("worker", type=int)
+@click.pass_context
+def kill_host(ctx: click.Context, node: str, worker: int) -> None:
+    """Kill worker WORKER of NODE: its processes die and its SSH port closes."""
+    _call(ctx, "kill_host", node, worker)
+    click.echo(f"{node}: worker {worker} killed")
+
+
+@emulator_group.command("fail-creations")
+@click.option("-n", "count", type=int, default=1, show_default=True)
+@click.option("--zone", default=None)
+@click.option("--code", default="INTERNAL", show_default=True, help="gRPC status code name the operations end with.")
+@click.pass_context
+def fail_creations(ctx: click.Context, count: int, zone: str | None, code: str) -> None:
+    """Make the next N node creations (in ZONE, or anywhere) fail."""
+    _call(ctx, "fail_creations", count, zone=zone, code=code)
+    click.echo(f"next {count} creation(s) will fail with {code}")
+
+
+@emulator_group.command("slow-creations")
+@click.argument("seconds")
+@click.pass_context
+def slow_creations(ctx: click.Context, seconds: str) -> None:
+    """Creations take SECONDS from now on ('default' restores the configured delay)."""
+    try:
+        value = None if seconds == "default" else float(seconds)
+    except ValueError:
+        raise UsageError(f"SECONDS must be a number or 'default', not {seconds!r}") from None
+    _call(ctx, "slow_creations", value)
+    click.echo(f"creations take {seconds} s")
+
+
+@emulator_group.command("fail-next-operation")
+@click.option("--code", default="INTERNAL", show_default=True)
+@click.option("--message", default=None)
+@click.pass_context
+def fail_next_operation(ctx: click.Context, code: str, message: str | None) -> None:
+    """The next mutating call's operation ends with an error and changes nothing."""
+    _call(ctx, "fail_next_operation", code, message)
+    click.echo(f"next operation will fail with {code}")
+
+
+@emulator_group.command("faults")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def faults(ctx: click.Context, as_json: bool) -> None:
+    """The faults injected so far, with timestamps."""
+    items = _call(ctx, "faults")
+    if as_json:
+        print_json(items)
+        return
+    from rich.table import Table
+
+    table = Table("time", "fault", "details")
+    for f in items:
+        details = ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("time", "iso", "fault"))
+        table.add_row(f["iso"], f["fault"], details)
+    console().print(table)
+
+
+@emulator_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Nodes, queued resources and capacity overrides of the running emulator."""
+    st = _call(ctx, "status")
+    if as_json:
+        print_json(st)
+        return
+    from rich.table import Table
+
+    table = Table("node", "type", "state", "health", "ssh ports")
+    for n in st["nodes"]:
+        table.add_row(n["name"], n["accelerator_type"], n["state"], n["health"], ",".join(map(str, n["ports"])))
+    console().print(table)
+    for q in st["queued_resources"]:
+        console().print(f"queued resource {q['name']}: {q['state']}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(emulator_group)

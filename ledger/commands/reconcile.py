@@ -1,0 +1,160 @@
+"""`ledger reconcile`, the audited manual overrides (`cancel`, `resume`, `rerun`), `ledger tpus`."""
+
+from __future__ import annotations
+
+import getpass
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from ledger.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.errors import UsageError
+from ledger.events import NewEvent, actor
+from ledger.fold import TERMINAL, replay
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Act until nothing is left to do right now, then exit.")
+@click.option("--interval", type=float, default=2.0, show_default=True, envvar="LEDGER_INTERVAL",
+              help="Seconds between observations when no event wakes the loop.")
+@click.option("--project", envvar="LEDGER_PROJECT", default="tpu-ledger-local", show_default=True,
+              help="Google Cloud project of the TPUs [env: LEDGER_PROJECT].")
+@click.option("--tpu-endpoint", envvar="LEDGER_TPU_ENDPOINT", default=None,
+              help="host:port of a TPU API without TLS (the emulator); unset = Google Cloud [env: LEDGER_TPU_ENDPOINT].")
+@click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,
+              help="Private key for TPU hosts; created if missing [env: LEDGER_SSH_KEY].")
+@click.option("--ssh-user", envvar="LEDGER_SSH_USER", default="ledger", show_default=True)
+@click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
+              help="Where job and setup logs are kept [env: LEDGER_LOG_DIR].")
+@click.option("--id", "holder", envvar="LEDGER_RECONCILER_ID", default=None,
+              help="This reconciler's stable id (default: the hostname); its own unfinished intents are resolved at start.")
+@click.option("--orphan-grace", type=float, default=300.0, show_default=True,
+              help="Seconds before a labelled node no job holds is deleted.")
+@topic_option
+@click.pass_context
+def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
+              ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
+              topic: str | None) -> None:
+    """Replay the ledger, observe TPUs and hosts, and act on every job.
+
+    Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
+    recovers from preemptions and errors by each job's rules. Every action is recorded as
+    an intent before and an outcome after, so a restart repairs instead of repeating.
+    """
+    from reconciler.wiring import Settings, build
+
+    store = store_from(ctx, create=True)
+    settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
+                        ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace)
+    store.close()
+    if ssh_key:
+        settings.ssh_key = ssh_key
+    if log_dir:
+        settings.log_dir = log_dir
+    if holder:
+        settings.holder = holder
+    out = console()
+
+    def report(action, result) -> None:
+        out.print(f"[bold]{action.kind}[/] {action.job_id or '-'}: {result}")
+
+    rec = build(settings, on_action=report)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    out.print(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
+    try:
+        with publishing(settings.store_url, project, topic):
+            rec.run(once=once, stop=stop)
+    except KeyboardInterrupt:
+        stop.set()
+    finally:
+        rec.drain(timeout=60)
+        rec.close()
+
+
+def _append_override(ctx: click.Context, job_id: str, type_: str, data: dict, allowed: set[str] | None = None) -> None:
+    store = store_from(ctx)
+    events = store.read_stream(job_id)
+    if not events:
+        raise UsageError(f"no job {job_id!r} in {store.url}", hint="see `ledger list` for job ids")
+    state = replay(events).jobs[job_id]
+    if allowed is not None and state.state not in allowed:
+        raise UsageError(f"job {job_id} is {state.state}; {type_} applies to {', '.join(sorted(allowed))}")
+    who = actor("cli", getpass.getuser(), manual=True)
+    store.append(job_id, [NewEvent(type_, data, who)], expected_version=state.version)
+    click.echo(f"{type_} recorded for {job_id} by {who['name']}")
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--reason", required=True, help="Why: kept in the ledger for the audit trail.")
+@click.pass_context
+def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
+    """Cancel a job now (emergency override; deleting its spec in git is the normal way)."""
+    store = store_from(ctx)
+    events = store.read_stream(job_id)
+    if events and replay(events).jobs[job_id].state in TERMINAL:
+        raise UsageError(f"job {job_id} has already ended")
+    _append_override(ctx, job_id, "cancel_requested", {"reason": reason, "manual": True})
+
+
+@click.command()
+@click.argument("job_id")
+@click.pass_context
+def resume(ctx: click.Context, job_id: str) -> None:
+    """Run a failed job again from its last checkpoint, with the next attempt number."""
+    store = store_from(ctx)
+    events = store.read_stream(job_id)
+    job = replay(events).jobs.get(job_id) if events else None
+    attempt = (job.attempt + 1) if job else 1
+    _append_override(ctx, job_id, "resumed", {"attempt": attempt, "restarts": job.restarts if job else 0, "rule": "manual", "reapply": True},
+                     allowed={"failed_final", "failed", "preempted"})
+
+
+@click.command()
+@click.argument("job_id")
+@click.pass_context
+def rerun(ctx: click.Context, job_id: str) -> None:
+    """Run a job again from scratch (a new attempt, clean working directory)."""
+    store = store_from(ctx)
+    events = store.read_stream(job_id)
+    job = replay(events).jobs.get(job_id) if events else None
+    attempt = (job.attempt + 1) if job else 1
+    _append_override(ctx, job_id, "rerun", {"attempt": attempt, "restarts": job.restarts if job else 0, "rule": "manual", "reapply": True},
+                     allowed={"failed_final", "failed", "preempted", "finished", "cancelled"})
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.pass_context
+def tpus(ctx: click.Context, as_json: bool) -> None:
+    """Every TPU the ledger knows: its state, the job and owner holding it, and since when."""
+    store = store_from(ctx)
+    state = replay(store.read_all())
+    rows = []
+    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+        if job.tpu:
+            since = job.times.get("provisioned") or job.times.get("provisioning", "")
+            rows.append({"tpu": job.tpu.get("name"), "zone": job.tpu.get("zone"), "accelerator": job.tpu.get("accelerator"),
+                         "shared": bool(job.tpu.get("shared")), "job": job.id, "owner": job.owner,
+                         "job_state": job.state, "since": since})
+        elif not job.terminal and (want := job.spec.get("tpu") or {}).get("shared"):
+            rows.append({"tpu": want.get("name"), "zone": want.get("zone"), "accelerator": want.get("accelerator"),
+                         "shared": True, "job": job.id, "owner": job.owner, "job_state": f"waiting ({job.state})",
+                         "since": job.times.get("queued", "")})
+    if as_json:
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since")
+    for r in rows:
+        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"])
+    console().print(table if rows else "no TPU is held or awaited")
+
+
+def register(group: click.Group) -> None:
+    for command in (reconcile, cancel, resume, rerun, tpus):
+        group.add_command(command)

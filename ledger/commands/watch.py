@@ -1,0 +1,211 @@
+"""git -> ledger: `ledger watch`, `ledger ingest`, `ledger plan`, `ledger install-hook`."""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+
+import click
+
+from ledger.commands.common import console, print_json, publishing, store_from, topic_option
+
+REPO_HELP = "Jobs repository: a local path (bare or not) or a remote URL (mirrored locally) [env: LEDGER_REPO]"
+BRANCH_HELP = "The protected branch whose commits are approved jobs [env: LEDGER_BRANCH]"
+
+
+def _summary(report) -> str:  # noqa: ANN001
+    if report.paused:
+        rw = report.rewritten or {}
+        return (
+            f"paused: {report.branch} was rewritten ({str(rw.get('old_head'))[:12]} -> "
+            f"{str(rw.get('new_head'))[:12]}); inspect it, then run `ledger watch --accept-rewrite --once`"
+        )
+    if not report.commits:
+        return f"up to date at {str(report.position)[:12]} ({report.branch})"
+    counts = ", ".join(f"{n} {t}" for t, n in sorted(report.counts.items())) or "no job changes"
+    return (
+        f"ingested {report.commits} commit(s) on {report.branch} up to {str(report.position)[:12]}: "
+        f"{counts} ({report.seconds * 1000:.0f} ms)"
+    )
+
+
+@click.command("watch")
+@click.option("--repo", "source", envvar="LEDGER_REPO", required=True, help=REPO_HELP)
+@click.option("--branch", envvar="LEDGER_BRANCH", default="main", show_default=True, help=BRANCH_HELP)
+@click.option("--once", is_flag=True, help="Ingest what is new, then exit (cron, CI).")
+@click.option("--interval", envvar="LEDGER_WATCH_INTERVAL", type=float, default=5.0, show_default=True,
+              help="Seconds between polls: the backstop behind the file system hint. [env: LEDGER_WATCH_INTERVAL]")
+@click.option("--accept-rewrite", is_flag=True,
+              help="Accept a rewritten (force-pushed) branch: ingest the net change from the old head to the new one.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+              help="Where mirrors of remote repositories live [default: ~/.cache/tpu-ledger/mirrors].")
+@click.option("--no-watchdog", is_flag=True, help="Poll only; no file system hints.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per ingest.")
+@click.option("--project", envvar="LEDGER_PROJECT", default="tpu-ledger-local", show_default=True,
+              help="Google Cloud project of the Pub/Sub topic [env: LEDGER_PROJECT].")
+@topic_option
+@click.pass_context
+def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval: float,
+              accept_rewrite: bool, cache_dir: Path | None, no_watchdog: bool, as_json: bool,
+              project: str, topic: str | None) -> None:
+    """Turn every new commit on BRANCH into ledger events, exactly once.
+
+    Each commit's diff of jobs/ against its first parent becomes events: an added spec is
+    `submitted`, a changed one `spec_updated`, a deleted one `cancel_requested`, an invalid
+    or unapproved one `rejected` (see .ledger/policy.yaml). The position lives in the ledger,
+    so restarting, or running two watchers, never appends anything twice.
+
+    A force-pushed branch pauses ingestion (`history_rewritten`) until you run
+    `ledger watch --repo R --accept-rewrite --once`.
+
+    \b
+    Examples:
+      ledger watch --repo /srv/git/jobs.git
+      ledger watch --repo git@github.com:lab/jobs.git --interval 30
+      ledger watch --repo /srv/git/jobs.git --once --json
+    """
+    from ledger.errors import LedgerError, UsageError
+    from ledger.gitops.watch import Watcher
+
+    if interval <= 0:
+        raise UsageError("--interval must be positive", hint="e.g. --interval 5")
+    store = store_from(ctx, create=True)
+    out = console()
+
+    def show(report) -> None:  # noqa: ANN001
+        if as_json:
+            print_json(report.to_dict())
+        else:
+            out.print(_summary(report))
+
+    watcher = Watcher(source, store, branch, interval=interval, cache_dir=cache_dir,
+                      use_watchdog=not no_watchdog, accept_rewrite=accept_rewrite,
+                      accepted_by=getpass.getuser(), on_report=show)
+    if once:
+        report = watcher.run_once()
+        show(report)
+        if report.paused:
+            raise LedgerError("ingestion is paused by a rewritten branch",
+                              hint="check the new history, then rerun with --accept-rewrite")
+        return
+    if not as_json:
+        out.print(f"watching {source} ({branch}); poll every {interval:g} s; Ctrl-C to stop")
+    try:
+        with publishing(store.url, project, topic):
+            watcher.run()
+    finally:
+        watcher.stop()
+
+
+@click.command("ingest")
+@click.option("--repo", "source", envvar="LEDGER_REPO", required=True, help=REPO_HELP)
+@click.option("--branch", envvar="LEDGER_BRANCH", default="main", show_default=True, help=BRANCH_HELP)
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Mirror cache for remote URLs.")
+@click.option("--quiet", is_flag=True, help="Print nothing unless something goes wrong (hooks).")
+@click.option("--json", "as_json", is_flag=True, help="The ingest report as JSON.")
+@click.pass_context
+def ingest_cmd(ctx: click.Context, source: str, branch: str, cache_dir: Path | None, quiet: bool, as_json: bool) -> None:
+    """Ingest the new commits on BRANCH once (what a post-receive hook runs).
+
+    Same work as one turn of `ledger watch`; safe to run at any time and concurrently with
+    a running watcher. `ledger install-hook` wires it into a hub repository.
+    """
+    from ledger.gitops.watch import Watcher
+
+    store = store_from(ctx, create=True)
+    report = Watcher(source, store, branch, cache_dir=cache_dir, use_watchdog=False).run_once()
+    if as_json:
+        print_json(report.to_dict())
+    elif not quiet or report.paused:
+        click.echo(_summary(report), err=quiet)
+
+
+@click.command("plan")
+@click.argument("ref", default="HEAD")
+@click.option("--repo", default=".", show_default=True, type=click.Path(exists=True, file_okay=False),
+              help="The jobs repository (a clone with REF and BRANCH).")
+@click.option("--branch", envvar="LEDGER_BRANCH", default="main", show_default=True,
+              help="The branch REF would merge into (a local branch, or e.g. origin/main).")
+@click.option("--json", "as_json", is_flag=True, help="The plan as one JSON object.")
+@click.pass_context
+def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool) -> None:
+    """What merging REF into BRANCH would do: jobs to submit, update and cancel.
+
+    Validates every changed spec, lists TPU types and chips requested and the shared TPUs
+    already held by live jobs (when a ledger is reachable). Exits 1 when a spec would be
+    rejected, so it serves as a pull-request check in CI.
+
+    \b
+    Examples:
+      ledger plan                      # HEAD of this clone against main
+      ledger plan origin/alice-sweep --branch origin/main --json
+    """
+    from ledger.errors import LedgerError
+    from ledger.gitops.plan import plan
+
+    store = None
+    try:
+        store = store_from(ctx, create=False)
+    except LedgerError:
+        store = None  # a PR check in CI has no ledger: plan without the held-TPU column
+    report = plan(repo, ref, branch, store=store)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        _print_plan(report)
+    if not report.ok:
+        ctx.exit(1)
+
+
+def _print_plan(report) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    out = console()
+    t = report.totals()
+    out.print(f"plan: {report.ref} ({report.head[:12]}) into {report.branch} (base {report.base[:12]})")
+    if not report.items and not report.config_changes:
+        out.print("no job changes")
+        return
+    table = Table("action", "job", "path", "tpu", "chips", "notes")
+    for item in report.items:
+        notes = []
+        if item.errors:
+            notes += [f"{e.get('file', item.path)}:{e.get('line', '?')}: {e.get('message')}" for e in item.errors]
+        if item.held_by:
+            notes.append("shared TPU held by " + ", ".join(item.held_by))
+        if item.approvers:
+            notes.append("approvers: " + " ".join(item.approvers))
+        tpu = item.accelerator or ""
+        if item.tpu:
+            tpu = f"{item.tpu} ({tpu})" if tpu else item.tpu
+        table.add_row(item.action, item.job or "-", item.path, tpu, str(item.chips or ""), "; ".join(notes))
+    out.print(table)
+    if report.config_changes:
+        out.print("configuration changed (needs approval under the current policy): " + ", ".join(report.config_changes))
+    out.print(f"{t['submit']} to submit, {t['update']} to update, {t['cancel']} to cancel, "
+              f"{t['invalid']} invalid; {t['chips']} new chips requested")
+
+
+@click.command("install-hook")
+@click.option("--repo", required=True, type=click.Path(exists=True, file_okay=False),
+              help="The hub repository (usually bare) that receives pushes.")
+@click.option("--branch", envvar="LEDGER_BRANCH", default="main", show_default=True, help=BRANCH_HELP)
+@click.option("--force", is_flag=True, help="Replace a post-receive hook not written by ledger.")
+@click.pass_context
+def install_hook_cmd(ctx: click.Context, repo: str, branch: str, force: bool) -> None:
+    """Install a post-receive hook so each push to BRANCH is ingested before `git push` returns.
+
+    The hook runs `ledger ingest` with this Python and this ledger (--store / LEDGER_STORE);
+    a failure never blocks the push, and `ledger watch` catches up at its next poll.
+    """
+    from ledger.gitops.hook import install_hook
+    from ledger.store import default_store_url
+
+    url = (ctx.find_root().obj or {}).get("store_url") or default_store_url()
+    path = install_hook(repo, url, branch, force=force)
+    click.echo(f"installed {path} (ingests pushes to {branch} into {url})")
+
+
+def register(group: click.Group) -> None:
+    for cmd in (watch_cmd, ingest_cmd, plan_cmd, install_hook_cmd):
+        group.add_command(cmd)

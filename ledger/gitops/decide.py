@@ -1,0 +1,252 @@
+"""One commit's diff -> the events it means. Pure: no git, no store.
+
+A job spec added or changed -> `submitted` (job absent or finished) or `spec_updated`
+(job live); deleted -> `cancel_requested`; renamed -> cancel of the old id and submit of
+the new one; invalid or unapproved -> `rejected` with the reason. Changes to the files that
+govern approval are judged by the policy in force *before* the commit, so a commit can
+never approve itself by editing CODEOWNERS or the policy.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any
+
+from ledger.events import NewEvent, actor
+from ledger.gitops.policy import (
+    CODEOWNERS_PATHS,
+    GOVERNING_PATHS,
+    POLICY_PATH,
+    Approval,
+    evaluate,
+    parse_codeowners,
+    parse_policy,
+)
+from ledger.gitops.repo import Change, Commit
+
+ALIASES_PATH = ".ledger/aliases.yaml"
+CONFIG_PATHS = (*GOVERNING_PATHS, ALIASES_PATH)
+_JOB_PATH = re.compile(r"^jobs/([^/]+)/([^/]+)\.ya?ml$")
+
+
+def job_id_for(path: str) -> str | None:
+    m = _JOB_PATH.match(path)
+    return f"{m.group(1)}/{m.group(2)}" if m else None
+
+
+def is_spec_path(path: str) -> bool:
+    return path.startswith("jobs/") and path.endswith((".yaml", ".yml"))
+
+
+@dataclass(slots=True)
+class RepoState:
+    """What the branch's approved configuration is: path -> (blob, text)."""
+
+    files: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def text(self, path: str) -> str | None:
+        entry = self.files.get(path)
+        return entry[1] if entry else None
+
+    def blobs(self) -> dict[str, str]:
+        return {p: b for p, (b, _) in sorted(self.files.items())}
+
+    def codeowners(self) -> list[tuple[str, tuple[str, ...]]]:
+        for path in CODEOWNERS_PATHS:  # first found wins, as on GitHub
+            text = self.text(path)
+            if text is not None:
+                return _codeowners(text)
+        return []
+
+    def policy_dict(self) -> dict[str, Any]:
+        """The policy as `ledger validate` reads it: defaults filled, a broken file = defaults."""
+        return _policy(self.text(POLICY_PATH))
+
+
+# The same few texts are parsed for every commit of a backlog: parse each once.
+@functools.lru_cache(maxsize=32)
+def _codeowners(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    return parse_codeowners(text)
+
+
+@functools.lru_cache(maxsize=32)
+def _policy(text: str | None) -> dict[str, Any]:
+    from ledger.spec.config import parse_policy as parse_policy_file
+
+    return parse_policy_file(text, [])
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """A validator's answer for a file the policy's `ignore` globs exclude: never runs."""
+
+    path: str
+    ok: bool = True
+    job_id: None = None
+    spec: None = None
+    errors: tuple = ()
+    warnings: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    commit: Commit
+    base: str | None  # the commit diffed against (first parent, or the old head on a rewrite)
+    changes: list[Change]
+    blobs: Mapping[str, bytes]
+    authors: frozenset[str]  # lowercased names and emails of the change's authors
+    branch: str
+
+
+def _message_dict(m: Any) -> dict[str, Any]:
+    if is_dataclass(m):
+        return asdict(m)
+    if isinstance(m, Mapping):
+        return dict(m)
+    return {"message": str(m)}
+
+
+def decide(
+    step: StepInput,
+    state: RepoState,
+    is_live: Callable[[str], bool],
+    validate: Callable[[bytes, str, RepoState], Any],
+    spec_hash: Callable[[Any], str],
+) -> tuple[list[tuple[str, NewEvent]], RepoState, dict[str, bool]]:
+    """Events (stream, NewEvent) for one step, the configuration after it, liveness updates.
+
+    `validate(text, path, state)` returns a SpecResult; `is_live(job_id)` says whether the
+    job currently runs (decides submitted vs spec_updated for a changed file).
+    """
+    c = step.commit
+    policy = parse_policy(state.policy_dict())
+    owners = state.codeowners()
+    out: list[tuple[str, NewEvent]] = []
+    live: dict[str, bool] = {}
+    git_stream = f"_git:{step.branch}"
+
+    def approval(path: str) -> Approval:
+        return evaluate(
+            policy, message=c.message, parents=len(c.parents), authors=step.authors,
+            path=path, codeowners=owners,
+        )
+
+    def who(appr: Approval) -> dict[str, Any]:
+        extra: dict[str, Any] = {"email": c.author_email, "approvers": list(appr.approvers), "commit": c.sha}
+        if appr.pr is not None:
+            extra["pr"] = appr.pr
+        return actor("git", c.author_name, **extra)
+
+    def emit(stream: str, type_: str, path: str, blob: str, data: dict[str, Any], appr: Approval) -> None:
+        body = {"commit": c.sha, "path": path, "blob": blob, **data}
+        # The id depends on git alone (commit, path, blob, and whether the file came or
+        # went), never on what the ledger held when deciding: two watchers that read the
+        # ledger at different moments still produce the same id, and one of them is a no-op.
+        role = "remove" if type_ == "cancel_requested" or data.get("removal") else "add"
+        out.append((stream, NewEvent(
+            type=type_, data=body, actor=who(appr), key=f"{c.sha}:{path}:{blob}:{role}",
+            causation=f"git:{c.sha}",
+        )))
+
+    def current(jid: str) -> bool:
+        return live[jid] if jid in live else is_live(jid)
+
+    def reject(stream: str, path: str, blob: str, reason: str, appr: Approval, errors: list[Any] = (),
+               removal: bool = False) -> None:
+        extra = {"removal": True} if removal else {}
+        emit(stream, "rejected", path, blob, {
+            **extra, "reason": reason, "errors": [_message_dict(e) for e in errors],
+            "would_approve": list(appr.would_approve), "author": c.author_email or c.author_name,
+        }, appr)
+
+    def removed(path: str, blob: str) -> None:
+        jid = job_id_for(path)
+        ignored = getattr(validate, "ignored", None)
+        if jid is None or (ignored is not None and ignored(path, state)):
+            return
+        appr = approval(path)
+        if not appr.ok:
+            reject(jid, path, blob, f"deletion {appr.reason}", appr, removal=True)
+            return
+        emit(jid, "cancel_requested", path, blob, {"reason": "spec deleted"}, appr)
+        live[jid] = False
+
+    def added(path: str, blob: str) -> None:
+        text = step.blobs.get(blob, b"")
+        result = validate(text, path, state)
+        if isinstance(result, Ignored):
+            return
+        jid = getattr(result, "job_id", None) or job_id_for(path)
+        stream = jid or git_stream
+        appr = approval(path)
+        if not result.ok:
+            reject(stream, path, blob, "invalid spec", appr, list(result.errors))
+            return
+        if not appr.ok:
+            reject(stream, path, blob, appr.reason, appr)
+            return
+        owner, _, name = (jid or "/").partition("/")
+        data: dict[str, Any] = {
+            "spec": result.spec, "spec_hash": spec_hash(result.spec),
+            "author": c.author_email or c.author_name, "author_name": c.author_name,
+            "approvers": list(appr.approvers), "owner": owner, "name": name,
+            "committed_at": c.time,
+        }
+        if appr.pr is not None:
+            data["pr"] = appr.pr
+        warnings = list(getattr(result, "warnings", []) or [])
+        if warnings:
+            data["warnings"] = [_message_dict(w) for w in warnings]
+        type_ = "spec_updated" if current(stream) else "submitted"
+        emit(stream, type_, path, blob, data, appr)
+        live[stream] = True
+
+    governing = [ch for ch in step.changes if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS]
+    # Trust on first use: until the branch has a policy or CODEOWNERS, nobody could approve
+    # the first one, so the first governing files are taken as they come — and govern the
+    # commit that brings them (its `ignore:` globs, its approvers), like a repo's first push.
+    bootstrap = not any(p in state.files for p in GOVERNING_PATHS)
+    if bootstrap:
+        for ch in governing:
+            if ch.status != "D" and ch.path in GOVERNING_PATHS:
+                state = RepoState(dict(state.files))
+                state.files[ch.path] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+    # Aliases decide no approval: a job may use an alias added in the same commit.
+    for ch in governing:
+        if ALIASES_PATH in (ch.path, ch.old_path):
+            state = RepoState(dict(state.files))
+            state.files.pop(ALIASES_PATH, None)
+            if ch.status != "D" and ch.path == ALIASES_PATH:
+                state.files[ALIASES_PATH] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+    for ch in step.changes:
+        if ch in governing:
+            continue
+        if ch.status == "R" or ch.status == "C":
+            if ch.status == "R" and ch.old_path and is_spec_path(ch.old_path):
+                removed(ch.old_path, ch.old_blob)
+            if is_spec_path(ch.path):
+                added(ch.path, ch.new_blob)
+        elif ch.status == "D":
+            if is_spec_path(ch.path):
+                removed(ch.path, ch.old_blob)
+        elif is_spec_path(ch.path):
+            added(ch.path, ch.new_blob)
+
+    new_state = RepoState(dict(state.files))
+    for ch in governing:
+        touched = [p for p in (ch.old_path, ch.path) if p in CONFIG_PATHS]
+        if not bootstrap and (ch.path in GOVERNING_PATHS or (ch.old_path or "") in GOVERNING_PATHS):
+            appr = approval(ch.path)
+            if not appr.ok:
+                reject(git_stream, ch.path, ch.new_blob, f"change to {ch.path} {appr.reason}; the old rules stay in force", appr)
+                continue
+        if ALIASES_PATH in touched:
+            continue  # applied before the jobs above
+        for p in touched:
+            new_state.files.pop(p, None)
+        if ch.status != "D" and ch.path in CONFIG_PATHS:
+            new_state.files[ch.path] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+    return out, new_state, live

@@ -1,0 +1,152 @@
+"""`ledger plan REF`: what merging REF into the branch would do, without touching the ledger.
+
+Like Atlantis's plan, for a PR check: the jobs that would be submitted, updated and
+cancelled, each spec's validation, the TPUs and chips requested, and which shared TPUs are
+already held by live jobs. `ok` is False when anything would be rejected as invalid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict, is_spec_path, job_id_for
+from ledger.gitops.ingest import Validator, spec_validator
+from ledger.gitops.policy import owners_for
+from ledger.gitops.repo import ZERO, GitError, GitRepo
+
+
+@dataclass(slots=True)
+class PlanItem:
+    action: str  # submit | update | cancel | invalid
+    job: str | None
+    path: str
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    accelerator: str | None = None
+    chips: int | None = None
+    tpu: str | None = None
+    shared: bool = False
+    held_by: list[str] = field(default_factory=list)  # live jobs already on that shared TPU
+    approvers: list[str] = field(default_factory=list)  # who may approve (CODEOWNERS/policy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+@dataclass(slots=True)
+class PlanReport:
+    ref: str
+    branch: str
+    base: str
+    head: str
+    items: list[PlanItem] = field(default_factory=list)
+    config_changes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(i.action != "invalid" for i in self.items)
+
+    def totals(self) -> dict[str, int]:
+        out = {"submit": 0, "update": 0, "cancel": 0, "invalid": 0, "chips": 0}
+        for i in self.items:
+            out[i.action] += 1
+            if i.action in ("submit", "update") and i.chips and not i.shared:
+                out["chips"] += i.chips
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref, "branch": self.branch, "base": self.base, "head": self.head, "ok": self.ok,
+            "totals": self.totals(), "items": [i.to_dict() for i in self.items],
+            "config_changes": self.config_changes,
+        }
+
+
+def _tpu_facts(spec: Any) -> tuple[str | None, int | None, str | None, bool]:
+    """(accelerator, chips, TPU name, shared) of a normalized spec."""
+    tpu = spec.get("tpu") if isinstance(spec, dict) else None
+    if not isinstance(tpu, dict):
+        return None, None, None, False
+    accel = tpu.get("accelerator")
+    chips = tpu.get("chips")
+    if chips is None and accel:
+        from ledger.tpu_types import lookup
+
+        found = lookup(accel)
+        chips = found.chips if found is not None else None
+    return accel, chips, tpu.get("name"), bool(tpu.get("shared"))
+
+
+def _held(store: Any) -> dict[str, list[str]]:
+    """Shared TPU name -> live jobs holding it, from the ledger (empty without a store)."""
+    if store is None:
+        return {}
+    from ledger.fold import LIVE, replay
+
+    held: dict[str, list[str]] = {}
+    for job in replay(store.read_all()).jobs.values():
+        if job.state not in LIVE:
+            continue
+        _, _, name, shared = _tpu_facts(job.spec)
+        tpu = job.tpu or {}
+        name = tpu.get("name") or name
+        if name and (shared or tpu.get("shared")):
+            held.setdefault(name, []).append(job.id)
+    return held
+
+
+def plan(
+    repo: GitRepo | str, ref: str, branch: str = "main", *, store: Any = None, validator: Validator | None = None
+) -> PlanReport:
+    repo = repo if isinstance(repo, GitRepo) else GitRepo(repo)
+    head = repo.resolve(ref)
+    if head is None:
+        raise GitError(f"{ref!r} is not a commit in {repo.path}", hint="name a branch, tag or commit id")
+    target = repo.branch_head(branch) or repo.resolve(branch)
+    base = repo.merge_base(target, head) if target else None
+    if target is None or base is None:
+        raise GitError(f"{ref!r} shares no history with {branch!r}", hint="check --branch")
+    changes = repo.diffs([(head, base)]).get(head, [])
+    # Validate against the configuration the merge would produce (aliases from REF).
+    cfg = repo.blob_ids(head, CONFIG_PATHS)
+    blobs = repo.read_blobs([*cfg.values(), *(c.new_blob for c in changes if c.new_blob != ZERO)])
+    state = RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in cfg.items()})
+    base_cfg = repo.blob_ids(target, CONFIG_PATHS)
+    base_blobs = repo.read_blobs(base_cfg.values())
+    base_state = RepoState({p: (b, base_blobs.get(b, b"").decode("utf-8", "replace")) for p, b in base_cfg.items()})
+    approval = base_state.policy_dict().get("approval") or {}
+    listed = approval.get("approvers") if isinstance(approval, dict) else None
+    owners = base_state.codeowners()
+    validate = validator or spec_validator()
+    held = _held(store)
+    report = PlanReport(ref, branch, base, head)
+
+    def who(path: str) -> list[str]:
+        return list(listed) if isinstance(listed, list) else list(owners_for(owners, path))
+
+    for ch in changes:
+        if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS:
+            report.config_changes.append(ch.path)
+            continue
+        if ch.status in ("D", "R") and is_spec_path(ch.old_path or ch.path):
+            old = ch.old_path or ch.path
+            report.items.append(PlanItem("cancel", job_id_for(old), old, approvers=who(old)))
+        if ch.status == "D" or not is_spec_path(ch.path):
+            continue
+        result = validate(blobs.get(ch.new_blob, b""), ch.path, state)
+        jid = getattr(result, "job_id", None) or job_id_for(ch.path)
+        item = PlanItem(
+            "update" if ch.status == "M" else "submit",
+            jid, ch.path, approvers=who(ch.path),
+            warnings=[_message_dict(w) for w in getattr(result, "warnings", []) or []],
+        )
+        if not result.ok:
+            item.action = "invalid"
+            item.errors = [_message_dict(e) for e in result.errors]
+        else:
+            item.accelerator, item.chips, item.tpu, item.shared = _tpu_facts(result.spec)
+            if item.shared and item.tpu:
+                item.held_by = [j for j in held.get(item.tpu, []) if j != jid]
+        report.items.append(item)
+    return report

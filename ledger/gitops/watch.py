@@ -1,0 +1,132 @@
+"""The watch loop: wake on a ref change (watchdog) or every `interval` seconds, then ingest.
+
+The file system event is only a hint: refs are written by lock-and-rename, may be packed
+(`packed-refs`) or live in a reftable, so after any event the branch is re-read with git.
+The poll is the backstop for everything a hint can miss (network file systems, a remote
+mirror that only changes when fetched).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ledger.errors import LedgerError
+from ledger.gitops.ingest import IngestReport, ingest
+from ledger.gitops.mirror import ensure_mirror, fetch_mirror, is_remote
+from ledger.gitops.repo import GitRepo
+from ledger.store import Store
+
+
+class Watcher:
+    """Keeps the ledger in step with `branch` of `source` (a local path or a remote URL).
+
+    `run()` blocks until `stop()`; `run_once()` is one fetch + ingest. `on_report` is called
+    after each ingest that appended something or paused; `on_error` with each failure
+    (the loop never dies of one: a bad commit becomes `rejected`, a git or store error
+    is reported and retried at the next wake-up).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        store: Store,
+        branch: str = "main",
+        *,
+        interval: float = 5.0,
+        cache_dir: Path | None = None,
+        use_watchdog: bool = True,
+        accept_rewrite: bool = False,
+        accepted_by: str = "operator",
+        on_report: Callable[[IngestReport], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.source = source
+        self.store = store
+        self.branch = branch
+        self.interval = interval
+        self.remote = is_remote(source)
+        self.path = ensure_mirror(source, cache_dir) if self.remote else Path(source)
+        self.repo = GitRepo(self.path)
+        self.use_watchdog = use_watchdog and not self.remote
+        self.accept_rewrite = accept_rewrite
+        self.accepted_by = accepted_by
+        self.on_report = on_report
+        self.on_error = on_error or (lambda exc: print(f"ledger watch: {exc}", file=sys.stderr, flush=True))
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.wakeups = 0  # file system hints received (tests and the benchmark read it)
+
+    # -- control --------------------------------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run_once(self) -> IngestReport:
+        if self.remote:
+            fetch_mirror(self.path)
+        report = ingest(
+            self.repo, self.store, self.branch,
+            accept_rewrite=self.accept_rewrite, accepted_by=self.accepted_by,
+        )
+        if report.paused:
+            self.accept_rewrite = False  # an acceptance covers the rewrite seen at the time only
+        return report
+
+    def run(self) -> None:
+        observer = self._start_observer() if self.use_watchdog else None
+        was_paused = False
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()  # before reading the ref: a later change wakes us again
+                try:
+                    report = self.run_once()
+                    self.accept_rewrite = False
+                    # a pause is reported when it starts, not again at every poll
+                    news = report.commits or (report.paused and not was_paused)
+                    was_paused = report.paused
+                    if self.on_report and news:
+                        self.on_report(report)
+                except LedgerError as exc:
+                    self.on_error(exc)
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive any surprise
+                    self.on_error(exc)
+                    time.sleep(min(self.interval, 1.0))
+                self._wake.wait(self.interval)
+        finally:
+            if observer is not None:
+                observer.stop()
+                observer.join(timeout=5)
+
+    # -- hints ----------------------------------------------------------------------------
+    def _start_observer(self):
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        watcher = self
+
+        class _Hint(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:  # noqa: ANN001
+                path = str(getattr(event, "dest_path", "") or event.src_path)
+                if "/objects" in path:  # object writes precede the ref update; wait for that
+                    return
+                watcher.wakeups += 1
+                watcher._wake.set()
+
+        git_dir = self.repo.git_dir
+        observer = Observer()
+        handler = _Hint()
+        # packed-refs, HEAD and friends sit directly in the git dir; loose refs below refs/.
+        observer.schedule(handler, str(git_dir), recursive=False)
+        for sub in ("refs", "reftable"):
+            if (git_dir / sub).is_dir():
+                observer.schedule(handler, str(git_dir / sub), recursive=True)
+        observer.daemon = True
+        observer.start()
+        return observer

@@ -1,0 +1,42 @@
+"""Job specs: what a valid job is, how a bad one is refused, and the normalized form.
+
+A job is `jobs/<owner>/<name>.yaml` in the jobs repository; its id is `<owner>/<name>`.
+Everything here is pure except `validate_paths` and `load_repo_config(root)`, which read
+files. See schemas/job.schema.json for the fields and jobs-repo-template/ for examples.
+"""
+
+from ledger.spec.config import (
+    ALIASES_PATH,
+    DEFAULT_CONFIG_ALIASES,
+    POLICY_PATH,
+    load_repo_config,
+)
+from ledger.spec.files import find_repo_root, is_ignored, validate_paths
+from ledger.spec.model import Message, RepoConfig, SpecResult
+from ledger.spec.names import default_tpu_name, is_job_path, job_id_from_path
+from ledger.spec.normalize import command_args, spec_hash, validate_text
+from ledger.spec.recovery import SHORTHAND, recovery_rules
+from ledger.spec.yamlsafe import MAX_BYTES, MAX_DEPTH
+
+__all__ = [
+    "ALIASES_PATH",
+    "DEFAULT_CONFIG_ALIASES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "POLICY_PATH",
+    "SHORTHAND",
+    "Message",
+    "RepoConfig",
+    "SpecResult",
+    "command_args",
+    "default_tpu_name",
+    "find_repo_root",
+    "is_ignored",
+    "is_job_path",
+    "job_id_from_path",
+    "load_repo_config",
+    "recovery_rules",
+    "spec_hash",
+    "validate_paths",
+    "validate_text",
+]

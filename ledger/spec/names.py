@@ -1,0 +1,85 @@
+"""Job ids from paths: `jobs/<owner>/<name>.yaml` -> `<owner>/<name>`.
+
+Owners and names are restricted to lowercase ASCII letters, digits and dashes (names may
+also use `_`), so a job id is safe everywhere it travels: TPU resource names, shell
+commands, log paths, URLs, event streams. Words that broke the `tpu` tool (`run`,
+`false`, `v2-32-2`) are simply strings here; non-ASCII is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+JOBS_DIR = "jobs"
+OWNER_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
+OWNER_MAX = 39
+NAME_MAX = 63
+TPU_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+TPU_NAME_MAX = 63
+
+
+def _suggest(text: str, allow_underscore: bool) -> str:
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    keep = "a-z0-9_-" if allow_underscore else "a-z0-9-"
+    folded = re.sub(f"[^{keep}]+", "-", folded).strip("-_")
+    return re.sub(r"-{2,}", "-", folded)
+
+
+def check_part(kind: str, text: str) -> str | None:
+    """None when `text` is a valid owner/name, else what is wrong with it."""
+    is_owner = kind == "owner"
+    pattern, limit = (OWNER_RE, OWNER_MAX) if is_owner else (NAME_RE, NAME_MAX)
+    if not text:
+        return f"the {kind} is empty"
+    if not text.isascii():
+        return f"the {kind} {text!r} has non-ASCII characters"
+    if len(text) > limit:
+        return f"the {kind} {text!r} is longer than {limit} characters"
+    if not pattern.match(text):
+        if text != text.lower():
+            return f"the {kind} {text!r} has uppercase letters"
+        allowed = "lowercase letters, digits and single dashes, starting with a letter" if is_owner else (
+            "lowercase letters, digits, dashes and underscores, starting and ending with a letter or digit"
+        )
+        return f"the {kind} {text!r} may use only {allowed}"
+    return None
+
+
+def job_id_from_path(path: str) -> tuple[str | None, str | None, str]:
+    """(job_id, problem, hint) for a repo-relative path; job_id None when the path is unusable."""
+    parts = path.split("/")
+    if len(parts) != 3 or parts[0] != JOBS_DIR:
+        return None, f"{path!r} is not at jobs/<owner>/<name>.yaml", (
+            "move the file to jobs/<your-user>/<job-name>.yaml; the job id is <owner>/<name>"
+        )
+    _, owner, filename = parts
+    if filename.endswith(".yml"):
+        stem = filename[:-4]
+        return None, "job files end in .yaml, not .yml", f"rename it to {stem}.yaml"
+    if not filename.endswith(".yaml"):
+        return None, f"{filename!r} is not a .yaml file", "job files are jobs/<owner>/<name>.yaml"
+    name = filename[: -len(".yaml")]
+    for kind, text in (("owner", owner), ("name", name)):
+        problem = check_part(kind, text)
+        if problem is not None:
+            better = _suggest(text, kind == "name")
+            hint = f"rename it, e.g. to {better!r}" if better and better != text else "rename it"
+            where = "the folder under jobs/" if kind == "owner" else "the file name"
+            return None, problem, f"{hint} ({where})"
+    return f"{owner}/{name}", None, ""
+
+
+def is_job_path(path: str) -> bool:
+    """True for repo-relative paths under jobs/ that look like job files (valid or not)."""
+    return path.startswith(JOBS_DIR + "/") and path.endswith((".yaml", ".yml"))
+
+
+def default_tpu_name(job_id: str) -> str:
+    """A TPU name of the job's own, unique per job id and valid on Google Cloud."""
+    digest = hashlib.sha256(job_id.encode()).hexdigest()[:6]
+    base = job_id.replace("/", "-").replace("_", "-")
+    base = re.sub(r"-{2,}", "-", base)[: TPU_NAME_MAX - 7].rstrip("-")
+    return f"{base}-{digest}"

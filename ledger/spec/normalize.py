@@ -1,0 +1,488 @@
+"""From a parsed job file to the normalized spec the reconciler runs, with every finding.
+
+`validate_text` is pure (no I/O): the watcher calls it with blob contents from git.
+The checks a schema cannot express live here: the TPU request against the accelerator
+table, shared TPUs through aliases, workers within the host count, one environment at
+most, setup modules that match the configured sections, recovery rules, config-override
+aliases, priorities and the repository's policy limits.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from typing import Any
+
+from ledger import tpu_types
+from ledger.events import canonical
+from ledger.spec import recovery as rec
+from ledger.spec.interpolate import InterpolationError, interpolate
+from ledger.spec.model import Message, RepoConfig, SpecResult
+from ledger.spec.names import TPU_NAME_MAX, TPU_NAME_RE, default_tpu_name, job_id_from_path
+from ledger.spec.schema import close_match, fill_defaults, problems
+from ledger.spec.yamlsafe import Loaded, LoadError, escape, load
+
+SECTIONS = ("job", "tpu", "gcsfuse", "ssh", "docker", "conda", "venv", "setup", "command", "recovery", "args", "priority")
+ENVS = ("docker", "conda", "venv")
+PRIORITIES = {"very-low": 100, "low": 250, "medium": 500, "high": 750, "very-high": 1000}
+DEFAULT_PRIORITY = 500
+REQUEST_FIELDS = ("allocation_mode", "accelerator", "zone", "version", "pricing", "reservation", "startup_script", "network")
+RESERVED_METADATA = ("ssh-keys", "startup-script", "enable-oslogin")
+# A repeated group that itself ends in a repetition, e.g. (a+)+ or (\w*)*: the shape of
+# patterns that backtrack exponentially. The reconciler runs these over job output.
+NESTED_REPEAT = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
+KEY_MATERIAL = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----|PRIVATE KEY-----")
+
+
+class _Report:
+    def __init__(self, path: str, loaded: Loaded | None) -> None:
+        self.path = path
+        self.loaded = loaded
+        self.errors: list[Message] = []
+        self.warnings: list[Message] = []
+        self.from_defaults: set[str] = set()
+
+    def _msg(self, pointer: str, message: str, hint: str, severity: str, at_key: bool) -> Message:
+        line, column = self.loaded.position(pointer, key=at_key) if self.loaded else (0, 0)
+        if self.loaded is not None and pointer and pointer not in self.loaded.marks:
+            top = "/".join(pointer.split("/")[:3])
+            if top in self.from_defaults or pointer in self.from_defaults:
+                message += " (value from .ledger/policy.yaml defaults)"
+        return Message(self.path, line, column, pointer, message, hint, severity)
+
+    def error(self, pointer: str, message: str, hint: str = "", *, at_key: bool = False) -> None:
+        self.errors.append(self._msg(pointer, message, hint, "error", at_key))
+
+    def warn(self, pointer: str, message: str, hint: str = "", *, at_key: bool = False) -> None:
+        self.warnings.append(self._msg(pointer, message, hint, "warning", at_key))
+
+
+def spec_hash(spec: dict) -> str:
+    """SHA-256 of the canonical JSON of a normalized spec: equal specs, equal hashes."""
+    return hashlib.sha256(canonical(spec)).hexdigest()
+
+
+def _deep_merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _deep_merge(base[k], v) if k in base else v
+        return out
+    return over
+
+
+def _with_policy_defaults(data: dict, defaults: dict, report: _Report) -> dict:
+    """Policy defaults under the spec (the spec wins); shorthand forms expanded first."""
+    out = dict(data)
+    if isinstance(out.get("tpu"), str):
+        out["tpu"] = {"alias": out["tpu"]}
+    if isinstance(out.get("recovery"), str):
+        out["recovery"] = {"rule": out["recovery"]}
+    for section, value in (defaults or {}).items():
+        if section == "tpu" and isinstance(out.get("tpu"), dict) and ("alias" in out["tpu"] or out["tpu"].get("shared")):
+            continue  # a shared TPU's settings come from aliases.yaml only
+        if section == "recovery" and isinstance(out.get("recovery"), dict) and "rule" in out["recovery"]:
+            value = {k: v for k, v in value.items() if k not in rec.KINDS and k != "rule"}
+        if section not in out:
+            out[section] = copy.deepcopy(value)
+            report.from_defaults.add(f"/{section}")
+        elif isinstance(out[section], dict) and isinstance(value, dict):
+            for k in value:
+                if k not in out[section]:
+                    report.from_defaults.add(f"/{section}/{escape(k)}")
+            out[section] = _deep_merge(copy.deepcopy(value), out[section])
+    return out
+
+
+def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResult:
+    """Validate one job file's contents; never raises on bad input."""
+    job_id, problem, hint = job_id_from_path(path)
+    try:
+        loaded = load(text)
+    except LoadError as exc:
+        report = _Report(path, None)
+        report.errors.append(Message(path, exc.line, exc.column, "", exc.message, exc.hint, "error"))
+        if problem:
+            report.errors.insert(0, Message(path, 0, 0, "", problem, hint, "error"))
+        return SpecResult(path, job_id, None, report.errors, [])
+    report = _Report(path, loaded)
+    if problem:
+        report.error("", problem, hint)
+    data = loaded.data
+    if not isinstance(data, dict):
+        report.error("", f"a job file must be a mapping of sections (job, tpu, command, ...), not {type(data).__name__ if not isinstance(data, list) else 'a list'}",
+                     "start from an example in jobs/examples/")
+        return SpecResult(path, job_id, None, report.errors, [])
+    try:
+        refs = (b"${" in text) if isinstance(text, bytes) else ("${" in text)
+        spec = _check(data, job_id, path, config, report, refs)
+    except Exception as exc:  # a bug here must not take the watcher down: report it as a finding
+        report.error("", f"internal error while validating: {type(exc).__name__}: {exc}", "please report this to the ledger maintainers")
+        spec = None
+    ok = not report.errors
+    return SpecResult(path, job_id if job_id else None, spec if ok else None, report.errors, report.warnings)
+
+
+def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True) -> dict | None:
+    policy = config.policy or {}
+    merged = _with_policy_defaults(data, policy.get("defaults") or {}, report)
+    found = list(problems("job", merged))
+    for p in found:
+        report.error(p.pointer, p.message, p.hint, at_key=p.at_key)
+    if found:
+        return None
+    raw = fill_defaults("job", merged)
+    stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+
+    tpu = _tpu(raw["tpu"], job_id, config, report, policy)
+    hosts = tpu.get("hosts") if tpu else None
+    envs = _envs(raw, report)
+    command = _command(raw, hosts, report)
+    setup = _setup(raw, envs, report)
+    ssh = _ssh(raw.get("ssh"), report)
+    recovery = _recovery(raw, tpu, report, policy)
+    args = _args(raw.get("args") or {}, config, report)
+    priority = _priority(raw, report, policy)
+
+    job_in = raw.get("job") or {}
+    env_type = job_in.get("env_type")
+    present = envs[0] if envs else "none"
+    if env_type is not None and env_type != present:
+        if env_type == "none":
+            report.error("/job/env_type", f"env_type is none but a `{present}:` section is configured", f"set env_type: {present}, or remove the `{present}:` section")
+        else:
+            report.error("/job/env_type", f"env_type is {env_type} but there is no `{env_type}:` section", f"add a `{env_type}:` section, or set env_type: {present}")
+    docker = raw.get("docker")
+    if docker is not None:
+        docker = dict(docker)
+        ev = docker.get("env_vars")
+        if isinstance(ev, dict):
+            docker["env_vars"] = [f"{k}={_text(v)}" for k, v in ev.items()]
+        docker.setdefault("env_vars", [])
+    spec = {
+        "job": {
+            "name": job_in.get("name") or stem,
+            "env_type": env_type or present,
+            "loop": bool(job_in.get("loop", False)),
+            "tags": list(job_in.get("tags", [])),
+            "priority": priority,
+            "notes": job_in.get("notes"),
+        },
+        "tpu": tpu,
+        "gcsfuse": raw.get("gcsfuse"),
+        "ssh": ssh,
+        "docker": docker,
+        "conda": raw.get("conda"),
+        "venv": raw.get("venv"),
+        "setup": setup,
+        "command": command,
+        "recovery": recovery,
+        "args": args,
+        "priority": priority,
+    }
+    # The flags the runner appends to the command, in the order written (the reconciler
+    # reads `command.args_flags`, so it needs no alias table of its own).
+    command["args_flags"] = command_args(spec, config)
+    if report.errors:
+        return None
+    try:
+        if (refs or "${" in str(policy.get("defaults") or "")) and _has_reference(spec):
+            spec = interpolate(spec, _SECTION_SET)
+    except InterpolationError as exc:
+        report.error(_input_pointer(exc.pointer), exc.message, exc.hint)
+        return None
+    if not spec["tpu"]["shared"]:
+        name = spec["tpu"]["name"]
+        if not isinstance(name, str) or len(name) > TPU_NAME_MAX or not TPU_NAME_RE.match(name):
+            report.error("/tpu/name", f"TPU name {name!r} is not valid on Google Cloud",
+                         "use lowercase letters, digits and dashes, starting with a letter, at most 63 characters")
+            return None
+    return spec
+
+
+_SECTION_SET = frozenset(SECTIONS)
+
+
+def _has_reference(node: Any) -> bool:
+    if isinstance(node, str):
+        return "${" in node
+    if isinstance(node, dict):
+        return any(_has_reference(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_reference(v) for v in node)
+    return False
+
+
+def _input_pointer(pointer: str) -> str:
+    return "/command/run" if pointer.startswith("/command/cmd") else pointer
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, policy: dict) -> dict:
+    aliases = config.aliases or {}
+    shared_table: dict = aliases.get("tpus") or {}
+    network_default = {"enable_external_ips": True, "can_ip_forward": False}
+    if "alias" in t or t.get("shared"):
+        key = t.get("alias") or t.get("name")
+        pointer = "/tpu/alias" if "alias" in t else "/tpu/name"
+        if "alias" in t and "name" in t and t.get("name") not in (key, (shared_table.get(key) or {}).get("name")):
+            report.error("/tpu/name", f"`tpu.alias` {key!r} and `tpu.name` {t['name']!r} disagree", "give only one of them")
+        for f in REQUEST_FIELDS:
+            if f in t and f"/tpu/{f}" not in report.from_defaults:
+                report.error(f"/tpu/{f}", f"`tpu.{f}` cannot be set for a shared TPU: it comes from .ledger/aliases.yaml",
+                             f"remove `{f}`, or drop `alias`/`shared` to request a TPU of the job's own", at_key=True)
+        alias = key if key in shared_table else (aliases.get("tpu_names") or {}).get(key)
+        if alias is None:
+            known = sorted(shared_table)
+            guess = close_match(str(key), known + sorted(aliases.get("tpu_names") or {}))
+            hint = f"did you mean {guess!r}?" if guess else (
+                f"known shared TPUs: {', '.join(known[:12])}" if known else "no shared TPUs are listed in .ledger/aliases.yaml"
+            )
+            report.error(pointer, f"unknown shared TPU {key!r}", f"{hint}. Add it to .ledger/aliases.yaml under `tpus:`, or request a TPU with accelerator and zone")
+            return {"shared": True, "name": key, "hosts": None}
+        entry = shared_table[alias]
+        acc = tpu_types.lookup(entry["accelerator"])
+        family = acc.family if acc else None
+        return {
+            "allocation_mode": entry.get("allocation_mode", "tpu-vm"),
+            "accelerator": entry["accelerator"],
+            "zone": entry["zone"],
+            "version": entry.get("version") or tpu_types.DEFAULT_RUNTIME.get(family or "", "tpu-ubuntu2204-base"),
+            "pricing": entry.get("pricing", "ondemand"),
+            "reservation": None,
+            "startup_script": None,
+            "tags": list(t.get("tags", [])),
+            "metadata": dict(t.get("metadata", {})),
+            "network": dict(network_default),
+            "name": entry["name"],
+            "shared": True,
+            "alias": alias,
+            "hosts": acc.hosts if acc else None,
+            "chips": acc.chips if acc else None,
+        }
+    accelerator = t.get("accelerator")
+    zone = t.get("zone")
+    acc = None
+    known_shared = t.get("name") in shared_table or t.get("name") in (aliases.get("tpu_names") or {})
+    if accelerator is None and known_shared:
+        report.error("/tpu/accelerator", f"missing `tpu.accelerator`; {t['name']!r} is a shared TPU",
+                     "add `shared: true` to run on the shared TPU, or give accelerator and zone to request one")
+    elif accelerator is None:
+        report.error("/tpu/accelerator", "missing `tpu.accelerator`: a TPU request needs a type",
+                     "add e.g. `accelerator: v4-8`, or use a shared TPU with `tpu: <alias>`")
+    else:
+        acc = tpu_types.lookup(accelerator)
+        if acc is None:
+            family = accelerator.rsplit("-", 1)[0]
+            sizes = [str(a.size) for a in tpu_types.all_types() if a.family == family]
+            hint = f"{family} comes in sizes {', '.join(sizes)}" if sizes else "use a type such as v4-8, v5p-16, v5litepod-8 or v6e-8"
+            report.error("/tpu/accelerator", f"{accelerator!r} is not a Cloud TPU type", hint)
+    if zone is None and not known_shared:
+        report.error("/tpu/zone", "missing `tpu.zone`: a TPU request needs a zone",
+                     f"add e.g. `zone: {tpu_types.ZONES[acc.family][0] if acc else 'us-central2-b'}`")
+    elif acc is not None and not tpu_types.zone_offers(zone, acc.family):
+        report.warn("/tpu/zone", f"zone {zone!r} is not known to offer {acc.family} TPUs",
+                    f"{acc.family} is offered in {', '.join(tpu_types.ZONES[acc.family])}; ignore this if Google added {zone}")
+    limits = policy.get("limits") or {}
+    if accelerator and limits.get("accelerators") and accelerator not in limits["accelerators"]:
+        report.error("/tpu/accelerator", f"the policy does not allow {accelerator!r}", f"allowed: {', '.join(limits['accelerators'])}")
+    if zone and limits.get("zones") and zone not in limits["zones"]:
+        report.error("/tpu/zone", f"the policy does not allow zone {zone!r}", f"allowed: {', '.join(limits['zones'])}")
+    pricing = t.get("pricing", "ondemand")
+    if pricing == "reserved" and not t.get("reservation"):
+        report.error("/tpu/reservation", "pricing is reserved but no `reservation` is named", "add `reservation: <name>`")
+    if t.get("reservation") and pricing != "reserved":
+        report.error("/tpu/reservation", f"a reservation is named but pricing is {pricing}", "set `pricing: reserved`, or remove `reservation`")
+    version = t.get("version") or (tpu_types.DEFAULT_RUNTIME[acc.family] if acc else None)
+    if t.get("version") and t["version"] not in tpu_types.RUNTIME_VERSIONS:
+        report.warn("/tpu/version", f"runtime {t['version']!r} is not one the ledger knows",
+                    f"known runtimes: {', '.join(tpu_types.RUNTIME_VERSIONS)}; ignore this if it is new")
+    metadata = dict(t.get("metadata", {}))
+    for key in metadata:
+        if key in RESERVED_METADATA:
+            report.error(f"/tpu/metadata/{escape(key)}", f"metadata key {key!r} is managed by the ledger",
+                         "use the `ssh:` section for keys and `startup_script` for boot scripts", at_key=True)
+    network = {**network_default, **(t.get("network") or {})}
+    return {
+        "allocation_mode": t.get("allocation_mode", "tpu-vm"),
+        "accelerator": accelerator,
+        "zone": zone,
+        "version": version,
+        "pricing": pricing,
+        "reservation": t.get("reservation"),
+        "startup_script": t.get("startup_script"),
+        "tags": list(t.get("tags", [])),
+        "metadata": metadata,
+        "network": network,
+        "name": t.get("name") or (default_tpu_name(job_id) if job_id else None),
+        "shared": False,
+        "alias": None,
+        "hosts": acc.hosts if acc else None,
+        "chips": acc.chips if acc else None,
+    }
+
+
+def _envs(raw: dict, report: _Report) -> list[str]:
+    present = [e for e in ENVS if raw.get(e) is not None]
+    for extra in present[1:]:
+        report.error(f"/{extra}", f"`{extra}:` and `{present[0]}:` are both configured; a job uses at most one environment",
+                     f"remove one of them (the job runs in {present[0]} or {extra}, not both)", at_key=True)
+    return present
+
+
+def _command(raw: dict, hosts: int | None, report: _Report) -> dict:
+    c = raw["command"]
+    if "cmd" in c and "run" in c:
+        report.error("/command/run", "`command.cmd` and `command.run` are both given", "keep one: `run` is JOBMAN's spelling of `cmd`", at_key=True)
+    cmd = c.get("cmd", c.get("run"))
+    if cmd is None:
+        report.error("/command/cmd", "missing `command.cmd`: the script to run", "add `cmd: |` followed by the commands")
+    workers_in = c.get("workers", [0])
+    if workers_in == "all":
+        workers: Any = "all"
+    else:
+        listed = [int(workers_in)] if isinstance(workers_in, (int, float)) else [int(w) for w in workers_in]
+        workers = sorted(listed)
+        if hosts is not None:
+            for i, w in enumerate(listed):
+                if w >= hosts:
+                    ptr = "/command/workers" if isinstance(workers_in, int) else f"/command/workers/{i}"
+                    report.error(ptr, f"worker {w} does not exist: the TPU has {hosts} host(s), workers 0-{hosts - 1}",
+                                 "use worker numbers below the host count, or `workers: all`")
+            if "workers" not in c and hosts > 1:
+                report.warn("/command", f"the TPU has {hosts} hosts but the command runs on worker 0 only",
+                            "multi-host JAX programs must run on every host: add `workers: all`")
+    env = {k: _text(v) for k, v in (c.get("env") or {}).items()}
+    return {"cmd": cmd, "workers": workers, "env": env}
+
+
+def _setup(raw: dict, envs: list[str], report: _Report) -> dict:
+    configured = [m for m in ("ssh", "gcsfuse") if raw.get(m) is not None] + envs[:1]
+    given = (raw.get("setup") or {}).get("modules")
+    if given is None:
+        return {"modules": [*configured, "command"]}
+    for i, module in enumerate(given):
+        if module != "command" and raw.get(module) is None:
+            report.error(f"/setup/modules/{i}", f"setup module `{module}` has no `{module}:` section",
+                         f"add a `{module}:` section, or remove `{module}` from setup.modules")
+    env_modules = [m for m in given if m in ENVS]
+    if len(env_modules) > 1:
+        report.error("/setup/modules", f"setup.modules lists {len(env_modules)} environments ({', '.join(env_modules)})", "keep one of docker, conda, venv")
+    if "command" not in given:
+        report.warn("/setup/modules", "setup.modules has no `command`: the job sets up hosts but never runs its command",
+                    "add `command` as the last module")
+    for section in configured:
+        if section not in given:
+            report.warn(f"/{section}", f"`{section}:` is configured but not in setup.modules, so it is never set up",
+                        f"add `{section}` to setup.modules, or remove the section", at_key=True)
+    return {"modules": list(given)}
+
+
+def _ssh(ssh: dict | None, report: _Report) -> dict | None:
+    if ssh is None:
+        return None
+    out: dict[str, Any] = {}
+    for short in ("private_key", "public_key"):
+        legacy = f"tpu_{short}"
+        if short in ssh and legacy in ssh:
+            report.error(f"/ssh/{legacy}", f"`ssh.{short}` and `ssh.{legacy}` are both given", f"keep `{short}` only", at_key=True)
+        value = ssh.get(short, ssh.get(legacy))
+        if value is not None:
+            out[short] = value
+    out["identities"] = [dict(i) for i in ssh.get("identities", [])]
+
+    def check(value: Any, pointer: str) -> None:
+        if isinstance(value, str) and KEY_MATERIAL.search(value):
+            report.error(pointer, "this looks like private key material; a job spec holds paths, never secrets",
+                         "give the path of the key file (e.g. ~/.ssh/id_rsa), and rotate the key: it is now in git history")
+
+    for k, v in ssh.items():
+        if isinstance(v, str):
+            check(v, f"/ssh/{k}")
+    for i, ident in enumerate(ssh.get("identities", [])):
+        for k, v in ident.items():
+            check(v, f"/ssh/identities/{i}/{k}")
+    return out
+
+
+def _recovery(raw: dict, tpu: dict, report: _Report, policy: dict) -> dict:
+    section = raw.get("recovery") or {}
+    out = rec.resolve(section, tpu.get("pricing"))
+    for i, pattern in enumerate(out["error_patterns"]):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            report.error(f"/recovery/error_patterns/{i}", f"error pattern {pattern!r} is not a valid regular expression: {exc}",
+                         "escape special characters such as ( [ . with a backslash")
+            continue
+        if NESTED_REPEAT.search(pattern):
+            report.error(f"/recovery/error_patterns/{i}", f"error pattern {pattern!r} repeats a group that repeats (catastrophic backtracking)",
+                         "match a fixed phrase from the error line instead, e.g. 'DEADLINE_EXCEEDED'")
+    limit = (policy.get("limits") or {}).get("max_restarts")
+    if limit is not None and out["max_restarts"] > limit:
+        report.error("/recovery/max_restarts", f"max_restarts {out['max_restarts']} is above the policy limit of {limit}", f"use at most {limit}")
+    if out["on_preempted"] in ("resume", "rerun") and not tpu.get("shared"):
+        report.warn("/recovery/on_preempted", f"on_preempted is {out['on_preempted']}, but a preempted TPU stays PREEMPTED until it is deleted",
+                    "use `reapply` to re-create the TPU and resume, or `pass`")
+    return out
+
+
+def _args(args: dict, config: RepoConfig, report: _Report) -> dict:
+    table: dict = (config.aliases or {}).get("config") or {}
+    out: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for key, value in args.items():
+        if "." in key:
+            full = key
+        elif key in table:
+            full = table[key]
+        else:
+            guess = close_match(key, sorted(table))
+            hint = f"did you mean `{guess}`?" if guess else "write the full config name (e.g. config.training.learning_rate)"
+            report.error(f"/args/{escape(key)}", f"`{key}` is not a config alias", f"{hint} Or add the alias to .ledger/aliases.yaml under `config:`.", at_key=True)
+            continue
+        if full in out:
+            report.error(f"/args/{escape(key)}", f"`{key}` and `{origin[full]}` both set {full}", "keep one of them", at_key=True)
+            continue
+        out[full] = value
+        origin[full] = key
+    return out
+
+
+def _priority(raw: dict, report: _Report, policy: dict) -> int:
+    def value(v: Any) -> int | None:
+        if v is None:
+            return None
+        return PRIORITIES[v] if isinstance(v, str) else int(v)
+
+    inner = value((raw.get("job") or {}).get("priority"))
+    outer = value(raw.get("priority"))
+    if inner is not None and outer is not None and inner != outer:
+        report.error("/priority", f"`priority` ({outer}) and `job.priority` ({inner}) disagree", "give the priority once", at_key=True)
+    result = inner if inner is not None else outer if outer is not None else DEFAULT_PRIORITY
+    limit = (policy.get("limits") or {}).get("max_priority")
+    if limit is not None and result > limit:
+        ptr = "/job/priority" if inner is not None else "/priority"
+        report.error(ptr, f"priority {result} is above the policy limit of {limit}", f"use at most {limit}")
+    return result
+
+
+def command_args(spec: dict, config: RepoConfig) -> list[str]:
+    """`args` as command-line flags, e.g. ["--config.training.learning_rate=0.01"].
+
+    Values use Python literal spelling (True, False, None), which ml_collections and absl
+    config flags parse; the SSH runner quotes each item.
+    """
+    table: dict = (config.aliases or {}).get("config") or {}
+    out = []
+    for key, value in (spec.get("args") or {}).items():
+        full = key if "." in key else table.get(key, key)
+        text = repr(value) if isinstance(value, bool) or value is None else str(value)
+        out.append(f"--{full}={text}")
+    return out

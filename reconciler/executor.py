@@ -1,0 +1,282 @@
+"""Carry out one planned action and record it: intent before, outcome after.
+
+The intent is appended with the job stream's expected version and a key derived from that
+version, so of two reconcilers that planned the same step only one acts. Outcome events carry
+keys derived from the intent's id, so a retried outcome append stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ledger.errors import ConflictError, LedgerError
+from ledger.events import NewEvent, actor, event_id
+from ledger.fold import JobState
+from ledger.store import Store
+from reconciler.model import Action
+from reconciler.tpu import CapacityError, CreateRequest, PermanentTpuError, TpuApi
+
+log = logging.getLogger("tpu_ledger.reconciler")
+
+# Fault injection for crash tests: LEDGER_FAULT_CRASH="start:effect" kills this process with
+# SIGKILL right after the start's effect, before its outcome is recorded ("KIND:intent" kills
+# right after the intent). Read once; unset in normal use.
+_CRASH_AT = frozenset(filter(None, os.environ.get("LEDGER_FAULT_CRASH", "").split(",")))
+
+
+def _crash_point(kind: str, point: str) -> None:
+    if f"{kind}:{point}" in _CRASH_AT:
+        log.warning("LEDGER_FAULT_CRASH: killing myself at %s:%s", kind, point)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Events = list[tuple[str, dict[str, Any]]]
+
+
+class Runner(Protocol):
+    """What the executor needs of the remote runner (reconciler.remote.RemoteRunner)."""
+
+    def setup(self, job_id: str, attempt: int, hosts: list[Any], spec: dict, *, workers: list[int] | None = None) -> Any: ...
+    def start(self, job_id: str, attempt: int, hosts: list[Any], spec: dict, *, extra_args: list[str], resume: bool) -> dict[int, int]: ...
+    def probe(self, job_id: str, attempt: int, hosts: list[Any], *, workers: list[int] | None = None) -> dict[int, Any]: ...
+    def stop(self, job_id: str, attempt: int, hosts: list[Any], *, grace: float = 10) -> None: ...
+
+
+class Executor:
+    def __init__(
+        self,
+        store_for_thread: Callable[[], Store],
+        tpu: TpuApi,
+        runner: Runner,
+        *,
+        holder: str,
+        ssh_user: str,
+        ssh_public_key: str,
+        hosts_of: Callable[[JobState], list[Any]],
+        extra_args_of: Callable[[dict], list[str]],
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        self.store = store_for_thread
+        self.tpu = tpu
+        self.runner = runner
+        self.holder = holder
+        self.ssh_user = ssh_user
+        self.ssh_public_key = ssh_public_key
+        self.hosts_of = hosts_of
+        self.extra_args_of = extra_args_of
+        self.stop_grace_s = stop_grace_s
+        self.actor = actor("reconciler", holder)
+
+    # -- entry ----------------------------------------------------------------------------
+    def execute(self, action: Action, job: JobState | None) -> str:
+        kind = action.kind
+        if kind == "record":
+            assert job is not None
+            return self._record(job, action.params["events"])
+        if kind == "mark_provisioned":
+            assert job is not None
+            return self._record(job, self._provisioned(action.params["tpu"]))
+        if kind == "collect_orphan":
+            return self._collect_orphan(action)
+        assert job is not None
+        if kind == "resolve":
+            return self._resolve(job, action.params["intent"])
+        effect = self._effect(kind, job, action.params)
+        extra: Events = [("setup_started", {"attempt": job.attempt})] if kind == "setup" else []
+        return self._with_intent(job, kind, action.params, action.reason, effect, extra)
+
+    # -- recording ------------------------------------------------------------------------
+    def _record(self, job: JobState, events: Events) -> str:
+        news = [NewEvent(t, d, self.actor, key=f"v{job.version}:{i}:{t}") for i, (t, d) in enumerate(events)]
+        try:
+            res = self.store().append(job.id, news, expected_version=job.version)
+        except ConflictError:
+            return "skipped: the job moved on"
+        return "duplicate" if res.duplicate else "recorded " + ", ".join(t for t, _ in events)
+
+    def _with_intent(
+        self, job: JobState, kind: str, params: dict, reason: str,
+        effect: Callable[[], Events], extra: Events,
+    ) -> str:
+        key = f"v{job.version}:{kind}"
+        action_id = event_id(job.id, key)
+        intent = NewEvent(
+            "action_intent",
+            {"action_id": action_id, "action": kind, "params": params, "holder": self.holder, "reason": reason},
+            self.actor, key=key,
+        )
+        extras = [NewEvent(t, d, self.actor, key=f"{action_id}:pre:{t}") for t, d in extra]
+        try:
+            res = self.store().append(job.id, [intent, *extras], expected_version=job.version)
+        except ConflictError:
+            return "skipped: another writer acted first"
+        if res.duplicate:
+            return "skipped: this intent is already recorded"
+        _crash_point(kind, "intent")
+        return self._complete(job.id, action_id, kind, effect)
+
+    def _complete(self, job_id: str, action_id: str, kind: str, effect: Callable[[], Events]) -> str:
+        try:
+            events, outcome = effect(), {"action_id": action_id, "action": kind, "ok": True}
+        except LedgerError as exc:
+            events, outcome = [], {"action_id": action_id, "action": kind, "ok": False, "error": str(exc)}
+        except Exception as exc:  # an adapter failed in a way we did not foresee: record it, go on
+            log.exception("action %s on %s failed", kind, job_id)
+            events, outcome = [], {"action_id": action_id, "action": kind, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        _crash_point(kind, "effect")
+        news = [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")]
+        news += [NewEvent(t, d, self.actor, key=f"{action_id}:{i}:{t}") for i, (t, d) in enumerate(events)]
+        self.store().append(job_id, news)
+        return ("done " if outcome["ok"] else "failed ") + (", ".join(t for t, _ in events) or outcome.get("error", ""))
+
+    # -- effects --------------------------------------------------------------------------
+    def _effect(self, kind: str, job: JobState, p: dict) -> Callable[[], Events]:
+        effects: dict[str, Callable[[], Events]] = {
+            "provision": lambda: self._provision(job, p),
+            "setup": lambda: self._setup(job),
+            "start": lambda: self._start(job, p),
+            "release": lambda: self._release(job, p),
+            "cancel": lambda: self._cancel(job, p),
+            "recover": lambda: self._recover(job, p),
+            "restart": lambda: self._recover(job, p),
+        }
+        return effects[kind]
+
+    def _provision(self, job: JobState, p: dict) -> Events:
+        tpu = p["tpu"]
+        want = job.spec.get("tpu") or {}
+        metadata = {str(k): str(v) for k, v in (want.get("metadata") or {}).items()}
+        metadata["ssh-keys"] = f"{self.ssh_user}:{self.ssh_public_key}"
+        if want.get("startup_script"):
+            metadata["startup-script"] = str(want["startup_script"])
+        from reconciler import naming
+
+        req = CreateRequest(
+            zone=tpu["zone"], name=tpu["name"], accelerator=tpu["accelerator"],
+            runtime=want.get("version") or "", pricing=want.get("pricing", "ondemand"),
+            labels=naming.labels(job.id, job.commit or str(job.submitted_seq), job.owner, p["attempt"]),
+            metadata=metadata, tags=tuple(want.get("tags") or ()), reservation=want.get("reservation") or "",
+            network=want.get("network"), queued=tpu["kind"] == "queued_resource",
+        )
+        try:
+            how = self.tpu.create(req)
+        except CapacityError as exc:
+            return [("queued", {"reason": str(exc)})]
+        except PermanentTpuError as exc:
+            return [("provision_failed", {"reason": str(exc), "final": True})]
+        return [("provisioning", {"attempt": p["attempt"], "tpu": tpu, "how": how})]
+
+    def _provisioned(self, tpu: dict) -> Events:
+        node = self.tpu.get_node(tpu["zone"], tpu["name"])
+        if node is None:
+            return []
+        keys = self.tpu.host_keys(tpu["zone"], tpu["name"])
+        hosts = [
+            {**h, "host_key": keys[i] if i < len(keys) else None} for i, h in enumerate(node.hosts)
+        ]
+        return [("provisioned", {"tpu": tpu, "hosts": hosts})]
+
+    def _setup(self, job: JobState) -> Events:
+        report = self.runner.setup(job.id, job.attempt, self.hosts_of(job), job.spec)
+        if getattr(report, "ok", False):
+            return [("setup_done", {"attempt": job.attempt})]
+        failures = list(getattr(report, "failures", []) or [])
+        worker, module, message = failures[0] if failures else (None, "", "setup failed")
+        return [("setup_failed", {"attempt": job.attempt, "worker": worker, "module": module,
+                                  "reason": str(message)[:2000], "final": False})]
+
+    def _start(self, job: JobState, p: dict) -> Events:
+        from reconciler.remote import RemoteError
+
+        try:
+            pids = self.runner.start(
+                job.id, job.attempt, self.hosts_of(job), job.spec,
+                extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
+            )
+        except RemoteError as exc:  # the runner already retried what was transient
+            return [("failed", {"kind": "failure", "message": f"could not start: {exc}"[:2000], "attempt": job.attempt})]
+        return [("started", {"attempt": job.attempt, "workers": sorted(pids), "pids": {str(w): pid for w, pid in pids.items()},
+                             "resume": bool(p.get("resume")), "spec_hash": job.spec_hash})]
+
+    def _stop(self, job: JobState, p: dict) -> None:
+        if not p.get("stop"):
+            return
+        try:
+            self.runner.stop(job.id, job.attempt, self.hosts_of(job), grace=self.stop_grace_s)
+        except Exception as exc:  # best effort: the TPU is deleted next anyway
+            log.warning("could not stop %s attempt %s: %s", job.id, job.attempt, exc)
+
+    def _delete(self, tpu: dict | None) -> bool:
+        if not tpu or tpu.get("shared"):
+            return False  # a shared TPU is handed back, never deleted
+        return self.tpu.delete(tpu["zone"], tpu["name"], queued=tpu.get("kind") == "queued_resource")
+
+    def _release(self, job: JobState, p: dict) -> Events:
+        self._stop(job, p)
+        tpu = p["tpu"]
+        self._delete(tpu)
+        events: Events = [("released", {"tpu": tpu, "reason": p.get("next") or "job ended", "deleted": not tpu.get("shared")})]
+        if p.get("next") == "retry":
+            events.append(("queued", {"reason": "retrying on a new TPU"}))
+        return events
+
+    def _cancel(self, job: JobState, p: dict) -> Events:
+        self._stop(job, p)
+        events: Events = []
+        if p.get("tpu"):
+            self._delete(p["tpu"])
+            events.append(("released", {"tpu": p["tpu"], "reason": "cancelled", "deleted": not p["tpu"].get("shared")}))
+        events.append(("cancelled", {"reason": "cancel requested"}))
+        return events
+
+    def _recover(self, job: JobState, p: dict) -> Events:
+        self._stop(job, p)
+        events: Events = []
+        if p.get("reapply") and p.get("tpu"):
+            self._delete(p["tpu"])
+            events.append(("released", {"tpu": p["tpu"], "reason": "reapply", "deleted": not p["tpu"].get("shared")}))
+        rule = p["rule"]
+        data = {"attempt": p["attempt"], "restarts": p.get("restarts", job.restarts), "rule": rule,
+                "reapply": bool(p.get("reapply")), "kind": p.get("kind", rule)}
+        events.append(("rerun" if rule == "rerun" else "resumed", data))
+        return events
+
+    def _collect_orphan(self, action: Action) -> str:
+        tpu = action.params["tpu"]
+        self.tpu.delete(tpu["zone"], tpu["name"])
+        ev = NewEvent("released", {"tpu": tpu, "reason": "orphan", "labels": action.params.get("labels", {}), "deleted": True},
+                      self.actor, key=f"orphan:{tpu['zone']}:{tpu['name']}")
+        self.store().append(action.job_id, [ev])
+        return f"collected orphan {tpu['name']}"
+
+    # -- crash repair ---------------------------------------------------------------------
+    def _resolve(self, job: JobState, intent: dict) -> str:
+        """An intent with no outcome: look at reality, never repeat blindly."""
+        kind, p, action_id = intent.get("action"), intent.get("params") or {}, intent["action_id"]
+        if kind == "provision":
+            tpu = p["tpu"]
+            exists = (self.tpu.queued_exists(tpu["zone"], tpu["name"]) if tpu["kind"] == "queued_resource"
+                      else self.tpu.get_node(tpu["zone"], tpu["name"]) is not None)
+            if exists:
+                return self._complete(job.id, action_id, kind, lambda: [("provisioning", {"attempt": p["attempt"], "tpu": tpu, "how": "adopted"})])
+            return self._interrupted(job.id, action_id, kind, "the TPU was never created")
+        if kind == "start":
+            status = self.runner.probe(job.id, job.attempt, self.hosts_of(job))
+            if any(getattr(s, "state", "") in ("running", "exited") for s in status.values()):
+                return self._complete(job.id, action_id, kind, lambda: [("started", {
+                    "attempt": job.attempt, "workers": sorted(status), "resume": bool(p.get("resume")),
+                    "spec_hash": job.spec_hash, "how": "found running after a restart"})])
+            return self._interrupted(job.id, action_id, kind, "the command never started")
+        if kind == "setup":
+            # Setup modules check before they act, so running them again is safe.
+            return self._interrupted(job.id, action_id, kind, "setup was interrupted; it runs again")
+        # Deleting and stopping are idempotent: finish the job under the same intent.
+        return self._complete(job.id, action_id, kind, self._effect(kind, job, p))
+
+    def _interrupted(self, job_id: str, action_id: str, kind: str, why: str) -> str:
+        outcome = {"action_id": action_id, "action": kind, "ok": False, "interrupted": True, "error": why}
+        self.store().append(job_id, [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")])
+        return f"resolved {kind}: {why}"

@@ -1,0 +1,174 @@
+"""The reconcile loop: catch up on the ledger, observe, plan, act — again and again.
+
+Actions run on a small thread pool, at most one per job at a time, so a long setup on one
+pod never delays noticing a preemption on another. Every thread has its own store
+connection. The loop sleeps until a new event is appended or the interval passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ledger.fold import LedgerState, apply
+from ledger.store import Store, open_store
+from reconciler.executor import Executor, Runner
+from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
+from reconciler.plan import plan, selected_workers, zones_in_use
+from reconciler.tpu import TpuApi
+
+log = logging.getLogger("tpu_ledger.reconciler")
+
+
+class Reconciler:
+    def __init__(
+        self,
+        store_url: str,
+        tpu: TpuApi,
+        runner: Runner,
+        *,
+        holder: str,
+        ssh_user: str,
+        ssh_public_key: str,
+        hosts_of: Callable[[Any], list[Any]],
+        extra_args_of: Callable[[dict], list[str]],
+        interval: float = 2.0,
+        config: PlanConfig | None = None,
+        workers: int = 8,
+        on_action: Callable[[Action, str], None] | None = None,
+    ) -> None:
+        self.store_url = store_url
+        self.tpu = tpu
+        self.runner = runner
+        self.interval = interval
+        self.config = config or PlanConfig(holder=holder)
+        self.hosts_of = hosts_of
+        self.on_action = on_action or (lambda action, result: log.info("%s %s: %s", action.kind, action.job_id, result))
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
+        self._in_flight: dict[str, Future[str]] = {}
+        self._lock = threading.Lock()
+        self.state = LedgerState()
+        self.passes = 0
+        self.executor = Executor(
+            self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
+            hosts_of=hosts_of, extra_args_of=extra_args_of,
+        )
+
+    def store(self) -> Store:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = open_store(self.store_url)
+        return store
+
+    # -- one pass -------------------------------------------------------------------------
+    def catch_up(self) -> None:
+        for ev in self.store().read_all(after=self.state.position):
+            apply(self.state, ev.stream, ev.type, ev.data, time=ev.time, seq=ev.seq, version=ev.version)
+
+    def observe(self) -> Observed:
+        obs = Observed(now=time.time())
+        zones = set()
+        for zone in sorted(zones_in_use(self.state.jobs)):
+            try:
+                nodes = self.tpu.list_nodes(zone)
+                queued = self.tpu.list_queued(zone)
+            except Exception as exc:  # that zone stays unobserved: nothing is concluded about it
+                log.warning("could not observe zone %s: %s", zone, exc)
+                continue
+            zones.add(zone)
+            obs.nodes.update({n.name: n for n in nodes})
+            obs.queued.update({q.name: q for q in queued})
+        obs.zones = frozenset(zones)
+        obs.hosts = self._probe_running(obs)
+        return obs
+
+    def _probe_running(self, obs: Observed) -> dict[str, dict[int, HostObs]]:
+        running = [
+            j for j in self.state.jobs.values()
+            if j.state == "running" and j.tpu and j.id not in self._in_flight
+            and (node := obs.nodes.get(j.tpu["name"])) is not None and node.state == NODE_READY
+        ]
+
+        def probe(job) -> tuple[str, dict[int, HostObs]]:
+            status = self.runner.probe(job.id, job.attempt, self.hosts_of(job), workers=selected_workers(job))
+            return job.id, {
+                w: HostObs(s.state, s.exit_code, tuple(sorted(set(s.kinds))), s.error) for w, s in status.items()
+            }
+
+        results: dict[str, dict[int, HostObs]] = {}
+        for fut in [self._pool.submit(probe, j) for j in running]:
+            try:
+                job_id, hosts = fut.result()
+                results[job_id] = hosts
+            except Exception as exc:
+                log.warning("probe failed: %s", exc)
+        return results
+
+    def step(self) -> list[Action]:
+        """One pass; returns the actions it dispatched."""
+        self._reap()
+        self.catch_up()
+        obs = self.observe()
+        self._reap()
+        self.catch_up()  # what finished while observing changes what to do
+        actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config)
+        for action in actions:
+            self._dispatch(action)
+        self.passes += 1
+        return actions
+
+    def _dispatch(self, action: Action) -> None:
+        job = self.state.jobs.get(action.job_id)
+        key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
+        if key in self._in_flight:
+            return
+
+        def run() -> str:
+            result = self.executor.execute(action, job)
+            self.on_action(action, result)
+            return result
+
+        self._in_flight[key] = self._pool.submit(run)
+
+    def _reap(self) -> None:
+        for key, fut in list(self._in_flight.items()):
+            if fut.done():
+                del self._in_flight[key]
+                if (exc := fut.exception()) is not None:
+                    log.error("action on %s failed: %s", key, exc)
+
+    @property
+    def busy(self) -> bool:
+        self._reap()
+        return bool(self._in_flight)
+
+    # -- driving --------------------------------------------------------------------------
+    def run(self, *, once: bool = False, stop: threading.Event | None = None) -> None:
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            actions = self.step()
+            if once:
+                self.drain()
+                if not actions:
+                    return
+                continue
+            head = self.store().head()
+            # Wake on any new event (ours included: the next step of a story follows at once).
+            deadline = time.monotonic() + self.interval
+            while not stop.is_set() and time.monotonic() < deadline:
+                if self.store().wait_for_append(head, min(0.25, self.interval)) > head:
+                    break
+
+    def drain(self, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while self.busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.tpu.close()

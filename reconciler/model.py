@@ -1,0 +1,74 @@
+"""Plain data the planner reads (observations) and writes (actions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Node states as the TPU API names them (google.cloud.tpu_v2.Node.State).
+NODE_READY = "READY"
+NODE_CREATING = "CREATING"
+NODE_GONE_STATES = frozenset({"PREEMPTED", "TERMINATED"})
+QR_LOST_STATES = frozenset({"SUSPENDED", "SUSPENDING", "FAILED"})
+QR_WAITING_STATES = frozenset({"ACCEPTED", "WAITING_FOR_RESOURCES", "CREATING", "PROVISIONING"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeObs:
+    name: str  # short node id
+    zone: str
+    state: str
+    labels: dict[str, str] = field(default_factory=dict)
+    hosts: tuple[dict[str, Any], ...] = ()  # {worker, address, port}
+    health: str = ""
+    create_time: float = 0.0  # epoch seconds
+    accelerator: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedObs:
+    name: str
+    zone: str
+    state: str
+    node_name: str = ""
+    message: str = ""  # failed_data / waiting reason
+
+
+@dataclass(frozen=True, slots=True)
+class HostObs:
+    state: str  # running | exited | gone | unknown | not_started
+    exit_code: int | None = None
+    matches: tuple[str, ...] = ()  # failure kinds matched in new output: grpc, preempted, failure
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Observed:
+    """What the TPU API and the hosts said at `now`. A zone missing from `zones` was not
+    observed (API error): the planner does not conclude anything about its nodes."""
+
+    now: float
+    zones: frozenset[str] = frozenset()
+    nodes: dict[str, NodeObs] = field(default_factory=dict)  # by node name
+    queued: dict[str, QueuedObs] = field(default_factory=dict)  # by queued-resource name
+    hosts: dict[str, dict[int, HostObs]] = field(default_factory=dict)  # job id -> worker -> status
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing to do for one job. `kind` names the executor; `params` is plain data."""
+
+    kind: str
+    job_id: str
+    params: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanConfig:
+    orphan_grace_s: float = 60.0
+    queued_retry_s: float = 10.0  # first retry after capacity ran out; doubles, capped
+    queued_retry_max_s: float = 300.0
+    provision_timeout_s: float = 1800.0
+    holder: str = "reconciler"  # this reconciler's id: its own unfinished intents are resolved at once
+    intent_timeout_s: float = 600.0  # another reconciler's intent older than this is taken over

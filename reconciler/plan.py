@@ -1,0 +1,314 @@
+"""plan(jobs, observed) -> actions: what the reconciler should do now. Pure: no I/O.
+
+One action per job per pass at most; the loop runs again as soon as its effects are
+recorded, so a multi-step story (release, then provision, then set up) unfolds over passes,
+each step recorded before the next is decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ledger import fold
+from ledger.events import parse_time
+from ledger.fold import JobState
+from reconciler import naming
+from reconciler.model import (
+    NODE_GONE_STATES,
+    NODE_READY,
+    QR_LOST_STATES,
+    Action,
+    HostObs,
+    NodeObs,
+    Observed,
+    PlanConfig,
+)
+from reconciler.rules import decide
+
+
+def plan(
+    jobs: Mapping[str, JobState],
+    observed: Observed,
+    *,
+    in_flight: Iterable[str] = (),
+    config: PlanConfig | None = None,
+) -> list[Action]:
+    config = config or PlanConfig()
+    busy = set(in_flight)
+    holders = shared_holders(jobs)
+    actions: list[Action] = []
+    for job in jobs.values():
+        if job.id in busy or (job.terminal and job.tpu is None):
+            continue
+        action = plan_job(job, observed, holders, jobs, config)
+        if action is not None:
+            actions.append(action)
+    actions.extend(collect_orphans(jobs, observed, config))
+    return actions
+
+
+def shared_holders(jobs: Mapping[str, JobState]) -> dict[str, str]:
+    """Shared TPU name -> the job holding it (a live job whose `tpu` names it)."""
+    return {
+        j.tpu["name"]: j.id
+        for j in jobs.values()
+        if j.tpu and j.tpu.get("shared") and not j.terminal
+    }
+
+
+def tpu_request(job: JobState) -> dict[str, Any]:
+    """The TPU this job's next attempt needs: a shared one by name, or a new one of its own."""
+    tpu = job.spec.get("tpu") or {}
+    if tpu.get("shared"):
+        return {"name": tpu["name"], "zone": tpu.get("zone", ""), "kind": "node", "shared": True,
+                "accelerator": tpu.get("accelerator", "")}
+    attempt = max(job.attempt, 1)
+    kind = "queued_resource" if tpu.get("allocation_mode") == "queued-resources" else "node"
+    return {
+        "name": naming.node_name(job.id, job.commit or str(job.submitted_seq), attempt),
+        "zone": tpu.get("zone", ""),
+        "kind": kind,
+        "shared": False,
+        "accelerator": tpu.get("accelerator", ""),
+        "attempt": attempt,
+    }
+
+
+def plan_job(
+    job: JobState,
+    obs: Observed,
+    holders: Mapping[str, str],
+    jobs: Mapping[str, JobState],
+    config: PlanConfig,
+) -> Action | None:
+    if job.pending_action:
+        return _resolve(job, obs, config)
+    if job.terminal:
+        return _release(job, "job ended")
+    s = job.state
+    if s == fold.CANCELLING:
+        return Action("cancel", job.id, {"tpu": job.tpu, "stop": _may_run(job)}, "cancel requested")
+    if s in (fold.PENDING, fold.QUEUED) and job.tpu is None or s == fold.RECOVERING and job.tpu is None:
+        return _acquire(job, obs, holders, jobs, config)
+    if job.tpu is None:
+        return _record(job, "failed", {"kind": "lost_host", "message": f"no TPU held in state {s}", "final": True})
+    zone = job.tpu.get("zone", "")
+    if zone not in obs.zones:
+        return None  # that zone was not observed this pass: decide nothing blind
+    node = obs.nodes.get(job.tpu["name"])
+    if s in (fold.PROVISIONING, fold.QUEUED):
+        return _watch_provisioning(job, node, obs, config)
+    if node is None or node.state in NODE_GONE_STATES:
+        if s in (fold.PREEMPTED, fold.FAILED):
+            return _recover(job, tpu_usable=False)
+        if s == fold.RECOVERING:
+            return _release(job, "TPU lost during recovery", next_step="reapply")
+        state = node.state if node else "DELETED"
+        return _record(job, "preempted", {"tpu_state": state, "reason": f"TPU {job.tpu['name']} is {state}", "attempt": job.attempt})
+    if node.state != NODE_READY:
+        return None  # stopping, repairing, restarting: look again next pass
+    if s == fold.PROVISIONED or s == fold.SETTING_UP or s == fold.RECOVERING and job.recovery:
+        return Action("setup", job.id, {"attempt": job.attempt, "tpu": job.tpu}, "TPU ready")
+    if s == fold.READY:
+        resume = job.attempt > 1 and (job.recovery or {}).get("rule", "resume") != "rerun"
+        return Action("start", job.id, {"attempt": job.attempt, "resume": resume}, "set up")
+    if s == fold.RUNNING:
+        return _watch_running(job, node, obs.hosts.get(job.id))
+    if s in (fold.PREEMPTED, fold.FAILED):
+        return _recover(job, tpu_usable=True)
+    return None
+
+
+def _acquire(
+    job: JobState, obs: Observed, holders: Mapping[str, str], jobs: Mapping[str, JobState], config: PlanConfig
+) -> Action | None:
+    want = tpu_request(job)
+    if want["shared"]:
+        holder = holders.get(want["name"])
+        if holder and holder != job.id:
+            reason = f"shared TPU {want['name']} is held by {holder}"
+            return None if job.queued_reason == reason else _record(job, "queued", {"reason": reason})
+        first = _first_in_line(want["name"], jobs)
+        if first != job.id:
+            reason = f"shared TPU {want['name']} goes to {first} first"
+            return None if job.queued_reason == reason else _record(job, "queued", {"reason": reason})
+        return _record(job, "provisioning", {"attempt": max(job.attempt, 1), "tpu": want})
+    if job.state == fold.QUEUED and job.queued_count:
+        delay = min(config.queued_retry_s * 2 ** (job.queued_count - 1), config.queued_retry_max_s)
+        since = _age(job, "queued", obs.now)
+        if since is not None and since < delay:
+            return None
+    return Action("provision", job.id, {"attempt": want["attempt"], "tpu": want}, "needs a TPU")
+
+
+def _first_in_line(tpu_name: str, jobs: Mapping[str, JobState]) -> str:
+    waiting = [
+        j for j in jobs.values()
+        if j.tpu is None and j.state in (fold.PENDING, fold.QUEUED, fold.RECOVERING)
+        and (j.spec.get("tpu") or {}).get("shared") and j.spec["tpu"].get("name") == tpu_name
+    ]
+    return min(waiting, key=lambda j: (-j.priority, j.submitted_seq)).id
+
+
+def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, config: PlanConfig) -> Action | None:
+    assert job.tpu is not None
+    name = job.tpu["name"]
+    if job.tpu.get("kind") == "queued_resource":
+        qr = obs.queued.get(name)
+        if qr is not None and qr.state in QR_LOST_STATES:
+            if qr.state == "FAILED":
+                return _release(job, f"queued resource failed: {qr.message or 'no reason given'}", next_step="retry")
+            return _record(job, "preempted", {"tpu_state": qr.state, "reason": f"queued resource {name} is {qr.state}", "attempt": job.attempt})
+        if qr is not None and qr.state != "ACTIVE":
+            reason = f"queued resource {name} is {qr.state}" + (f": {qr.message}" if qr.message else "")
+            return None if job.queued_reason == reason else _record(job, "queued", {"reason": reason})
+        if qr is None and node is None:
+            return _vanished(job, obs, config)
+    if node is None:
+        return _vanished(job, obs, config) if job.tpu.get("kind") != "queued_resource" else None
+    if node.state == NODE_READY:
+        return Action("mark_provisioned", job.id, {"tpu": job.tpu}, "TPU is READY")
+    if node.state in NODE_GONE_STATES:
+        return _record(job, "preempted", {"tpu_state": node.state, "reason": f"TPU {name} is {node.state} before it was used", "attempt": job.attempt})
+    age = _age(job, "provisioning", obs.now)
+    if age is not None and age > config.provision_timeout_s:
+        return _release(job, f"TPU {name} still {node.state} after {int(age)} s", next_step="retry")
+    return None
+
+
+def _vanished(job: JobState, obs: Observed, config: PlanConfig) -> Action | None:
+    # The create was accepted but nothing is there: give the API a moment, then try again.
+    age = _age(job, "provisioning", obs.now)
+    if age is not None and age < 30:
+        return None
+    assert job.tpu is not None
+    return _record(
+        job, "released", {"tpu": job.tpu, "reason": "vanished while provisioning"},
+        ("queued", {"reason": f"TPU {job.tpu['name']} vanished while provisioning; retrying"}),
+    )
+
+
+def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | None) -> Action | None:
+    if job.run_spec_hash and job.spec_hash != job.run_spec_hash:
+        assert job.tpu is not None
+        want = job.spec.get("tpu") or {}
+        reapply = not job.tpu.get("shared") and (
+            want.get("accelerator"), want.get("zone")) != (job.tpu.get("accelerator"), job.tpu.get("zone"))
+        return Action("restart", job.id, {"attempt": job.attempt + 1, "rule": "spec_updated", "reapply": reapply, "tpu": job.tpu, "stop": True}, "the spec changed while running")
+    if not hosts:
+        return None
+    workers = selected_workers(job)
+    seen = {w: hosts[w] for w in workers if w in hosts}
+    matches = {m for h in hosts.values() for m in h.matches}
+    if "preempted" in matches or node.health == "UNHEALTHY_MAINTENANCE":
+        return _record(job, "preempted", {"tpu_state": node.state, "reason": "maintenance or preemption announced in the job's output", "attempt": job.attempt})
+    if "grpc" in matches:
+        return _record(job, "failed", {"kind": "grpc", "message": "GRPC error in the job's output", "attempt": job.attempt})
+    gone = sorted(w for w, h in hosts.items() if h.state == "gone")
+    if gone:
+        return _record(job, "failed", {"kind": "lost_host", "worker": gone[0], "message": f"worker {gone[0]} lost: {hosts[gone[0]].error or 'process or host gone'}", "attempt": job.attempt})
+    bad = sorted(w for w, h in seen.items() if h.state == "exited" and h.exit_code not in (0, None))
+    if bad:
+        code = seen[bad[0]].exit_code
+        return _record(job, "failed", {"kind": "exit", "worker": bad[0], "exit_code": code, "message": f"worker {bad[0]} exited with code {code}", "attempt": job.attempt})
+    if "failure" in matches:
+        return _record(job, "failed", {"kind": "failure", "message": "a failure pattern appeared in the job's output", "attempt": job.attempt})
+    if seen and len(seen) == len(workers) and all(h.state == "exited" and h.exit_code == 0 for h in seen.values()):
+        if (job.spec.get("job") or {}).get("loop"):
+            return Action("restart", job.id, {"attempt": job.attempt + 1, "rule": "loop", "reapply": False, "tpu": job.tpu, "stop": False}, "job.loop: run again")
+        return _record(job, "finished", {"attempt": job.attempt, "exit_codes": {str(w): 0 for w in workers}})
+    return None
+
+
+def selected_workers(job: JobState) -> list[int]:
+    workers = (job.spec.get("command") or {}).get("workers", "all")
+    if workers == "all" or workers is None:
+        return list(range(max(len(job.hosts), 1)))
+    if isinstance(workers, int):
+        return [workers]
+    return sorted(int(w) for w in workers)
+
+
+def _recover(job: JobState, *, tpu_usable: bool) -> Action:
+    kind = (job.last_error or {}).get("kind", "failure")
+    d = decide(job.spec, kind, job.restarts, tpu_usable=tpu_usable)
+    if d.rule in ("pass", "exhausted"):
+        return _record(job, "failed", {
+            "kind": d.rule, "final": True, "message": d.message,
+            "history": list(job.failures), "attempt": job.attempt,
+        })
+    return Action("recover", job.id, {
+        "kind": kind, "rule": d.rule, "reapply": d.reapply, "resume": d.resume,
+        "attempt": job.attempt + 1, "restarts": job.restarts + 1, "tpu": job.tpu,
+        "stop": tpu_usable and _may_run(job),
+    }, d.message)
+
+
+def _release(job: JobState, reason: str, *, next_step: str = "") -> Action | None:
+    if job.tpu is None:
+        return None
+    return Action("release", job.id, {"tpu": job.tpu, "next": next_step, "stop": _may_run(job)}, reason)
+
+
+def _may_run(job: JobState) -> bool:
+    """Could the job's command still be running on reachable hosts? Then stop it first.
+    A preempted TPU has no processes left and no host to reach."""
+    if not job.hosts or job.state == fold.FINISHED:
+        return False
+    return (job.last_error or {}).get("kind") != "preempted"
+
+
+def _record(job: JobState, type_: str, data: dict[str, Any], *more: tuple[str, dict[str, Any]]) -> Action:
+    """An action that only appends what was observed or decided: no effect outside the ledger."""
+    return Action("record", job.id, {"events": [(type_, data), *more]}, type_)
+
+
+def _resolve(job: JobState, obs: Observed, config: PlanConfig) -> Action | None:
+    """An intent without an outcome: ours from before a restart, or a dead peer's after its
+    lease ran out. Someone else's fresh intent means that job is being acted on: hands off."""
+    intent = job.pending_action or {}
+    if intent.get("holder") != config.holder:
+        since = _age(job, "action_intent", obs.now)
+        if since is not None and since < config.intent_timeout_s:
+            return None
+    return Action("resolve", job.id, {"intent": intent}, "an intent has no outcome")
+
+
+def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig) -> list[Action]:
+    held = {j.tpu["name"] for j in jobs.values() if j.tpu}
+    # A node released within the grace period is being deleted by its job, not orphaned.
+    for j in jobs.values():
+        for name, when in j.released:
+            if when and obs.now - parse_time(when).timestamp() < config.orphan_grace_s:
+                held.add(name)
+    # A provisioning intent names its node before the node exists: never collect it.
+    for j in jobs.values():
+        if j.pending_action and (tpu := (j.pending_action.get("params") or {}).get("tpu")):
+            held.add(tpu.get("name", ""))
+    by_hash = {naming.job_hash(j.id, j.commit or str(j.submitted_seq)): j.id for j in jobs.values()}
+    actions = []
+    for node in obs.nodes.values():
+        if node.name in held or not naming.is_managed(node.labels) or node.state == "DELETING":
+            continue
+        if obs.now - node.create_time < config.orphan_grace_s:
+            continue
+        owner = by_hash.get(node.labels.get(naming.LABEL_JOB_HASH, ""), "_orphans")
+        tpu = {"name": node.name, "zone": node.zone, "kind": "node", "shared": False}
+        actions.append(Action("collect_orphan", owner, {"tpu": tpu, "labels": node.labels}, "no live job holds it"))
+    return actions
+
+
+def _age(job: JobState, event_type: str, now: float) -> float | None:
+    stamp = job.times.get(event_type)
+    return None if not stamp else now - parse_time(stamp).timestamp()
+
+
+def zones_in_use(jobs: Mapping[str, JobState]) -> set[str]:
+    zones = set()
+    for j in jobs.values():
+        if j.tpu and j.tpu.get("zone"):
+            zones.add(j.tpu["zone"])
+        elif not j.terminal and (j.spec.get("tpu") or {}).get("zone"):
+            zones.add(j.spec["tpu"]["zone"])
+    return zones

@@ -1,0 +1,358 @@
+"""RemoteRunner: setup modules, detached start, status probe with output fetch, stop.
+
+The imperative shell around the pure parts (layout, scripts, modules, patterns): one
+parallel round of SSH calls per operation, every host keyed by its worker id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from reconciler.remote import layout, modules, patterns, scripts
+from reconciler.remote.errors import (
+    AuthFailed,
+    HostKeyMismatch,
+    HostUnreachable,
+    RemoteError,
+    StartFailed,
+)
+from reconciler.remote.ssh import SSHPool
+from reconciler.remote.types import DEFAULT_USERNAME, Host, HostStatus, SetupReport
+
+T = TypeVar("T")
+MAX_FETCH = 4 << 20  # bytes of output fetched per host per probe
+
+
+class RemoteRunner:
+    def __init__(
+        self,
+        *,
+        private_key_path: Path,
+        known_hosts_path: Path,
+        log_dir: Path,
+        username: str = DEFAULT_USERNAME,
+        connect_timeout: float = 10,
+        command_timeout: float = 300,
+        retries: int = 5,
+        probe_retries: int = 1,
+        backoff: float = 0.5,
+        files_root: Path | None = None,
+        max_parallel: int = 64,
+    ) -> None:
+        """`username` applies to hosts whose username is the Host default; `files_root` is
+        where relative local paths in a spec (keys, requirements, conda files) resolve."""
+        self.pool = SSHPool(
+            private_key_path=Path(private_key_path), known_hosts_path=Path(known_hosts_path),
+            connect_timeout=connect_timeout, retries=retries, backoff=backoff,
+        )
+        self.log_dir = Path(log_dir)
+        self.username = username
+        self.command_timeout = command_timeout
+        self.probe_timeout = max(connect_timeout, 30.0)
+        self.probe_retries = probe_retries
+        self.files_root = Path(files_root) if files_root else Path.cwd()
+        self._executor = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="remote")
+        self._scanned: dict[tuple[str, int, int], int] = {}
+        self._scan_lock = threading.Lock()
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _host(self, h: Host) -> Host:
+        if h.username == DEFAULT_USERNAME and self.username != DEFAULT_USERNAME:
+            return Host(h.worker, h.address, h.port, self.username, h.host_key)
+        return h
+
+    def _parallel(self, hosts: Sequence[Host], fn: Callable[[Host], T]) -> dict[int, T]:
+        futures = {h.worker: self._executor.submit(fn, self._host(h)) for h in hosts}
+        return {w: f.result() for w, f in futures.items()}
+
+    @staticmethod
+    def _select(hosts: Sequence[Host], workers: Sequence[int] | str | None) -> list[Host]:
+        if workers is None or workers == "all":
+            return list(hosts)
+        wanted = {int(w) for w in workers}
+        known = {h.worker for h in hosts}
+        missing = wanted - known
+        if missing:
+            raise ValueError(f"workers {sorted(missing)} are not among the hosts {sorted(known)}")
+        return [h for h in hosts if h.worker in wanted]
+
+    def _read_local(self, path: str) -> bytes:
+        p = Path(path).expanduser()
+        return (p if p.is_absolute() else self.files_root / p).read_bytes()
+
+    # -- setup ---------------------------------------------------------------------------
+    def setup(
+        self, job_id: str, attempt: int, hosts: list[Host], spec: Mapping, *,
+        workers: list[int] | None = None,
+    ) -> SetupReport:
+        """Run the spec's setup modules (all but "command") on the selected hosts in parallel.
+
+        Per host, modules run in order; each module's check passing skips it; a host stops at
+        its first failing step. Logs: <log_dir>/<job>/<attempt>/<module>_worker_<i>.log.
+        """
+        names = [m for m in (spec.get("setup") or {}).get("modules") or [] if m != "command"]
+        report = SetupReport()
+        try:
+            built = [modules.build(n, spec, self._read_local) for n in names]
+        except (OSError, KeyError, ValueError) as exc:
+            for h in self._select(hosts, workers):
+                report.failures.append((h.worker, "spec", f"cannot build setup steps: {exc}"))
+            return report
+        results = self._parallel(self._select(hosts, workers), lambda h: self._setup_host(job_id, attempt, h, built))
+        for w, (outcomes, failure) in sorted(results.items()):
+            report.outcomes[w] = outcomes
+            if failure is not None:
+                report.failures.append((w, failure[0], failure[1]))
+        return report
+
+    def _setup_host(self, job_id: str, attempt: int, host: Host, built: list[modules.Module]):
+        outcomes: dict[str, str] = {m.name: "not-run" for m in built}
+        for mod in built:
+            path = layout.setup_log(self.log_dir, job_id, attempt, mod.name, host.worker)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(f"== {mod.name} on worker {host.worker} ({host.address}:{host.port}) {_now()}\n")
+                try:
+                    if mod.check and modules.fits_one_trip(mod):
+                        skipped, failed = self._module_one_trip(host, mod, log)
+                    elif mod.check and self._steps(host, mod.check, log) is None:
+                        skipped, failed = True, None
+                    else:
+                        skipped, failed = False, self._steps(host, mod.setup, log)
+                    if skipped:
+                        log.write("check passed: already set up, skipping\n")
+                        outcomes[mod.name] = "skipped"
+                        continue
+                    if failed is not None:
+                        label, code = failed
+                        log.write(f"FAILED: {label} exited {code}\n")
+                        outcomes[mod.name] = "failed"
+                        return outcomes, (mod.name, f"{label} exited {code} (see {path})")
+                    log.write("done\n")
+                    outcomes[mod.name] = "done"
+                except RemoteError as exc:
+                    log.write(f"FAILED: {exc}\n")
+                    outcomes[mod.name] = "failed"
+                    return outcomes, (mod.name, str(exc))
+        return outcomes, None
+
+    def _module_one_trip(self, host: Host, mod: modules.Module, log) -> tuple[bool, tuple[str, int] | None]:
+        """(skipped, first failure) of a module checked and set up in one round trip."""
+        nonce = secrets.token_hex(8)
+        res = self.pool.run(host, scripts.bash(modules.module_script(mod, nonce)), timeout=self.command_timeout, idempotent=True)
+        checks = modules.parse_batch(res.stdout, nonce, "c")
+        for step, (output, code) in zip(mod.check, checks, strict=False):
+            _log_step(log, step, output, code)
+        if len(checks) == len(mod.check) and all(code == 0 for _, code in checks):
+            return True, None
+        if not any(code != 0 for _, code in checks):
+            return False, (mod.check[len(checks)].label, res.exit_code or -1)
+        ran = modules.parse_batch(res.stdout, nonce, "s")
+        for step, (output, code) in zip(mod.setup, ran, strict=False):
+            _log_step(log, step, output, code)
+            if code != 0:
+                return False, (step.label, code)
+        if len(ran) < len(mod.setup):
+            step = mod.setup[len(ran)]
+            _log_step(log, step, res.stdout[-2000:] + res.stderr[-2000:], res.exit_code or -1)
+            return False, (step.label, res.exit_code or -1)
+        return False, None
+
+    def _steps(self, host: Host, steps: list[modules.Step], log) -> tuple[str, int] | None:
+        """Run steps in order, one SSH round trip per batch; (label, code) of the first failure."""
+        for batch in modules.batches(steps):
+            if len(batch) == 1 and isinstance(batch[0], modules.Put) and len(batch[0].data) > modules.INLINE_MAX:
+                step = batch[0]
+                res = self.pool.run(host, modules.put_command(step), timeout=self.command_timeout, stdin=step.data)
+                _log_step(log, step, res.stdout + res.stderr, res.exit_code)
+                if res.exit_code != 0:
+                    return step.label, res.exit_code
+                continue
+            nonce = secrets.token_hex(8)
+            # Setup modules are idempotent by design: a batch whose channel was lost may run again.
+            res = self.pool.run(host, scripts.bash(modules.batch_script(batch, nonce)), timeout=self.command_timeout, idempotent=True)
+            ran = modules.parse_batch(res.stdout, nonce)
+            for step, (output, code) in zip(batch, ran, strict=False):
+                _log_step(log, step, output, code)
+                if code != 0:
+                    return step.label, code
+            if len(ran) < len(batch):
+                step = batch[len(ran)]
+                _log_step(log, step, res.stdout[-2000:] + res.stderr[-2000:], res.exit_code or -1)
+                return step.label, res.exit_code or -1
+        return None
+
+    # -- start ---------------------------------------------------------------------------
+    def start(
+        self, job_id: str, attempt: int, hosts: list[Host], spec: Mapping, *,
+        extra_args: list[str], resume: bool, workers: list[int] | str | None = None,
+    ) -> dict[int, int]:
+        """Start the command detached on the selected workers (`workers`, else the spec's
+        command.workers); returns {worker: pid}. Idempotent per attempt: a repeated start
+        returns the pid of the first and never runs the command twice. Raises StartFailed
+        (with the pids that did start) when any host could not be started."""
+        chosen = self._select(hosts, workers if workers is not None else (spec.get("command") or {}).get("workers", "all"))
+        adir = layout.local_attempt_dir(self.log_dir, job_id, attempt)
+        adir.mkdir(parents=True, exist_ok=True)
+        extra = list((spec.get("recovery") or {}).get("error_patterns") or [])
+        _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra}))
+        built = {h.worker: scripts.bash(scripts.start_script(spec, job_id, attempt, h.worker, extra_args=extra_args, resume=resume)) for h in chosen}
+
+        def one(h: Host) -> int | str:
+            try:
+                res = self.pool.run(h, built[h.worker], timeout=self.command_timeout, idempotent=True)
+            except RemoteError as exc:
+                return str(exc)
+            if res.exit_code != 0:
+                return f"start script exited {res.exit_code}: {res.stderr.decode(errors='replace')[-500:]}"
+            try:
+                return scripts.parse_start(res.stdout)
+            except ValueError as exc:
+                return str(exc)
+
+        results = self._parallel(chosen, one)
+        pids = {w: v for w, v in results.items() if isinstance(v, int)}
+        errors = {w: v for w, v in results.items() if isinstance(v, str)}
+        if errors:
+            raise StartFailed(pids, errors)
+        return pids
+
+    # -- probe ---------------------------------------------------------------------------
+    def probe(
+        self, job_id: str, attempt: int, hosts: list[Host], *, workers: list[int] | None = None,
+        patterns_extra: list[str] | None = None,
+    ) -> dict[int, HostStatus]:
+        """One round of parallel SSH: each host's state, new output fetched by offset into
+        the local log, and pattern matches in the new complete lines."""
+        extra = patterns_extra if patterns_extra is not None else self._saved_patterns(job_id, attempt)
+        compiled = patterns.compile_patterns(extra)
+        return self._parallel(self._select(hosts, workers), lambda h: self._probe_host(job_id, attempt, h, compiled))
+
+    def _saved_patterns(self, job_id: str, attempt: int) -> list[str]:
+        p = layout.local_attempt_dir(self.log_dir, job_id, attempt) / "patterns.json"
+        try:
+            return list(json.loads(p.read_text())["error_patterns"])
+        except (OSError, ValueError, KeyError):
+            return []
+
+    def _probe_host(self, job_id: str, attempt: int, host: Host, compiled) -> HostStatus:
+        out = layout.output_log(self.log_dir, job_id, attempt, host.worker)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        offset = out.stat().st_size if out.exists() else 0
+        script = scripts.bash(scripts.probe_script(job_id, host.worker, attempt, offset, MAX_FETCH))
+        try:
+            res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries, idempotent=True)
+            if res.exit_code != 0:
+                return HostStatus("unknown", error=f"probe exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}")
+            ans = scripts.parse_probe(res.stdout)
+        except (HostKeyMismatch, AuthFailed) as exc:
+            return HostStatus("unknown", error=str(exc))
+        except HostUnreachable as exc:
+            return HostStatus("gone", error=str(exc))
+        except (RemoteError, ValueError) as exc:
+            return HostStatus("unknown", error=str(exc))
+        if ans.state != "absent":
+            with open(out, "ab") as f:
+                f.write(ans.data)
+        found = self._scan(job_id, attempt, host.worker, out, final=ans.state in ("exited", "gone"),
+                           compiled=compiled, fetched_from=offset)
+        state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)
+        error = {"absent": "the attempt was never started on this host",
+                 "gone": "the process is gone and left no exit code"}.get(ans.state)
+        status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size + len(ans.data))  # type: ignore[arg-type]
+        if ans.state in ("exited", "gone"):
+            _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker),
+                          json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
+        return status
+
+    def _scan(self, job_id: str, attempt: int, worker: int, out: Path, *, final: bool, compiled,
+              fetched_from: int) -> list[tuple[str, str]]:
+        """Scan complete lines not scanned before; after a restart, lines that were already in
+        the local log before this probe's fetch count as scanned (reported before the restart)."""
+        key = (job_id, attempt, worker)
+        if not out.exists():
+            return []
+        with self._scan_lock:
+            start = self._scanned.get(key)
+        with open(out, "rb") as f:
+            if start is None:
+                head = f.read(fetched_from)
+                start = head.rfind(b"\n") + 1
+            f.seek(start)
+            data = f.read()
+        end = len(data) if final else data.rfind(b"\n") + 1
+        with self._scan_lock:
+            self._scanned[key] = start + end
+        return patterns.scan(data[:end].decode(errors="replace"), compiled)
+
+    # -- stop ----------------------------------------------------------------------------
+    def stop(self, job_id: str, attempt: int, hosts: list[Host], *, grace: float = 10,
+             workers: list[int] | None = None) -> dict[int, str | None]:
+        """SIGTERM to each selected host's process group, SIGKILL after `grace` seconds.
+        Returns {worker: error or None}; an unreachable host is reported, not raised."""
+        def one(h: Host) -> str | None:
+            script = scripts.bash(scripts.stop_script(job_id, h.worker, attempt, grace))
+            try:
+                res = self.pool.run(h, script, timeout=grace + self.command_timeout, idempotent=True)
+            except RemoteError as exc:
+                return str(exc)
+            return None if res.exit_code == 0 else f"stop exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}"
+
+        return self._parallel(self._select(hosts, workers), one)
+
+    def connect(self, hosts: list[Host], *, retries: int | None = None) -> dict[int, str | None]:
+        """Open (or check) the connection to each host in parallel: {worker: error or None}.
+        Useful right after a node turns READY, while its SSH servers may still be starting."""
+        def one(h: Host) -> str | None:
+            try:
+                self.pool.connect(h, retries=retries)
+                return None
+            except RemoteError as exc:
+                return str(exc)
+
+        return self._parallel(hosts, one)
+
+    def run(self, host: Host, command: str, *, timeout: float | None = None):
+        """Run one raw exec request (already quoted) on one host; for tools and tests."""
+        return self.pool.run(self._host(host), command, timeout=timeout or self.command_timeout)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self.pool.close()
+
+    def __enter__(self) -> RemoteRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _log_step(log, step: modules.Step, output: bytes, code: int) -> None:
+    if isinstance(step, modules.Put):
+        log.write(f"$ upload {step.label} ({len(step.data)} bytes, mode {step.mode:o})\n")
+    else:
+        log.write(f"$ {step.label}: {step.script}\n")
+    if output:
+        text = output.decode(errors="replace")
+        log.write(text if text.endswith("\n") else text + "\n")
+    log.write(f"-> exit {code}\n")
+    log.flush()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,221 @@
+"""Shell scripts sent to the hosts, built from quoted parts only. Pure functions.
+
+Every value that comes from a spec (command, env, paths, image, flags) enters a script as one
+`shlex.quote`d word, so only the user's own `command.cmd` is ever interpreted as shell.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from reconciler.remote import layout
+
+q = shlex.quote
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PROBE_MAGIC = b"LEDGER-PROBE"
+START_MAGIC = "LEDGER-START"
+
+
+def bash(script: str) -> str:
+    """The exec request for a script: `bash -c '<script>'`, whatever the login shell is."""
+    return "bash -c " + q(script)
+
+
+def env_name(name: str) -> str:
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise ValueError(f"invalid environment variable name {name!r}: use letters, digits and _")
+    return name
+
+
+def container_name(job_id: str, attempt: int, worker: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "-", job_id).strip("-.") or "job"
+    return f"ledger-{slug[:80]}-a{int(attempt)}-w{int(worker)}"
+
+
+def user_command(spec: Mapping, attempt: int, extra_args: Sequence[str]) -> str:
+    """The user's cmd with `args` overrides and the attempt flag appended as quoted words."""
+    cmd = str(spec["command"]["cmd"]).rstrip()
+    args = [str(a) for a in extra_args]
+    recovery = spec.get("recovery") or {}
+    flag = recovery.get("attempt_flag")
+    if recovery.get("pass_attempt") and flag:
+        args.append(f"{flag}={int(attempt)}")
+    return cmd + "".join(" " + q(a) for a in args)
+
+
+def env_module(spec: Mapping) -> str | None:
+    modules = (spec.get("setup") or {}).get("modules") or []
+    envs = [m for m in modules if m in ("docker", "conda", "venv")]
+    return envs[-1] if envs else None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the wrapper runs the command: its argv (as shell words) and an optional container."""
+
+    words: str
+    container: str | None = None
+
+
+def launch(spec: Mapping, job_id: str, attempt: int, worker: int, extra_args: Sequence[str]) -> Launch:
+    cmd = user_command(spec, attempt, extra_args)
+    kind = env_module(spec)
+    if kind == "docker":
+        d = spec.get("docker") or {}
+        name = container_name(job_id, attempt, worker)
+        argv = ["docker", "run", "--rm", "--name", name]
+        argv += [str(f) for f in d.get("flags") or []]
+        for m in d.get("mount_dirs") or []:
+            m = str(m)
+            argv += ["-v", m if ":" in m else f"{m}:{m}"]
+        for e in d.get("env_vars") or []:
+            argv += ["-e", str(e)]
+        # Values come from the wrapper's environment: no value appears on the command line.
+        for n in _passed_env(spec):
+            argv += ["-e", n]
+        if d.get("workdir"):
+            argv += ["-w", str(d["workdir"])]
+        argv += [str(d["image"]), "bash", "-c", cmd]
+        return Launch(" ".join(q(a) for a in argv), container=name)
+    if kind == "conda":
+        name = str((spec.get("conda") or {})["name"])
+        return Launch(" ".join(q(a) for a in ["conda", "run", "--no-capture-output", "-n", name, "bash", "-c", cmd]))
+    if kind == "venv":
+        activate = layout.home(f"{venv_rel(spec)}/bin/activate")
+        return Launch("bash -c " + q(f". {activate} && exec bash -c {q(cmd)}"))
+    return Launch("bash -c " + q(cmd))
+
+
+def venv_rel(spec: Mapping) -> str:
+    return f"{layout.ROOT}/venvs/{layout.escape_segment(str((spec.get('venv') or {})['name']))}"
+
+
+def _passed_env(spec: Mapping) -> list[str]:
+    names = ["LEDGER_JOB_ID", "LEDGER_ATTEMPT", "LEDGER_WORKER_ID"]
+    return names + [env_name(k) for k in ((spec.get("command") or {}).get("env") or {})]
+
+
+def start_script(
+    spec: Mapping, job_id: str, attempt: int, worker: int, *, extra_args: Sequence[str], resume: bool
+) -> str:
+    """Start the command detached in its own session; idempotent per (job, worker, attempt).
+
+    Prints `LEDGER-START started|existing <pid>`. A second start of the same attempt never
+    runs the command twice: it reports the pid of the first.
+    """
+    base = layout.home(layout.worker_rel(job_id, worker))
+    att = layout.home(layout.attempt_rel(job_id, worker, attempt))
+    env = (spec.get("command") or {}).get("env") or {}
+    exports = [
+        f"export LEDGER_JOB_ID={q(job_id)} LEDGER_ATTEMPT={int(attempt)} LEDGER_WORKER_ID={int(worker)}",
+        f"export LEDGER_WORKDIR={base}/work LEDGER_ATTEMPT_DIR={att}",
+    ] + [f"export {env_name(k)}={q(str(v))}" for k, v in env.items()]
+    run = launch(spec, job_id, attempt, worker, extra_args)
+    wrapper = "\n".join(
+        [
+            # A handler (not an ignore) for TERM: children get the default action back, and
+            # the wrapper outlives them long enough to record their exit code.
+            "trap 'true' TERM HUP INT",
+            f"{run.words} </dev/null",
+            "rc=$?",
+            'printf "%s\\n" "$rc" > "$LEDGER_ATTEMPT_DIR/exit_code.tmp"',
+            'mv -f "$LEDGER_ATTEMPT_DIR/exit_code.tmp" "$LEDGER_ATTEMPT_DIR/exit_code"',
+        ]
+    )
+    lines = [
+        "set -eu",
+        f"mkdir -p {base}/attempts",
+        f"if ! mkdir {att} 2>/dev/null; then",
+        # Another start got here first: wait for its pid rather than starting again.
+        f"  for _ in $(seq 1 100); do [ -s {att}/pid ] && break; sleep 0.1; done",
+        f'  echo "{START_MAGIC} existing $(cat {att}/pid 2>/dev/null || echo 0)"; exit 0',
+        "fi",
+    ]
+    if not resume:
+        lines.append(f"rm -rf {base}/work")
+    lines += [f"mkdir -p {base}/work", f"cd {base}/work", *exports]
+    if run.container:
+        lines.append(f"printf '%s\\n' {q(run.container)} > {att}/container")
+    lines += [
+        # Not a process-group leader (no job control), so setsid needs no fork: $! is the
+        # wrapper, the leader of its own session and process group.
+        f"setsid bash -c {q(wrapper)} ledger-job </dev/null >>{att}/output.log 2>&1 &",
+        "pid=$!",
+        f'printf "%s\\n" "$pid" > {att}/pid.tmp && mv -f {att}/pid.tmp {att}/pid',
+        f'echo "{START_MAGIC} started $pid"',
+    ]
+    return "\n".join(lines)
+
+
+def parse_start(stdout: bytes) -> int:
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith(START_MAGIC):
+            return int(line.split()[2])
+    raise ValueError(f"no start marker in output: {stdout[-200:]!r}")
+
+
+def probe_script(job_id: str, worker: int, attempt: int, offset: int, max_bytes: int) -> str:
+    """Print `LEDGER-PROBE <state> <code|-> <offset>` then up to `max_bytes` of output from
+    `offset`. Builtins only, plus one `dd`: a probe of many hosts costs two processes each.
+
+    The state is read before the output: once `exit_code` exists, all output is in the file.
+    """
+    att = layout.home(layout.attempt_rel(job_id, worker, attempt))
+    return "\n".join(
+        [
+            f"a={att}",
+            'if [ ! -d "$a" ]; then echo "LEDGER-PROBE absent - 0"; exit 0; fi',
+            'code=""; pid=""',
+            '[ -f "$a/exit_code" ] && read -r code < "$a/exit_code"',
+            '[ -s "$a/pid" ] && read -r pid < "$a/pid"',
+            'if [ -n "$code" ]; then st="exited $code"',
+            'elif [ -z "$pid" ]; then st="starting -"',
+            'elif kill -0 -- "-$pid" 2>/dev/null; then st="running -"',
+            'elif [ -f "$a/exit_code" ] && read -r code < "$a/exit_code"; then st="exited $code"',
+            'else st="gone -"; fi',
+            f'echo "LEDGER-PROBE $st {int(offset)}"',
+            f'[ -f "$a/output.log" ] && exec dd if="$a/output.log" bs=65536 skip={int(offset)} count={int(max_bytes)} iflag=skip_bytes,count_bytes status=none',
+            "exit 0",
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class ProbeAnswer:
+    state: str  # absent | starting | running | exited | gone
+    exit_code: int | None
+    size: int
+    data: bytes
+
+
+def parse_probe(stdout: bytes) -> ProbeAnswer:
+    head, _, data = stdout.partition(b"\n")
+    parts = head.split()
+    if len(parts) != 4 or parts[0] != PROBE_MAGIC:
+        raise ValueError(f"unexpected probe answer: {head[:200]!r}")
+    code = None if parts[2] == b"-" else int(parts[2])
+    return ProbeAnswer(parts[1].decode(), code, int(parts[3]), data)
+
+
+def stop_script(job_id: str, worker: int, attempt: int, grace: float) -> str:
+    """SIGTERM to the process group, SIGKILL after `grace`; record 137 if nothing else did."""
+    att = layout.home(layout.attempt_rel(job_id, worker, attempt))
+    ticks = max(1, int(grace * 10))
+    return "\n".join(
+        [
+            f"a={att}",
+            'if [ ! -s "$a/pid" ]; then echo "LEDGER-STOP none"; exit 0; fi',
+            'pid=$(cat "$a/pid")',
+            'kill -TERM -- "-$pid" 2>/dev/null || true',
+            f'for _ in $(seq 1 {ticks}); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done',
+            'if kill -0 -- "-$pid" 2>/dev/null; then kill -KILL -- "-$pid" 2>/dev/null || true; fi',
+            # Until the group is reaped it still answers kill -0; wait briefly for that.
+            'for _ in $(seq 1 50); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done',
+            'if [ -s "$a/container" ]; then docker kill "$(cat "$a/container")" >/dev/null 2>&1 || true; fi',
+            'if [ ! -f "$a/exit_code" ]; then echo 137 > "$a/exit_code.tmp" && mv -f "$a/exit_code.tmp" "$a/exit_code"; fi',
+            'echo "LEDGER-STOP done $(cat "$a/exit_code")"',
+        ]
+    )

@@ -1,0 +1,65 @@
+"""Plain data the remote runner takes and returns."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+DEFAULT_USERNAME = os.environ.get("LEDGER_SSH_USER", "ledger")
+
+State = Literal["running", "exited", "gone", "unknown"]
+
+
+@dataclass(frozen=True)
+class Host:
+    """One TPU host of a node; everything the runner keeps is keyed by `worker`."""
+
+    worker: int
+    address: str
+    port: int = 22
+    username: str = DEFAULT_USERNAME
+    # "<keytype> <base64>" pinned from the TPU API's guest attributes, when known.
+    host_key: str | None = None
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """One host's answer to a status probe.
+
+    state: running | exited (exit_code set) | gone (host unreachable, or the attempt's
+    process is missing without an exit code) | unknown (the probe could not decide, e.g. the
+    host key changed or authentication failed: a person must look).
+    matches: output lines, new since the last probe, that match a failure pattern;
+    kinds: their kinds (see patterns.classify), index for index.
+    """
+
+    state: State
+    exit_code: int | None = None
+    matches: list[str] = field(default_factory=list)
+    error: str | None = None
+    kinds: list[str] = field(default_factory=list)
+    output_bytes: int = 0  # size of the host's output log seen by this probe
+
+
+@dataclass
+class SetupReport:
+    """What setup did on each host: modules skipped (check passed) or run, and failures."""
+
+    failures: list[tuple[int, str, str]] = field(default_factory=list)  # (worker, module, message)
+    outcomes: dict[int, dict[str, str]] = field(default_factory=dict)  # worker -> module -> skipped|done|failed|not-run
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures

@@ -1,0 +1,75 @@
+"""Builds a Reconciler from configuration: the one place that knows every adapter."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.fold import JobState
+from reconciler.model import PlanConfig
+
+DEFAULT_HOME = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "tpu-ledger"
+
+
+@dataclass
+class Settings:
+    store_url: str
+    project: str = "tpu-ledger-local"
+    tpu_endpoint: str | None = None
+    ssh_key: Path = DEFAULT_HOME / "ssh" / "id_ecdsa"
+    ssh_user: str = "ledger"
+    log_dir: Path = DEFAULT_HOME / "logs"
+    holder: str = socket.gethostname()
+    interval: float = 2.0
+    orphan_grace_s: float = 300.0
+    intent_timeout_s: float = 600.0
+    queued_retry_s: float = 10.0
+
+
+def hosts_of(username: str):
+    from reconciler.remote import Host
+
+    def convert(job: JobState) -> list[Any]:
+        return [
+            Host(worker=h["worker"], address=h["address"], port=h.get("port", 22), username=username, host_key=h.get("host_key"))
+            for h in job.hosts
+        ]
+
+    return convert
+
+
+def extra_args_of(spec: dict) -> list[str]:
+    """Config overrides as flags; the validator expanded aliases when it normalised the spec."""
+    command = spec.get("command") or {}
+    flags = command.get("args_flags")
+    if flags is not None:
+        return list(flags)
+    return [f"--{k}={v}" for k, v in sorted((spec.get("args") or {}).items())]
+
+
+def build(settings: Settings, **overrides: Any):
+    from reconciler.keys import ensure_key
+    from reconciler.loop import Reconciler
+    from reconciler.remote import RemoteRunner
+    from reconciler.tpu import TpuApi
+
+    public = ensure_key(settings.ssh_key)
+    runner = RemoteRunner(
+        private_key_path=settings.ssh_key,
+        known_hosts_path=settings.ssh_key.parent / "known_hosts",
+        log_dir=settings.log_dir,
+        username=settings.ssh_user,
+    )
+    config = PlanConfig(
+        holder=settings.holder, orphan_grace_s=settings.orphan_grace_s,
+        intent_timeout_s=settings.intent_timeout_s, queued_retry_s=settings.queued_retry_s,
+    )
+    return Reconciler(
+        settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,
+        holder=settings.holder, ssh_user=settings.ssh_user, ssh_public_key=public,
+        hosts_of=hosts_of(settings.ssh_user), extra_args_of=extra_args_of,
+        interval=settings.interval, config=config, **overrides,
+    )

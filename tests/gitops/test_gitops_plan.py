@@ -1,0 +1,45 @@
+"""`ledger plan REF`: what a PR branch would do, as a CI check."""
+
+from __future__ import annotations
+
+import json
+
+from gitops_helpers import ALICE, BOB, CAROL, git, run_cli, spec
+
+from ledger.gitops import ingest, plan
+
+ALIASES = "tpus:\n  pool-a:\n    name: lab-v4-32-a\n    zone: us-central2-b\n    accelerator: v4-32\n"
+
+
+def test_plan_lists_submit_update_cancel_invalid_and_held_shared_tpus(hub, store, store_url):
+    hub.bootstrap()
+    hub.commit({".ledger/aliases.yaml": ALIASES, "jobs/alice/old.yaml": spec(), "jobs/alice/keep.yaml": spec(),
+                "jobs/bob/pool.yaml": "tpu: pool-a\ncommand:\n  run: python a.py\n"}, "base", author=CAROL,
+               approvers=(BOB, ALICE))
+    hub.push()
+    ingest(hub.bare, store, "main")  # bob/pool now holds the shared TPU pool-a
+    git(hub.work, "checkout", "-q", "-b", "pr")
+    hub.commit({
+        "jobs/alice/new.yaml": "tpu: pool-a\ncommand:\n  run: python b.py\n",
+        "jobs/alice/keep.yaml": spec("v4-32"),
+        "jobs/alice/old.yaml": None,
+        "jobs/alice/broken.yaml": "tpu:\n  accelerator: v4-7\ncommand:\n  run: x\n",
+    }, "a PR")
+    report = plan(hub.work, "pr", "main", store=store)
+    items = {i.path: i for i in report.items}
+    assert items["jobs/alice/new.yaml"].action == "submit"
+    assert items["jobs/alice/new.yaml"].shared and items["jobs/alice/new.yaml"].held_by == ["bob/pool"]
+    assert items["jobs/alice/keep.yaml"].action == "update" and items["jobs/alice/keep.yaml"].chips == 16
+    assert items["jobs/alice/old.yaml"].action == "cancel"
+    broken = items["jobs/alice/broken.yaml"]
+    assert broken.action == "invalid" and broken.errors[0]["line"] == 2
+    assert items["jobs/alice/keep.yaml"].approvers == ["@bob", "carol@lab.org"]
+    assert not report.ok and report.totals()["invalid"] == 1
+    # the CLI: JSON for CI, exit 1 when something would be rejected
+    proc = run_cli(store_url, "plan", "pr", "--repo", str(hub.work), "--json", check=False)
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["totals"] == report.totals()
+    # fixed: exit 0 and a readable table
+    hub.commit({"jobs/alice/broken.yaml": spec()}, "fix")
+    proc = run_cli(store_url, "plan", "pr", "--repo", str(hub.work))
+    assert "submit" in proc.stdout and "lab-v4-32-a" in proc.stdout and "held by bob/pool" in proc.stdout

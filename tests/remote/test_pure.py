@@ -1,0 +1,117 @@
+"""The pure parts: layout, command building, probe parsing, patterns. No server needed."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from reconciler.remote import DEFAULT_PATTERNS, classify, layout, modules, patterns, scripts
+
+
+def test_job_paths_escape_every_segment_and_never_climb():
+    assert layout.job_rel("alice/llama-8b") == "alice/llama-8b"
+    assert layout.job_rel("a/../b") == "a/%2E%2E/b"
+    rel = layout.job_rel("o/j$(touch x); rm -rf ~")
+    assert "/" not in rel.split("/", 1)[1] and "$" not in rel and " " not in rel
+    assert layout.attempt_rel("o/j", 3, 2) == ".tpu-ledger/jobs/o/j/worker-3/attempts/2"
+
+
+def test_user_command_appends_quoted_args_and_attempt_flag():
+    spec = {"command": {"cmd": "python train.py\n"}, "recovery": {"pass_attempt": True, "attempt_flag": "--stage"}}
+    got = scripts.user_command(spec, 3, ["--lr=0.1", "--name=a b; rm -rf /"])
+    assert got == "python train.py --lr=0.1 '--name=a b; rm -rf /' --stage=3"
+    spec["recovery"]["pass_attempt"] = False
+    assert scripts.user_command(spec, 3, []) == "python train.py"
+
+
+def test_bad_env_names_are_refused():
+    spec = {"command": {"cmd": "true", "env": {"A;touch x": "1"}}}
+    with pytest.raises(ValueError, match="invalid environment variable name"):
+        scripts.start_script(spec, "o/j", 1, 0, extra_args=[], resume=False)
+
+
+def test_docker_launch_is_exact_argv():
+    spec = {
+        "command": {"cmd": "echo hi", "env": {"K": "v"}},
+        "setup": {"modules": ["docker", "command"]},
+        "docker": {"image": "img:1", "flags": ["--privileged", "--network=host"], "mount_dirs": ["/a", "/b:/c"],
+                   "env_vars": ["HOME=/h"], "workdir": "/w"},
+    }
+    run = scripts.launch(spec, "o/j", 2, 1, ["--x"])
+    assert shlex.split(run.words) == [
+        "docker", "run", "--rm", "--name", "ledger-o-j-a2-w1", "--privileged", "--network=host",
+        "-v", "/a:/a", "-v", "/b:/c", "-e", "HOME=/h", "-e", "LEDGER_JOB_ID", "-e", "LEDGER_ATTEMPT",
+        "-e", "LEDGER_WORKER_ID", "-e", "K", "-w", "/w", "img:1", "bash", "-c", "echo hi --x",
+    ]
+    assert run.container == "ledger-o-j-a2-w1"
+
+
+def test_scripts_are_valid_bash():
+    spec = {"command": {"cmd": "echo 'it''s' \"$(date)\"\nexit 3", "env": {"A": "x'y\"z\n$(w)"}},
+            "setup": {"modules": ["venv", "command"]}, "venv": {"name": "v 1"}}
+    for text in (
+        scripts.start_script(spec, "o/j", 1, 0, extra_args=["a'b"], resume=True),
+        scripts.probe_script("o/j", 0, 1, 10, 100),
+        scripts.stop_script("o/j", 0, 1, 2.5),
+    ):
+        subprocess.run(["bash", "-n", "-c", text], check=True)
+
+
+def test_parse_probe():
+    ans = scripts.parse_probe(b"LEDGER-PROBE exited 3 12\nhello\nworld\n")
+    assert (ans.state, ans.exit_code, ans.size, ans.data) == ("exited", 3, 12, b"hello\nworld\n")
+    assert scripts.parse_probe(b"LEDGER-PROBE running - 0\n").exit_code is None
+    with pytest.raises(ValueError):
+        scripts.parse_probe(b"garbage\n")
+
+
+def test_default_patterns_classify_by_kind():
+    assert classify("W: TPU is being preempted now") == "preempted"
+    assert classify("TPU node x PREEMPTED") == "preempted"
+    assert classify("jax: GRPC error: UNAVAILABLE") == "grpc"
+    assert classify("status DEADLINE_EXCEEDED") == "grpc"
+    assert classify("Barrier timed out after 30s") == "failure"
+    assert classify("RESOURCE_EXHAUSTED: HBM") == "failure"
+    assert classify("step 100 loss 2.3") is None
+    assert set(DEFAULT_PATTERNS) == {"preempted", "grpc", "failure"}
+
+
+def test_spec_patterns_are_regexes_or_literals():
+    compiled = patterns.compile_patterns(["custom.*boom", "unbalanced ("])
+    found = patterns.scan("ok\ncustom big boom\nunbalanced ( here\n", compiled)
+    assert found == [("grpc", "custom big boom"), ("grpc", "unbalanced ( here")]
+
+
+def test_module_digests_change_with_inputs():
+    files = {"k": b"key1", "k.pub": b"ssh-ed25519 AAAA x"}
+    spec = {"ssh": {"identities": [{"private_key": "k", "public_key": "k.pub", "config_entry": "Host x"}]}}
+    a = modules.build("ssh", spec, files.__getitem__)
+    files["k"] = b"key2"
+    b = modules.build("ssh", spec, files.__getitem__)
+    assert a.check != b.check
+    with pytest.raises(ValueError, match="unknown setup module"):
+        modules.build("nix", spec, files.__getitem__)
+
+
+def test_batches_send_large_uploads_alone_and_markers_parse():
+    small, big = modules.Put("s", b"x", "a"), modules.Put("b", b"y" * (modules.INLINE_MAX + 1), "b")
+    e = modules.Exec("e", "true")
+    assert modules.batches([e, small, big, e, e]) == [[e, small], [big], [e, e]]
+    script = modules.batch_script([e, modules.Exec("fail", "echo out; exit 3"), e], "n1")
+    res = subprocess.run(["bash", "-c", script], capture_output=True)
+    assert modules.parse_batch(res.stdout, "n1") == [(b"", 0), (b"out\n", 3)]
+    assert modules.parse_batch(res.stdout, "other") == []
+
+
+def test_module_script_checks_then_sets_up_in_one_trip(tmp_path):
+    flag = tmp_path / "flag"
+    mod = modules.Module("m", [modules.Exec("present", f"test -f {flag}")],
+                         [modules.Exec("make", f"echo making; touch {flag}"), modules.Exec("after", "exit 4")])
+    run = lambda: subprocess.run(["bash", "-c", modules.module_script(mod, "n")], capture_output=True).stdout  # noqa: E731
+    out = run()
+    assert modules.parse_batch(out, "n", "c") == [(b"", 1)]
+    assert modules.parse_batch(out, "n", "s") == [(b"making\n", 0), (b"", 4)]
+    out = run()
+    assert modules.parse_batch(out, "n", "c") == [(b"", 0)] and modules.parse_batch(out, "n", "s") == []

@@ -1,0 +1,20 @@
+"""Shared fixtures for the job-spec tests: the template's repo config and fixture folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger.commands.init import TEMPLATE_DIR
+from ledger.spec import RepoConfig, load_repo_config
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def config() -> RepoConfig:
+    """The configuration every new jobs repository starts with (jobs-repo-template/.ledger/)."""
+    cfg = load_repo_config(TEMPLATE_DIR)
+    assert cfg.errors == ()
+    return cfg
