@@ -217,6 +217,7 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
         wall, cpu, state = timed(lambda store=store: load_state(store))
         assert state.position == head
         add("replay_snapshot_tail_s", wall)
+        add("replay_snapshot_tail_cpu_s", cpu)
 
         job = data[len(data) // 2][0]
 
@@ -257,6 +258,7 @@ ROWS = [  # label, ours key, eventsourcing key, format
     ("full replay, s", "replay_full_s", "es_replay_full_s", "{:.2f}"),
     ("full replay, CPU s", "replay_full_cpu_s", None, "{:.2f}"),
     ("snapshot + 1,000-event tail, ms", "replay_snapshot_tail_s", None, "ms"),
+    ("snapshot + tail, CPU ms", "replay_snapshot_tail_cpu_s", None, "ms"),
     ("inspect one job, ms", "inspect_s", "es_inspect_s", "ms"),
     ("verify, s", "verify_s", None, "{:.2f}"),
     ("verify, CPU s", "verify_cpu_s", None, "{:.2f}"),

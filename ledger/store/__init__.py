@@ -23,7 +23,13 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     if url.startswith("sqlite:///"):
         from ledger.store.sqlite import SQLiteStore
 
-        return SQLiteStore(url.removeprefix("sqlite:///"), create=create)
+        # sqlite:///path?synchronous=NORMAL trades power-loss durability for speed (see sqlite.py)
+        path, _, query = url.removeprefix("sqlite:///").partition("?")
+        options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+        unknown = set(options) - {"synchronous"}
+        if unknown:
+            raise UsageError(f"unknown SQLite store option(s) {sorted(unknown)} in {url!r}", hint="only ?synchronous=FULL|NORMAL")
+        return SQLiteStore(path, create=create, synchronous=options.get("synchronous", "FULL").upper())
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from ledger.store.postgres import PostgresStore

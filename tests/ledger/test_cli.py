@@ -166,3 +166,26 @@ def test_verify_shows_progress_on_big_ledgers(tmp_path, monkeypatch):
     monkeypatch.setattr(verify_cmd, "PROGRESS_FROM", 100)
     result = CliRunner().invoke(cli, ["--store", f"sqlite:///{path}", "verify"])
     assert result.exit_code == 0 and "300 event(s)" in result.output
+
+
+def test_foreign_sqlite_file_is_refused_not_written(tmp_path):
+    foreign = tmp_path / "app.db"
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE users (name TEXT)")
+    db.commit()
+    db.close()
+    result = cli_process("list", store=f"sqlite:///{foreign}")
+    assert result.returncode == 1 and "not a tpu-ledger ledger" in result.stderr
+    tables = {r[0] for r in sqlite3.connect(foreign).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"users"}
+
+
+def test_store_url_options(tmp_path):
+    from ledger.errors import UsageError
+    from ledger.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'n.db'}?synchronous=normal")
+    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    store.close()
+    with pytest.raises(UsageError):
+        open_store(f"sqlite:///{tmp_path / 'n.db'}?fsync=never")
