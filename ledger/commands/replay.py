@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from ledger.commands.common import console, print_json, store_from
+from ledger.errors import LedgerError
 from ledger.store import store_errors
 
 JOB_COLUMNS = ("id", "owner", "state", "attempt", "restarts", "tpu", "last change")
@@ -50,8 +53,10 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
     with store_errors(store.url):
         position = resolve_until(store, until)
         state = load_state(store, until=position, use_snapshot=not no_snapshot)
-        if position is None and not no_snapshot:
-            maybe_snapshot(store, state)  # a read at the head keeps the next one fast
+    if position is None and not no_snapshot:
+        # A read at the head keeps the next one fast; a read-only ledger still answers.
+        with contextlib.suppress(LedgerError), store_errors(store.url):
+            maybe_snapshot(store, state)
     jobs = sorted(state.jobs.values(), key=lambda j: j.id)
     if as_json:
         print_json({"position": state.position, "jobs": [job_json(j) for j in jobs]})

@@ -170,8 +170,12 @@ class SQLiteStore:
                 if stored and len(stored) == len(ids):
                     results.append(AppendResult(tuple(stored[i] for i in ids), self._version(stream, versions), True))
                     continue
-                if stored:
-                    raise ConflictError(stream, expected if expected is not None else -1, self._version(stream, versions))
+                if stored:  # a retry must repeat the same batch, every event keyed
+                    raise UsageError(
+                        f"{len(stored)} of the {len(ids)} events appended to {stream!r} are stored already "
+                        f"(from seq {min(stored.values())}) but the others are not",
+                        hint="a retried batch must be the same batch, with an idempotency key on every event",
+                    )
                 if len(set(ids)) != len(ids):
                     raise UsageError(f"a batch for stream {stream!r} repeats an idempotency key")
                 version = self._version(stream, versions)

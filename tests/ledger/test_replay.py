@@ -22,7 +22,7 @@ from ledger.replay import (
 from ledger.schema import validate_event
 from tests.ledger.strategies import event_batches
 
-PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def filled(store_factory, batches):

@@ -273,3 +273,11 @@ def test_fold_and_raw_rows_agree_with_read_all(store_factory):
         assert row_hash(r[9], body_text(*r[:10])) == e.hash
     assert list(store.fold_rows(1, 2)) == [(2, "alice/a", 2, "note", events[1].time, dumps(events[1].data))]
     assert store.count_since(1) == 2
+
+
+def test_partly_stored_batch_is_refused(store_factory):
+    store = store_factory()
+    store.append("alice/a", [note("a", key="k1")])
+    with pytest.raises(UsageError, match="stored already"):
+        store.append("alice/a", [note("a", key="k1"), note("b", key="k2")])
+    assert store.head() == 1
