@@ -155,7 +155,11 @@ BEGIN
                 a_prev := array_append(a_prev, NULL::text);
                 a_hash := array_append(a_hash, NULL::text);
             END LOOP;
-        ELSIF found_n > 0 OR (p_expected[b] IS NOT NULL AND p_expected[b] <> v) THEN
+        ELSIF found_n > 0 THEN
+            -- A retry must repeat the same batch: some stored and some not is a caller's mistake.
+            RAISE EXCEPTION USING ERRCODE = 'LDG02', MESSAGE = p_streams[b],
+                DETAIL = found_n::text || ' ' || n::text || ' ' || found_seqs[1]::text;
+        ELSIF p_expected[b] IS NOT NULL AND p_expected[b] <> v THEN
             RAISE EXCEPTION USING ERRCODE = 'LDG01', MESSAGE = p_streams[b],
                 DETAIL = coalesce(p_expected[b], -1)::text || ' ' || v::text;
         ELSE
@@ -477,6 +481,13 @@ class PostgresStore:
             try:
                 rows = self._conn.execute(self._q["append"], (streams, expected, counts, *cols)).fetchall()
             except psycopg.Error as exc:
+                if exc.sqlstate == "LDG02":
+                    found, total, first_seq = (exc.diag.message_detail or "0 0 0").split()
+                    raise UsageError(
+                        f"{found} of the {total} events appended to {exc.diag.message_primary!r} are stored already "
+                        f"(from seq {first_seq}) but the others are not",
+                        hint="a retried batch must be the same batch, with an idempotency key on every event",
+                    ) from None
                 if exc.sqlstate == "LDG01":
                     exp_text, actual = (exc.diag.message_detail or "-1 -1").split()
                     raise ConflictError(exc.diag.message_primary or "", int(exp_text), int(actual)) from None
