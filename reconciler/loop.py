@@ -40,6 +40,7 @@ class Reconciler:
         config: PlanConfig | None = None,
         workers: int = 8,
         on_action: Callable[[Action, str], None] | None = None,
+        lease_ttl: float = 0.0,
     ) -> None:
         self.store_url = store_url
         self.tpu = tpu
@@ -53,6 +54,13 @@ class Reconciler:
         self._in_flight: dict[str, Future[str]] = {}
         self._lock = threading.Lock()
         self.state = LedgerState()
+        # With leases, several reconcilers share the jobs; without, this one acts on all
+        # (two of them are still fenced by the ledger's expected versions).
+        self.membership = None
+        if lease_ttl > 0:
+            from reconciler.membership import Membership
+
+            self.membership = Membership(store_url, holder, lease_ttl)
         self._caught_up_once = False
         self.passes = 0
         self.executor = Executor(
@@ -127,11 +135,38 @@ class Reconciler:
         obs = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
-        actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config)
+        actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
+                       taken_over=self._adoptable())
         for action in actions:
+            if self.membership is not None and action.job_id and not action.job_id.startswith("_") \
+                    and not self.membership.may_act(action.job_id):
+                continue  # another live reconciler holds or should take this job
             self._dispatch(action)
+        self._let_go_of_ended_jobs()
         self.passes += 1
         return actions
+
+    def _adoptable(self) -> list[str]:
+        """Jobs with another holder's unfinished intent whose lease we could win: that
+        holder let it lapse, so it is dead, and the intent is ours to resolve."""
+        if self.membership is None:
+            return []
+        return [
+            j.id for j in self.state.jobs.values()
+            if j.pending_action and j.pending_action.get("holder") != self.config.holder
+            and j.id not in self._in_flight and self.membership.adopt(j.id)
+        ]
+
+    def _let_go_of_ended_jobs(self) -> None:
+        if self.membership is None:
+            return
+        from reconciler.membership import JOB_PREFIX
+
+        for name in self.membership.keeper.held():
+            job = self.state.jobs.get(name.removeprefix(JOB_PREFIX))
+            if name.startswith(JOB_PREFIX) and job is not None and job.terminal and job.tpu is None \
+                    and job.id not in self._in_flight:
+                self.membership.let_go(job.id)
 
     def _dispatch(self, action: Action) -> None:
         job = self.state.jobs.get(action.job_id)
@@ -183,4 +218,6 @@ class Reconciler:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if self.membership is not None:
+            self.membership.close()
         self.tpu.close()

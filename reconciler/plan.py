@@ -34,15 +34,19 @@ def plan(
     *,
     in_flight: Iterable[str] = (),
     config: PlanConfig | None = None,
+    taken_over: Iterable[str] = (),
 ) -> list[Action]:
+    """`taken_over`: jobs whose lease this reconciler just won from a holder that let it
+    lapse (a dead peer): their unfinished intents are resolved now, not after a timeout."""
     config = config or PlanConfig()
     busy = set(in_flight)
+    adopted = frozenset(taken_over)
     holders = shared_holders(jobs)
     actions: list[Action] = []
     for job in jobs.values():
         if job.id in busy or (job.terminal and job.tpu is None):
             continue
-        action = plan_job(job, observed, holders, jobs, config)
+        action = plan_job(job, observed, holders, jobs, config, adopted)
         if action is not None:
             actions.append(action)
     actions.extend(collect_orphans(jobs, observed, config))
@@ -82,9 +86,10 @@ def plan_job(
     holders: Mapping[str, str],
     jobs: Mapping[str, JobState],
     config: PlanConfig,
+    adopted: frozenset[str] = frozenset(),
 ) -> Action | None:
     if job.pending_action:
-        return _resolve(job, obs, config)
+        return _resolve(job, obs, config, job.id in adopted)
     if job.terminal:
         return _release(job, "job ended")
     s = job.state
@@ -275,11 +280,11 @@ def _record(job: JobState, type_: str, data: dict[str, Any], *more: tuple[str, d
     return Action("record", job.id, {"events": [(type_, data), *more]}, type_)
 
 
-def _resolve(job: JobState, obs: Observed, config: PlanConfig) -> Action | None:
+def _resolve(job: JobState, obs: Observed, config: PlanConfig, adopted: bool = False) -> Action | None:
     """An intent without an outcome: ours from before a restart, or a dead peer's after its
     lease ran out. Someone else's fresh intent means that job is being acted on: hands off."""
     intent = job.pending_action or {}
-    if intent.get("holder") != config.holder:
+    if intent.get("holder") != config.holder and not adopted:
         since = _age(job, "action_intent", obs.now)
         if since is not None and since < config.intent_timeout_s:
             return None

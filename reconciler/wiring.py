@@ -27,6 +27,7 @@ class Settings:
     orphan_grace_s: float = 300.0
     intent_timeout_s: float = 600.0
     queued_retry_s: float = 10.0
+    lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
 
 
 def hosts_of(username: str):
@@ -65,11 +66,13 @@ def build(settings: Settings, **overrides: Any):
     )
     config = PlanConfig(
         holder=settings.holder, orphan_grace_s=settings.orphan_grace_s,
-        intent_timeout_s=settings.intent_timeout_s, queued_retry_s=settings.queued_retry_s,
+        # With leases a peer's intent is taken over once its lease lapses, never by age.
+        intent_timeout_s=settings.intent_timeout_s if settings.lease_ttl_s <= 0 else float("inf"),
+        queued_retry_s=settings.queued_retry_s,
     )
     return Reconciler(
         settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,
         holder=settings.holder, ssh_user=settings.ssh_user, ssh_public_key=public,
         hosts_of=hosts_of(settings.ssh_user), extra_args_of=extra_args_of,
-        interval=settings.interval, config=config, **overrides,
+        interval=settings.interval, config=config, lease_ttl=settings.lease_ttl_s, **overrides,
     )

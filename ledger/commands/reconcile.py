@@ -32,11 +32,14 @@ from ledger.fold import TERMINAL, replay
               help="This reconciler's stable id (default: the hostname); its own unfinished intents are resolved at start.")
 @click.option("--orphan-grace", type=float, default=300.0, show_default=True,
               help="Seconds before a labelled node no job holds is deleted.")
+@click.option("--lease-ttl", type=float, default=15.0, show_default=True, envvar="LEDGER_LEASE_TTL",
+              help="Seconds a reconciler's job leases outlive it: several reconcilers on one ledger share "
+                   "the jobs, and a dead one's jobs move to the others within this time. 0 = no leases.")
 @topic_option
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
-              topic: str | None) -> None:
+              lease_ttl: float, topic: str | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
 
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
@@ -47,7 +50,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
 
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
-                        ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace)
+                        ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key

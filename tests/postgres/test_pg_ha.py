@@ -80,3 +80,59 @@ def test_a_killed_reconcilers_job_is_finished_by_the_other_without_a_second_tpu(
         time.sleep(0.2)
     assert h.nodes() == []  # the one TPU was released, and there never was a second
     assert "survived" in h.output("nia/ha", 1)
+
+
+@pytest.mark.slow
+def test_jobs_spread_over_two_reconcilers_and_a_dead_ones_jobs_move_within_the_ttl(pg_harness: Harness):
+    """Leases spread the jobs; after SIGKILL of one reconciler its running jobs are finished by
+    the other once its leases lapse (ttl 2 s here), with no second TPU and no lost event."""
+    h = pg_harness
+    jobs = [f"team/j{i}" for i in range(6)]
+    s = h.settings("gamma")
+    gamma = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "--store", h.store_url, "reconcile", "--interval", "0.3", "--lease-ttl", "2",
+         "--tpu-endpoint", s.tpu_endpoint, "--ssh-key", str(s.ssh_key), "--log-dir", str(s.log_dir), "--id", "gamma"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        delta = build(dataclasses.replace(h.settings("delta"), lease_ttl_s=2.0))
+        thread = threading.Thread(target=delta.run, kwargs={"stop": h.stop}, daemon=True)
+        thread.start()
+        h.reconcilers.append(delta)
+        h.threads.append(thread)
+        # New jobs spread over the live members (running ones are not rebalanced): wait
+        # until both have joined, then submit.
+        from ledger.store.leases import open_leases
+
+        leases = open_leases(h.store_url)
+        deadline = time.monotonic() + 60
+        while {x.holder for x in leases.all() if x.name.startswith("member:") and x.live} != {"gamma", "delta"}:
+            assert time.monotonic() < deadline, "gamma never joined"
+            time.sleep(0.1)
+        leases.close()
+        time.sleep(1.0)  # each member refreshes its view of the others every ttl/3
+        for job in jobs:
+            h.submit(job, job_spec("sleep 6; echo done"))
+        for job in jobs:
+            h.wait(job, lambda j: j.state == "running", timeout=90)
+        starters = {job: next(e.actor["name"] for e in open_store(h.store_url).read_stream(job) if e.type == "started")
+                    for job in jobs}
+        assert set(starters.values()) == {"gamma", "delta"}, starters  # the work was spread
+        gamma.kill()
+        gamma.wait(30)
+        killed_at = time.monotonic()
+        for job in jobs:
+            h.wait(job, lambda j: j.state == FINISHED and j.tpu is None, timeout=90)
+        assert time.monotonic() - killed_at < 30
+    finally:
+        if gamma.poll() is None:
+            gamma.kill()
+            gamma.wait()
+    for job in jobs:
+        types = h.types(job)
+        assert types.count("provisioning") == 1 and types.count("started") == 1, (job, types)
+    store = open_store(h.store_url, create=False)
+    try:
+        verify_chain(store)
+    finally:
+        store.close()
