@@ -40,6 +40,8 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"{_tpu(d)} {len(hosts)} host(s)".strip()
         case "provision_failed":
             return f"{g('reason', '')}{' (final)' if g('final') else ''}"
+        case "setup_started" | "setup_done":
+            return f"attempt {g('attempt', '?')}"
         case "setup_failed":
             return " ".join(str(g(k)) for k in ("module", "worker", "reason") if g(k) is not None)
         case "started":
@@ -52,13 +54,19 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
         case "resumed" | "rerun":
             return f"rule {g('rule', type_)}, attempt {g('attempt', '?')}, restarts {g('restarts', '?')}" + (" (reapply)" if g("reapply") else "")
         case "finished":
+            if "exit_codes" in d:
+                return f"attempt {g('attempt', '?')}, every worker exited 0" if set((g("exit_codes") or {}).values()) == {0} \
+                    else f"attempt {g('attempt', '?')}, exit codes {g('exit_codes')}"
             return f"exit {g('exit_code')}" if "exit_code" in d else ""
         case "released":
             return " ".join(x for x in (_tpu(d), str(g("reason", ""))) if x)
         case "action_intent":
-            return f"{g('action', '?')} [{g('action_id', '')}]"
+            why = f": {g('reason')}" if g("reason") else ""
+            return f"will {g('action', '?')}{why} (by {g('holder', '?')}, id …{str(g('action_id', ''))[-8:]})"
         case "action_outcome":
-            return f"[{g('action_id', '')}] " + ("ok" if g("ok") else f"error: {g('error', '')}")
+            what = g("action") or "action"
+            done = "done" if g("ok") else ("interrupted: " if g("interrupted") else "failed: ") + str(g("error", ""))
+            return f"{what} {done} (id …{str(g('action_id', ''))[-8:]})"
         case "history_rewritten" | "rewrite_accepted":
             return f"{str(g('old_head', ''))[:10]} -> {str(g('new_head', ''))[:10]}"
         case "note":
