@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from ledger.cli import cli
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ledger.cli import cli  # noqa: E402
 
 
 def render(group: click.Group, prefix: str = "ledger") -> list[str]:
