@@ -89,7 +89,7 @@ class SQLiteStore:
         try:
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA busy_timeout = 30000")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._use_wal()
             self._db.execute(f"PRAGMA synchronous = {synchronous}")
             # A bigger page cache keeps the id and (stream, version) indexes in memory during
             # batched appends. No mmap: it made a full scan count the whole file in RSS and
@@ -105,6 +105,21 @@ class SQLiteStore:
             ) from exc
 
     # -- set-up ---------------------------------------------------------------------------
+    def _use_wal(self) -> None:
+        """Switch a new file to WAL. The switch needs an exclusive lock and SQLite does not
+        wait for it through the busy handler, so two openers of a brand-new ledger (a
+        writer and a reader thread, say) retry that moment instead of failing."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
     def _init_schema(self, create: bool) -> None:
         row = None
         with contextlib.suppress(sqlite3.OperationalError):  # a new file: no meta table yet
