@@ -245,11 +245,23 @@ def drain(
 def start_publisher_thread(
     store_url: str, project: str | None, topic: str | None, **kwargs: Any
 ) -> tuple[threading.Thread, threading.Event]:
-    """run_publisher in a daemon thread; set the returned event and join to stop it."""
+    """run_publisher in a daemon thread; set the returned event and join to stop it.
+
+    The thread outlives failures (a store briefly locked, Pub/Sub away): it logs, waits and
+    starts again from the cursor, which only ever moved past acknowledged events."""
     stop = threading.Event()
-    thread = threading.Thread(
-        target=run_publisher, args=(store_url, project, topic, stop), kwargs=kwargs,
-        name="ledger-fanout", daemon=True,
-    )
+
+    def supervised() -> None:
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                run_publisher(store_url, project, topic, stop, **kwargs)
+                return
+            except Exception as exc:  # keep fanning out: a background thread has no one to tell
+                log.warning("fan-out to %s stopped (%s); restarting in %.1f s", topic, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    thread = threading.Thread(target=supervised, name="ledger-fanout", daemon=True)
     thread.start()
     return thread, stop
