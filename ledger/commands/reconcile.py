@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -12,7 +13,7 @@ import click
 from ledger.commands.common import console, print_json, publishing, store_from, topic_option
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
-from ledger.fold import TERMINAL, replay
+from ledger.fold import LIVE, JobState, replay
 
 
 @click.command()
@@ -77,17 +78,24 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
         rec.close()
 
 
-def _append_override(ctx: click.Context, job_id: str, type_: str, data: dict, allowed: set[str] | None = None) -> None:
+def _append_override(ctx: click.Context, job_id: str, type_: str, allowed: set[str] | None,
+                     data: Callable[[JobState], dict]) -> None:
+    """Record an operator's override on JOB, fenced by the version it was decided on."""
     store = store_from(ctx)
     events = store.read_stream(job_id)
     if not events:
         raise UsageError(f"no job {job_id!r} in {store.url}", hint="see `ledger list` for job ids")
-    state = replay(events).jobs[job_id]
-    if allowed is not None and state.state not in allowed:
-        raise UsageError(f"job {job_id} is {state.state}; {type_} applies to {', '.join(sorted(allowed))}")
+    job = replay(events).jobs[job_id]
+    if allowed is not None and job.state not in allowed:
+        raise UsageError(f"job {job_id} is {job.state}; {type_} applies to {', '.join(sorted(allowed))}")
     who = actor("cli", getpass.getuser(), manual=True)
-    store.append(job_id, [NewEvent(type_, data, who)], expected_version=state.version)
+    store.append(job_id, [NewEvent(type_, data(job), who)], expected_version=job.version)
     click.echo(f"{type_} recorded for {job_id} by {who['name']}")
+
+
+def _next_attempt(job: JobState) -> dict:
+    # The TPU is re-created (reapply): a manual restart should not depend on a TPU that failed.
+    return {"attempt": job.attempt + 1, "restarts": job.restarts, "rule": "manual", "reapply": True}
 
 
 @click.command()
@@ -96,11 +104,7 @@ def _append_override(ctx: click.Context, job_id: str, type_: str, data: dict, al
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
     """Cancel a job now (emergency override; deleting its spec in git is the normal way)."""
-    store = store_from(ctx)
-    events = store.read_stream(job_id)
-    if events and replay(events).jobs[job_id].state in TERMINAL:
-        raise UsageError(f"job {job_id} has already ended")
-    _append_override(ctx, job_id, "cancel_requested", {"reason": reason, "manual": True})
+    _append_override(ctx, job_id, "cancel_requested", set(LIVE), lambda _: {"reason": reason, "manual": True})
 
 
 @click.command()
@@ -108,12 +112,7 @@ def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
 @click.pass_context
 def resume(ctx: click.Context, job_id: str) -> None:
     """Run a failed job again from its last checkpoint, with the next attempt number."""
-    store = store_from(ctx)
-    events = store.read_stream(job_id)
-    job = replay(events).jobs.get(job_id) if events else None
-    attempt = (job.attempt + 1) if job else 1
-    _append_override(ctx, job_id, "resumed", {"attempt": attempt, "restarts": job.restarts if job else 0, "rule": "manual", "reapply": True},
-                     allowed={"failed_final", "failed", "preempted"})
+    _append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted"}, _next_attempt)
 
 
 @click.command()
@@ -121,12 +120,7 @@ def resume(ctx: click.Context, job_id: str) -> None:
 @click.pass_context
 def rerun(ctx: click.Context, job_id: str) -> None:
     """Run a job again from scratch (a new attempt, clean working directory)."""
-    store = store_from(ctx)
-    events = store.read_stream(job_id)
-    job = replay(events).jobs.get(job_id) if events else None
-    attempt = (job.attempt + 1) if job else 1
-    _append_override(ctx, job_id, "rerun", {"attempt": attempt, "restarts": job.restarts if job else 0, "rule": "manual", "reapply": True},
-                     allowed={"failed_final", "failed", "preempted", "finished", "cancelled"})
+    _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"}, _next_attempt)
 
 
 @click.command()

@@ -115,3 +115,19 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def check_format(found: str | int, where: str) -> None:
+    """Refuse a ledger written in another on-disk format, saying what to do about it."""
+    from ledger.errors import StoreError
+
+    if int(found) > FORMAT_VERSION:
+        raise StoreError(
+            f"ledger {where} has format {found}, newer than this tpu-ledger ({FORMAT_VERSION})",
+            hint="upgrade tpu-ledger to read it",
+        )
+    if int(found) < FORMAT_VERSION:
+        raise StoreError(
+            f"ledger {where} has format {found}, older than this tpu-ledger ({FORMAT_VERSION})",
+            hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
+        )

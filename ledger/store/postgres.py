@@ -37,7 +37,14 @@ from psycopg import sql
 
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import GENESIS_HASH, Event, NewEvent, body_text, dumps, now, row_hash
-from ledger.store.base import FORMAT_VERSION, AppendResult, Snapshot, check_stream, check_type
+from ledger.store.base import (
+    FORMAT_VERSION,
+    AppendResult,
+    Snapshot,
+    check_format,
+    check_stream,
+    check_type,
+)
 
 WRITER_ROLE = "ledger_writer"
 PAGE = 10_000  # rows per round trip when reading in seq order
@@ -393,16 +400,7 @@ class PostgresStore:
         if exists:
             row = conn.execute(sql.SQL("SELECT value FROM {s}.meta WHERE key = 'format'").format(s=s)).fetchone()
             if row is not None:
-                if int(row[0]) > FORMAT_VERSION:
-                    raise StoreError(
-                        f"ledger {self._safe_url()} has format {row[0]}, newer than this tpu-ledger ({FORMAT_VERSION})",
-                        hint="upgrade tpu-ledger to read it",
-                    )
-                if int(row[0]) < FORMAT_VERSION:
-                    raise StoreError(
-                        f"ledger {self._safe_url()} has format {row[0]}, older than this tpu-ledger ({FORMAT_VERSION})",
-                        hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
-                    )
+                check_format(row[0], self._safe_url())
                 return
         if not create:
             raise StoreError(

@@ -20,7 +20,14 @@ from pathlib import Path
 
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import GENESIS_HASH, Event, NewEvent, body_text, dumps, now, row_hash
-from ledger.store.base import FORMAT_VERSION, AppendResult, Snapshot, check_stream, check_type
+from ledger.store.base import (
+    FORMAT_VERSION,
+    AppendResult,
+    Snapshot,
+    check_format,
+    check_stream,
+    check_type,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -125,16 +132,7 @@ class SQLiteStore:
         with contextlib.suppress(sqlite3.OperationalError):  # a new file: no meta table yet
             row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         if row is not None:
-            if int(row[0]) > FORMAT_VERSION:
-                raise StoreError(
-                    f"ledger {self.path} has format {row[0]}, newer than this tpu-ledger ({FORMAT_VERSION})",
-                    hint="upgrade tpu-ledger to read it",
-                )
-            if int(row[0]) < FORMAT_VERSION:
-                raise StoreError(
-                    f"ledger {self.path} has format {row[0]}, older than this tpu-ledger ({FORMAT_VERSION})",
-                    hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
-                )
+            check_format(row[0], str(self.path))
             return
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if tables - {"meta", "events", "snapshots", "cursors"}:
