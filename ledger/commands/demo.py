@@ -45,7 +45,8 @@ def demo(workdir: Path | None, pubsub: bool | None, timeout: float) -> None:
         click.echo(shown.stdout.rstrip() or shown.stderr.rstrip())
         out.print()
     out.print(f"ledger: {result.store_url}")
-    out.print(f"logs:   {result.log_dir}/{JOB_ID}/<attempt>/  (e.g. `ledger --store {result.store_url} logs {JOB_ID} --attempt 2`)")
+    out.print(f"logs:   {result.log_dir}/{JOB_ID}/<attempt>/")
+    out.print(f"        ledger --store {result.store_url} logs {JOB_ID} --attempt 2 --log-dir {result.log_dir}")
     if result.ok:
         out.print(f"\n[bold green]demo passed[/] in {result.seconds:.0f} s: {len(EXPECTED)} events in order, "
                   f"attempt {result.attempt} resumed from step {result.resumed_from}, unreviewed job rejected"
