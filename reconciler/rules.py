@@ -10,9 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-RULES = ("reapply", "resume", "rerun", "pass")
-DEFAULT_MAX_RESTARTS = 5
-
 # Failure kind (as recorded in `failed`/`preempted` events) -> the spec's rule field.
 KIND_TO_RULE_FIELD = {
     "preempted": "on_preempted",
@@ -24,23 +21,12 @@ KIND_TO_RULE_FIELD = {
 }
 
 
-def default_rules(pricing: str) -> dict[str, str]:
-    """The `tpu` tool's defaults: spot TPUs reapply on preemption, everyone resumes on GRPC."""
-    preemptible = pricing in ("spot", "preemptible")
-    return {
-        "on_preempted": "reapply" if preemptible else "pass",
-        "on_grpc_error": "resume",
-        "on_failure": "pass",
-    }
-
-
 def rules_of(spec: dict[str, Any]) -> dict[str, Any]:
-    tpu = spec.get("tpu") or {}
-    given = spec.get("recovery") or {}
-    merged: dict[str, Any] = {**default_rules(tpu.get("pricing", "ondemand"))}
-    merged.update({k: v for k, v in given.items() if k in ("on_preempted", "on_grpc_error", "on_failure") and v})
-    merged["max_restarts"] = int(given.get("max_restarts", DEFAULT_MAX_RESTARTS))
-    return merged
+    """The job's rules per kind and its restart budget. The spec package owns the defaults
+    (by pricing, the `tpu` tool's shorthands); a spec normalised by it already carries them."""
+    from ledger.spec.recovery import recovery_rules
+
+    return recovery_rules(spec)
 
 
 @dataclass(frozen=True, slots=True)
