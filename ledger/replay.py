@@ -72,11 +72,7 @@ def fold_rows(store: Store, after: int = 0, until: int | None = None) -> Iterato
 
 def fold_into(state: LedgerState, rows: Iterable[tuple]) -> LedgerState:
     """Fold rows onto `state` in place (the caller owns it) and return it."""
-    apply = fold.apply
-    loads = json.loads
-    for seq, stream, version, type_, time_, data in rows:
-        apply(state, stream, type_, loads(data), time=time_, seq=seq, version=version)
-    return state
+    return fold.apply_rows(state, rows, json.loads)
 
 
 def load_state(store: Store, until: int | None = None, use_snapshot: bool = True) -> LedgerState:
