@@ -213,6 +213,7 @@ class RowChecker:
         self._data: dict[str, dict[str, str | None]] = {}  # type -> data text -> verdict
         self._size = 0
         self._streams: set[str] = set()
+        self.last_decoded: tuple[str, Any] = ("", None)
 
     def check(self, row: tuple, *, hashes_checked: bool = False) -> str | None:
         """The first schema violation of a stored row, or None. With `hashes_checked` (the
@@ -253,6 +254,7 @@ class RowChecker:
         """Check one actor or data text (part = "actor" or the event type) and cache the verdict."""
         try:
             value = json.loads(text)
+            self.last_decoded = (text, value)  # verify's fold reuses it instead of decoding again
         except ValueError as exc:
             verdict: str | None = f"{'actor' if part == 'actor' else 'data'}: not JSON ({exc})"
         else:
