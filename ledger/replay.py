@@ -80,7 +80,7 @@ def encode_state(state: LedgerState) -> bytes:
 
 
 @contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
+def no_cyclic_gc() -> Iterator[None]:
     """Folding and decoding make no reference cycles but millions of containers, which set
     off collections of the whole heap over and over (the snapshot's 350k containers took
     2.5x as long to load with the collector on). Freed memory is still freed at once."""
@@ -130,7 +130,7 @@ def load_state(store: Store, until: int | None = None, use_snapshot: bool = True
     head = store.head()
     target = head if until is None else min(until, head)
     state = LedgerState()
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         if use_snapshot:
             snap = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=target)
             loaded = decode_state(snap.state) if snap is not None else None
