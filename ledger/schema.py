@@ -107,10 +107,18 @@ def compile_schema(schema: Any, root: dict[str, Any], _refs: dict[str, Any] | No
         checks.append(lambda v, ref=ref: refs[ref](v))
     if "type" in schema:
         names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        checks.append(lambda v, names=names: None if any(_is_type(v, n) for n in names) else f"{v!r} is not of type {', '.join(map(repr, names))}")
+        if {"integer", "number"}.isdisjoint(names):  # no bool/float subtleties: one isinstance
+            classes = tuple(_TYPES[n] for n in names)
+            checks.append(lambda v, names=names, classes=classes: None if isinstance(v, classes) else f"{v!r} is not of type {', '.join(map(repr, names))}")
+        else:
+            checks.append(lambda v, names=names: None if any(_is_type(v, n) for n in names) else f"{v!r} is not of type {', '.join(map(repr, names))}")
     if "enum" in schema:
         options = schema["enum"]
-        checks.append(lambda v: None if any(v == o and type(v) is type(o) for o in options) else f"{v!r} is not one of {options}")
+        if all(type(o) is str for o in options):  # the usual case: a set lookup
+            strings = frozenset(options)
+            checks.append(lambda v: None if type(v) is str and v in strings else f"{v!r} is not one of {options}")
+        else:
+            checks.append(lambda v: None if any(v == o and type(v) is type(o) for o in options) else f"{v!r} is not one of {options}")
     if "const" in schema:
         const = schema["const"]
         checks.append(lambda v: None if v == const and type(v) is type(const) else f"{const!r} was expected")
@@ -156,6 +164,9 @@ def compile_schema(schema: Any, root: dict[str, Any], _refs: dict[str, Any] | No
     for sub in schema.get("allOf", ()):
         checks.append(compile_schema(sub, root, refs))
 
+    if len(checks) == 1:
+        return checks[0]
+
     def check(v: Any) -> str | None:
         for c in checks:
             if (err := c(v)) is not None:
@@ -181,6 +192,9 @@ def _fast_part(part: str, type_: str | None):
         return slow
 
 
+_MISS = object()
+
+
 class RowChecker:
     """Schema verdicts for stored rows (`Store.raw_rows` layout), fast enough for a million."""
 
@@ -193,8 +207,13 @@ class RowChecker:
             name: re.compile(props[name]["pattern"]) for name in ("stream", "time", "id", "prev_hash", "hash")
         }
         self._max_stream = props["stream"].get("maxLength", 10**9)
-        self._seen: dict[tuple[str, str], str | None] = {}
+        self._time_search = self._patterns["time"].search
+        self._id_search = self._patterns["id"].search
+        self._actors: dict[str, str | None] = {}
+        self._data: dict[str, dict[str, str | None]] = {}  # type -> data text -> verdict
+        self._size = 0
         self._streams: set[str] = set()
+        self.last_decoded: tuple[str, Any] = ("", None)
 
     def check(self, row: tuple, *, hashes_checked: bool = False) -> str | None:
         """The first schema violation of a stored row, or None. With `hashes_checked` (the
@@ -211,29 +230,44 @@ class RowChecker:
             if not isinstance(stream, str) or self._patterns["stream"].search(stream) is None or len(stream) > self._max_stream:
                 return f"stream: {stream!r} does not match the schema"
             self._streams.add(stream)
-        fields = (("time", time_), ("id", id_))
+        if not isinstance(time_, str) or self._time_search(time_) is None:
+            return f"time: {time_!r} does not match the schema"
+        if not isinstance(id_, str) or self._id_search(id_) is None:
+            return f"id: {id_!r} does not match the schema"
         if not hashes_checked:
-            fields += (("prev_hash", prev_hash), ("hash", hash_))
-        for name, value in fields:
-            if not isinstance(value, str) or self._patterns[name].search(value) is None:
-                return f"{name}: {value!r} does not match the schema"
-        return self._cached("actor", actor_json) or self._cached(type_, data_json)
+            for name, value in (("prev_hash", prev_hash), ("hash", hash_)):
+                if not isinstance(value, str) or self._patterns[name].search(value) is None:
+                    return f"{name}: {value!r} does not match the schema"
+        # Verdicts are cached per distinct stored text (per type for data): most repeat.
+        verdict = self._actors.get(actor_json, _MISS)
+        if verdict is _MISS:
+            verdict = self._cached("actor", actor_json)
+        if verdict is not None:
+            return verdict
+        seen = self._data.get(type_)
+        verdict = _MISS if seen is None else seen.get(data_json, _MISS)
+        if verdict is _MISS:
+            verdict = self._cached(type_, data_json)
+        return verdict
 
     def _cached(self, part: str, text: str) -> str | None:
-        key = (part, text)
-        try:
-            return self._seen[key]
-        except KeyError:
-            pass
+        """Check one actor or data text (part = "actor" or the event type) and cache the verdict."""
         try:
             value = json.loads(text)
+            self.last_decoded = (text, value)  # verify's fold reuses it instead of decoding again
         except ValueError as exc:
             verdict: str | None = f"{'actor' if part == 'actor' else 'data'}: not JSON ({exc})"
         else:
             check = _fast_part("actor", None) if part == "actor" else _fast_part("data", part)
             error = check(value)
             verdict = None if error is None else f"{'actor' if part == 'actor' else 'data'}: {error}"
-        if len(self._seen) >= self._CACHE_LIMIT:
-            self._seen.clear()
-        self._seen[key] = verdict
+        if self._size >= self._CACHE_LIMIT:
+            self._actors.clear()
+            self._data.clear()
+            self._size = 0
+        self._size += 1
+        if part == "actor":
+            self._actors[text] = verdict
+        else:
+            self._data.setdefault(part, {})[text] = verdict
         return verdict

@@ -305,24 +305,22 @@ class SQLiteStore:
     def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
         """Undecoded rows (COLUMNS order; actor and data as stored canonical JSON text) in seq
         order, for verification and export: `events.body_text(*row[:10])` rebuilds the hashed bytes."""
-        yield from self._scan(COLUMNS, after, until)
+        return self._scan(COLUMNS, after, until)
 
     def fold_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
         """(seq, stream, version, type, time, data JSON text) in seq order: only what the fold reads."""
-        yield from self._scan(FOLD_COLUMNS, after, until)
+        return self._scan(FOLD_COLUMNS, after, until)
 
     def _scan(self, columns: str, after: int, until: int | None) -> Iterator[tuple]:
         # A separate read connection: a long scan must not hold this one's transaction state,
         # and WAL gives it a stable view of the ledger at its start.
-        cur = self._reader().execute(
+        # The cursor itself is the iterator: rows are stepped in C, with no generator layer
+        # (which cost a third of the row fetch of a full replay). Exhausted, it resets its
+        # statement; dropped early, it is finalized when released.
+        return self._reader().execute(
             f"SELECT {columns} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after, until if until is not None else 2**62),
         )
-        try:
-            while rows := cur.fetchmany(8192):
-                yield from rows
-        finally:
-            cur.close()
 
     def _reader(self) -> sqlite3.Connection:
         if self._read_db is None:
