@@ -36,24 +36,27 @@ LIVE = frozenset({PENDING, QUEUED, PROVISIONING, PROVISIONED, SETTING_UP, READY,
 
 # Which states each event type may follow; anything else is an anomaly (still applied).
 _ANY_LIVE = LIVE
+# An action already under way when a cancel is requested still records how it ended:
+# its outcome events are legal in CANCELLING (the fold then keeps the job cancelling).
+_IN_FLIGHT = frozenset({CANCELLING})
 ALLOWED_FROM: dict[str, frozenset[str]] = {
     "submitted": frozenset({"", REJECTED, FINISHED, CANCELLED, FAILED_FINAL}),
     "rejected": frozenset({"", *TERMINAL, *LIVE}),
     "spec_updated": _ANY_LIVE,
     "cancel_requested": frozenset({*_ANY_LIVE, *TERMINAL}),
-    "queued": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING}),
-    "provisioning": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING}),
-    "provisioned": frozenset({PROVISIONING, QUEUED}),
-    "provision_failed": frozenset({PROVISIONING, QUEUED}),
+    "queued": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING, *_IN_FLIGHT}),
+    "provisioning": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING, *_IN_FLIGHT}),
+    "provisioned": frozenset({PROVISIONING, QUEUED, *_IN_FLIGHT}),
+    "provision_failed": frozenset({PROVISIONING, QUEUED, *_IN_FLIGHT}),
     "setup_started": frozenset({PROVISIONED, SETTING_UP, READY, RECOVERING, PREEMPTED, FAILED}),
-    "setup_done": frozenset({SETTING_UP}),
-    "setup_failed": frozenset({SETTING_UP}),
-    "started": frozenset({READY, SETTING_UP, RECOVERING, FAILED}),
+    "setup_done": frozenset({SETTING_UP, *_IN_FLIGHT}),
+    "setup_failed": frozenset({SETTING_UP, *_IN_FLIGHT}),
+    "started": frozenset({READY, SETTING_UP, RECOVERING, FAILED, *_IN_FLIGHT}),
     "preempted": frozenset({PROVISIONED, SETTING_UP, READY, RUNNING, PROVISIONING, RECOVERING, CANCELLING}),
     "failed": _ANY_LIVE,
-    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FAILED_FINAL}),
-    "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED}),
-    "finished": frozenset({RUNNING}),
+    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FAILED_FINAL, *_IN_FLIGHT}),
+    "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED, *_IN_FLIGHT}),
+    "finished": frozenset({RUNNING, *_IN_FLIGHT}),
     "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
     "released": frozenset({*_ANY_LIVE, *TERMINAL}),
 }

@@ -96,6 +96,17 @@ class Harness:
             time.sleep(0.1)
         raise AssertionError(f"{job_id} never got there; state {self.job(job_id).state}, events {self.types(job_id)}")
 
+    def verify(self) -> None:
+        """The ledger's chain, versions, schema and transitions are sound."""
+        from ledger.verify import verify_store
+
+        store = open_store(self.store_url)
+        try:
+            report = verify_store(store)
+        finally:
+            store.close()
+        assert report.ok, report.problem
+
     def output(self, job_id: str, attempt: int, worker: int = 0) -> str:
         from reconciler.remote import layout
 

@@ -46,6 +46,7 @@ def test_killed_between_intent_and_outcome_then_restarted(harness: Harness, cras
     types = harness.types("nia/crash")
     assert types.count("provisioning") == 1 and types.count("started") == 1, types
     assert types[-2:] == ["finished", "released"]
+    harness.verify()
     deadline = time.monotonic() + 20
     while harness.nodes() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -78,6 +78,7 @@ def test_cancel_while_running_stops_the_command_and_deletes_the_tpu(harness: Har
     harness.append("fred/long", "cancel_requested", {"reason": "spec deleted"})
     harness.wait("fred/long", lambda j: j.state == CANCELLED and j.tpu is None)
     harness.wait("fred/long", lambda j: not harness.nodes())
+    harness.verify()
 
 
 def test_cancel_while_provisioning(harness: Harness):
@@ -88,6 +89,7 @@ def test_cancel_while_provisioning(harness: Harness):
     harness.append("gina/early", "cancel_requested", {"reason": "changed my mind"})
     harness.wait("gina/early", lambda j: j.state == CANCELLED)
     harness.wait("gina/early", lambda j: not harness.nodes(), timeout=20)
+    harness.verify()
 
 
 def test_queued_resource_waits_for_capacity_then_runs(harness: Harness):
@@ -161,3 +163,16 @@ def test_ledger_verify_passes_after_a_full_story(harness: Harness):
     out = subprocess.run([sys.executable, "-m", "ledger", "--store", harness.store_url, "verify"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cancel_during_setup_ends_cancelled_with_the_tpu_deleted(harness: Harness):
+    spec = job_spec("sleep 300", setup={"modules": ["venv", "command"]}, venv={"name": "env", "python": "python3"})
+    harness.submit("omar/setup", spec)
+    harness.start()
+    harness.wait("omar/setup", lambda j: j.state == "setting_up")
+    harness.append("omar/setup", "cancel_requested", {"reason": "wrong data set"})
+    job = harness.wait("omar/setup", lambda j: j.state == CANCELLED and j.tpu is None, timeout=60)
+    assert "started" not in harness.types("omar/setup") and job.restarts == 0
+    assert job.anomalies == []  # an action finishing after the cancel request is legal
+    harness.wait("omar/setup", lambda j: not harness.nodes(), timeout=20)
+    harness.verify()
