@@ -148,8 +148,8 @@ def es_stored(job: str, version: int, event: NewEvent):
     return StoredEvent(originator_id=job, originator_version=version, topic=event.type, state=state)
 
 
-def es_fill(path: Path, data) -> tuple[float, float]:
-    recorder = es_recorder(str(fresh(path)))
+def es_fill_recorder(recorder, data) -> tuple[float, float]:
+    """Batched inserts into any eventsourcing recorder (SQLite here, PostgreSQL in pg_bench)."""
 
     def go():
         for i in range(0, len(data), JOBS_PER_TX):
@@ -159,6 +159,10 @@ def es_fill(path: Path, data) -> tuple[float, float]:
     wall, cpu, _ = timed(go)
     recorder.datastore.close()
     return wall, cpu
+
+
+def es_fill(path: Path, data) -> tuple[float, float]:
+    return es_fill_recorder(es_recorder(str(fresh(path))), data)
 
 
 def es_single(path: Path, run: int) -> tuple[float, float]:

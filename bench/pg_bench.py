@@ -33,9 +33,10 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 import ledger_bench  # noqa: E402
 import psycopg  # noqa: E402
+from ledger_bench import es_stored, timed  # noqa: E402
 from workload import workload  # noqa: E402
 
-from ledger.events import NewEvent, actor, dumps  # noqa: E402
+from ledger.events import NewEvent, actor  # noqa: E402
 from ledger.replay import load_state  # noqa: E402
 from ledger.store.postgres import PostgresStore  # noqa: E402
 
@@ -45,12 +46,6 @@ TARGETS = {  # from issue 9
 SINGLE = 2000  # single-event appends per run
 JOBS_PER_TX = 100  # batched append: this many jobs' events per transaction
 WRITERS = 4
-
-
-def timed(fn):
-    w, c = time.perf_counter(), time.process_time()
-    result = fn()
-    return time.perf_counter() - w, time.process_time() - c, result
 
 
 def median(values: list[float]) -> float:
@@ -178,24 +173,8 @@ def es_recorder(url: str, schema: str, *, create: bool = True):
     return recorder
 
 
-def es_stored(job: str, version: int, event: NewEvent):
-    from eventsourcing.persistence import StoredEvent
-
-    state = dumps({"time": event.time, "actor": event.actor, "data": event.data}).encode()
-    return StoredEvent(originator_id=job, originator_version=version, topic=event.type, state=state)
-
-
 def es_fill(url: str, schema: str, data) -> tuple[float, float]:
-    recorder = es_recorder(url, schema)
-
-    def go():
-        for i in range(0, len(data), JOBS_PER_TX):
-            recorder.insert_events([es_stored(job, v, e) for job, events in data[i:i + JOBS_PER_TX]
-                                    for v, e in enumerate(events, 1)])
-
-    wall, cpu, _ = timed(go)
-    recorder.datastore.close()
-    return wall, cpu
+    return ledger_bench.es_fill_recorder(es_recorder(url, schema), data)
 
 
 def es_single_fn(schema: str):
