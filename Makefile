@@ -16,7 +16,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/test-services.sh
-	$(BIN)/ruff check .
+	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)
@@ -25,8 +25,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/ledger_bench.py
 
+# ruff, and the layers as import contracts (.importlinter; docs/architecture.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

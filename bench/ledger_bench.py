@@ -246,7 +246,7 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
         job = data[len(data) // 2][0]
 
         def inspect(store=store, job=job):
-            from ledger.commands.inspect import summarize
+            from ledger.describe import summarize
 
             return [(e.time, e.type, e.actor, summarize(e.type, e.data)) for e in store.read_stream(job)]
 

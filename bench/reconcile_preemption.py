@@ -42,11 +42,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from emulator import Emulator  # noqa: E402
+from ledger.app.wiring import Settings, build  # noqa: E402
 from ledger.events import NewEvent, actor, parse_time  # noqa: E402
 from ledger.fold import RUNNING, JobState, replay  # noqa: E402
 from ledger.spec import spec_hash  # noqa: E402
 from ledger.store import open_store  # noqa: E402
-from reconciler.wiring import Settings, build  # noqa: E402
 
 JOB = "bench/preempt"
 # (zone, accelerator) per extra zone: each family the emulator offers in a distinct zone.

@@ -20,14 +20,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ledger.commands.init import TEMPLATE_DIR, lay_template  # noqa: E402
+from ledger.app.commands.init import lay_template  # noqa: E402
+from ledger.resources import template_dir  # noqa: E402
 from ledger.spec import validate_paths  # noqa: E402
 
 
 def generate(root: Path, files: int, owners: int = 100) -> None:
     """A jobs repository with `files` valid job specs (variations of the template examples)."""
     lay_template(root)
-    examples = sorted((TEMPLATE_DIR / "jobs" / "examples").glob("*.yaml"))
+    examples = sorted(Path(str(template_dir())).joinpath("jobs", "examples").glob("*.yaml"))
     bodies = [p.read_text(encoding="utf-8") for p in examples]
     for i in range(files):
         owner = f"user-{i % owners:03d}"

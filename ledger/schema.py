@@ -11,17 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from pathlib import Path
 from typing import Any
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-
-
-@functools.cache
-def load_schema(name: str) -> dict[str, Any]:
-    """schemas/<name>.schema.json as a dict (e.g. load_schema("event"))."""
-    path = SCHEMA_DIR / f"{name}.schema.json"
-    return json.loads(path.read_text(encoding="utf-8"))
+from ledger.resources import load_schema
 
 
 @functools.cache

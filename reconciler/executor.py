@@ -17,7 +17,9 @@ from ledger.errors import ConflictError, LedgerError
 from ledger.events import NewEvent, actor, event_id
 from ledger.fold import JobState
 from ledger.store import Store
+from reconciler import naming
 from reconciler.model import Action
+from reconciler.remote.errors import RemoteError
 from reconciler.tpu import CapacityError, CreateRequest, PermanentTpuError, TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
@@ -152,8 +154,6 @@ class Executor:
         metadata["ssh-keys"] = f"{self.ssh_user}:{self.ssh_public_key}"
         if want.get("startup_script"):
             metadata["startup-script"] = str(want["startup_script"])
-        from reconciler import naming
-
         req = CreateRequest(
             zone=tpu["zone"], name=tpu["name"], accelerator=tpu["accelerator"],
             runtime=want.get("version") or "", pricing=want.get("pricing", "ondemand"),
@@ -189,8 +189,6 @@ class Executor:
                                   "reason": str(message)[:2000], "final": False})]
 
     def _start(self, job: JobState, p: dict) -> Events:
-        from reconciler.remote import RemoteError
-
         try:
             pids = self.runner.start(
                 job.id, job.attempt, self.hosts_of(job), job.spec,

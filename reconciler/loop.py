@@ -15,8 +15,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ledger.fold import LedgerState
+from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.store import Store, open_store
 from reconciler.executor import Executor, Runner
+from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
 from reconciler.plan import plan, queued_resource_zones, selected_workers, zones_in_use
 from reconciler.tpu import TpuApi
@@ -58,8 +60,6 @@ class Reconciler:
         # (two of them are still fenced by the ledger's expected versions).
         self.membership = None
         if lease_ttl > 0:
-            from reconciler.membership import Membership
-
             self.membership = Membership(store_url, holder, lease_ttl)
         self._caught_up_once = False
         self.passes = 0
@@ -77,8 +77,6 @@ class Reconciler:
     # -- one pass -------------------------------------------------------------------------
     def catch_up(self) -> None:
         """Snapshot + tail at start, then only the new events: O(events since)."""
-        from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
-
         store = self.store()
         if not self._caught_up_once:
             self.state = load_state(store)
@@ -160,8 +158,6 @@ class Reconciler:
     def _let_go_of_ended_jobs(self) -> None:
         if self.membership is None:
             return
-        from reconciler.membership import JOB_PREFIX
-
         for name in self.membership.keeper.held():
             job = self.state.jobs.get(name.removeprefix(JOB_PREFIX))
             if name.startswith(JOB_PREFIX) and job is not None and job.terminal and job.tpu is None \

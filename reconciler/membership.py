@@ -13,6 +13,8 @@ import hashlib
 import time
 from collections.abc import Iterable
 
+from ledger.store.leases import LeaseKeeper, open_leases
+
 MEMBER_PREFIX = "member:"
 JOB_PREFIX = "job:"
 
@@ -24,8 +26,6 @@ def preferred(job_id: str, members: Iterable[str]) -> str | None:
 
 class Membership:
     def __init__(self, store_url: str, holder: str, ttl: float) -> None:
-        from ledger.store.leases import LeaseKeeper, open_leases
-
         self.holder = holder
         self.ttl = ttl
         self.keeper = LeaseKeeper(lambda: open_leases(store_url), holder, ttl=ttl)

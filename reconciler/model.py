@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger import defaults
+
 # Node states as the TPU API names them (google.cloud.tpu_v2.Node.State).
 NODE_READY = "READY"
 NODE_CREATING = "CREATING"
@@ -66,7 +68,7 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class PlanConfig:
-    orphan_grace_s: float = 60.0
+    orphan_grace_s: float = defaults.ORPHAN_GRACE_S
     queued_retry_s: float = 10.0  # first retry after capacity ran out; doubles, capped
     queued_retry_max_s: float = 300.0
     provision_timeout_s: float = 1800.0

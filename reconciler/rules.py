@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ledger.spec.recovery import recovery_rules
+
 # Failure kind (as recorded in `failed`/`preempted` events) -> the spec's rule field.
 KIND_TO_RULE_FIELD = {
     "preempted": "on_preempted",
@@ -24,8 +26,6 @@ KIND_TO_RULE_FIELD = {
 def rules_of(spec: dict[str, Any]) -> dict[str, Any]:
     """The job's rules per kind and its restart budget. The spec package owns the defaults
     (by pricing, the `tpu` tool's shorthands); a spec normalised by it already carries them."""
-    from ledger.spec.recovery import recovery_rules
-
     return recovery_rules(spec)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ledger.cli import cli  # noqa: E402
+from ledger.app.cli import cli  # noqa: E402
 
 
 def render(group: click.Group, prefix: str = "ledger") -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ledger.demo import EXPECTED, JOB_ID, run_demo
+from ledger.app.demo import EXPECTED, JOB_ID, run_demo
 from reconciler.remote import layout
 
 

@@ -12,9 +12,9 @@ from ledger.spec.config import (
     load_repo_config,
 )
 from ledger.spec.files import find_repo_root, is_ignored, validate_paths
-from ledger.spec.model import Message, RepoConfig, SpecResult
+from ledger.spec.model import Message, RepoConfig, SpecResult, spec_hash
 from ledger.spec.names import default_tpu_name, is_job_path, job_id_from_path
-from ledger.spec.normalize import command_args, spec_hash, validate_text
+from ledger.spec.normalize import command_args, validate_text
 from ledger.spec.recovery import SHORTHAND, recovery_rules
 from ledger.spec.yamlsafe import MAX_BYTES, MAX_DEPTH
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+from ledger.events import canonical
+
+
+def spec_hash(spec: dict) -> str:
+    """SHA-256 of the canonical JSON of a normalized spec: equal specs, equal hashes."""
+    return hashlib.sha256(canonical(spec)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -49,8 +57,6 @@ class SpecResult:
         return not self.errors
 
     def to_dict(self) -> dict[str, Any]:
-        from ledger.spec.normalize import spec_hash
-
         return {
             "path": self.path,
             "job_id": self.job_id,

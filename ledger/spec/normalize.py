@@ -10,12 +10,10 @@ aliases, priorities and the repository's policy limits.
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from typing import Any
 
 from ledger import tpu_types
-from ledger.events import canonical
 from ledger.spec import recovery as rec
 from ledger.spec.interpolate import InterpolationError, interpolate
 from ledger.spec.model import Message, RepoConfig, SpecResult
@@ -56,11 +54,6 @@ class _Report:
 
     def warn(self, pointer: str, message: str, hint: str = "", *, at_key: bool = False) -> None:
         self.warnings.append(self._msg(pointer, message, hint, "warning", at_key))
-
-
-def spec_hash(spec: dict) -> str:
-    """SHA-256 of the canonical JSON of a normalized spec: equal specs, equal hashes."""
-    return hashlib.sha256(canonical(spec)).hexdigest()
 
 
 def _deep_merge(base: Any, over: Any) -> Any:

@@ -12,21 +12,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-import ledger
+from ledger.resources import load_schema
 from ledger.spec.yamlsafe import escape
-
-SCHEMA_DIR = Path(ledger.__file__).resolve().parent.parent / "schemas"
-
-
-@cache
-def load_schema(name: str) -> dict:
-    """`name` is job | aliases | policy | event: schemas/<name>.schema.json."""
-    return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text(encoding="utf-8"))
 
 
 @cache

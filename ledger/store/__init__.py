@@ -6,12 +6,12 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 
+from ledger import defaults
 from ledger.errors import StoreError, UsageError
 from ledger.store.base import AppendResult, Snapshot, Store
 
-DEFAULT_STORE_PATH = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "tpu-ledger/ledger.db"
+DEFAULT_STORE_PATH = defaults.STORE_PATH
 
 
 def default_store_url() -> str:

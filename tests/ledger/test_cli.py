@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger.cli import cli
+from ledger.app.cli import cli
 from ledger.events import NewEvent, actor
 from ledger.store.sqlite import SQLiteStore
 
@@ -157,7 +157,7 @@ def test_bad_stores_get_one_line_errors(tmp_path):
 
 
 def test_verify_shows_progress_on_big_ledgers(tmp_path, monkeypatch):
-    import ledger.commands.verify as verify_cmd
+    import ledger.app.commands.verify as verify_cmd
 
     path = tmp_path / "big.db"
     store = SQLiteStore(path)

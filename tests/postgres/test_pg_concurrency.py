@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.commands.migrate import verify_chain
+from ledger.app.commands.migrate import verify_chain
 from ledger.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]

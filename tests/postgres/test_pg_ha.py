@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from emulator import Emulator
-from ledger.commands.migrate import verify_chain
+from ledger.app.commands.migrate import verify_chain
+from ledger.app.wiring import build
 from ledger.fold import FINISHED
 from ledger.store import open_store
-from reconciler.wiring import build
 from tests.reconciler.conftest import Harness, job_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.commands.migrate import verify_chain
+from ledger.app.commands.migrate import verify_chain
 from ledger.events import NewEvent, actor
 from ledger.store import open_store
 

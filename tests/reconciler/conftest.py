@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from emulator import Emulator
+from ledger.app.wiring import Settings, build
 from ledger.events import NewEvent, actor
 from ledger.fold import JobState, replay
 from ledger.store import open_store
-from reconciler.wiring import Settings, build
 
 ZONE = "us-central2-b"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from ledger.cli import cli
+from ledger.app.cli import cli
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
 from ledger.store import open_store

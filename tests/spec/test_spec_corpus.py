@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.commands.init import TEMPLATE_DIR
+from ledger.resources import template_dir
 from ledger.spec import recovery_rules, validate_text
+
+TEMPLATE_DIR = Path(str(template_dir()))  # a folder: the tests run from the source tree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,16 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.commands.init import TEMPLATE_DIR
-from ledger.spec.schema import SCHEMA_DIR, fast_check, load_schema, validator
+from ledger.resources import schema_file, template_dir
+from ledger.spec.schema import fast_check, load_schema, validator
 from ledger.spec.yamlsafe import LoadError, load
+
+TEMPLATE_DIR = Path(str(template_dir()))  # a folder: the tests run from the source tree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.mark.parametrize("name", ["job", "aliases", "policy"])
 def test_schema_is_valid_2020_12(name):
-    schema = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+    schema = json.loads(schema_file(name).read_text())
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
     assert fast_check(name) is not None  # every keyword used is one the fast check knows

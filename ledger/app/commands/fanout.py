@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from typing import Any
 
 import click
+from rich.markup import escape
 
-from ledger.commands.common import console, print_json, store_from
+from ledger.app.commands.common import console, print_json, store_from
 from ledger.errors import UsageError
+from ledger.fanout import pubsub
+from ledger.fanout.notifier import Notifier, load_policy, parse_smtp
+from ledger.fanout.publisher import OutboxPublisher
+from ledger.fanout.subscriber import PubSubSubscriber, StoreSubscriber, iter_events
 
 PROJECT_HELP = "Google Cloud project of the topic [env: LEDGER_PROJECT; default: tpu-ledger-local]"
 TOPIC_HELP = "Pub/Sub topic of the fan-out [env: LEDGER_PUBSUB_TOPIC; default: ledger-events]"
@@ -46,16 +52,11 @@ def fanout_cmd(ctx: click.Context, project: str | None, topic: str | None, subsc
 
     For the emulator: PUBSUB_EMULATOR_HOST=127.0.0.1:8085 ledger fanout --topic ledger-events
     """
-    from ledger.fanout import pubsub
-    from ledger.fanout.publisher import OutboxPublisher
-
     store = store_from(ctx)
     config = pubsub.config_from_env(project, topic)
     publisher = OutboxPublisher(store, config, subscriptions=subscriptions, batch_size=batch_size)
     try:
         if once:
-            import time
-
             stats = publisher.run(threading.Event(), until_caught_up=True, deadline=time.monotonic() + timeout)
         else:
             stats = publisher.run(_stop_on_signals())
@@ -94,8 +95,6 @@ def tail_cmd(ctx: click.Context, follow: bool, types: tuple[str, ...], jobs: tup
     ledger tail -f --job alice/train-7
     ledger tail --type preempted --type failed --json
     """
-    from ledger.fanout.subscriber import PubSubSubscriber, StoreSubscriber, iter_events
-
     source: Any
     if subscription:
         source = PubSubSubscriber(subscription, project=project, topic=topic, types=types, streams=jobs)
@@ -103,7 +102,6 @@ def tail_cmd(ctx: click.Context, follow: bool, types: tuple[str, ...], jobs: tup
         store = store_from(ctx)
         after = since if since is not None else max(0, store.head() - lines)
         source = StoreSubscriber(store, after=after, types=types, streams=jobs)
-    from rich.markup import escape
 
     out = console()
     try:
@@ -139,8 +137,6 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
     per event and channel, even across crashes (a crash mid-delivery can lose that one
     message; it is then reported as uncertain, never sent twice).
     """
-    from ledger.fanout.notifier import Notifier, load_policy, parse_smtp
-
     policy = load_policy(policy_path)
     if not (webhook or policy.webhook or smtp):
         raise UsageError("nothing to notify with", hint="pass --webhook URL and/or --smtp HOST:PORT")
@@ -158,9 +154,3 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
                    f"cursor at seq {report.position}")
         for entry in report.failed:
             click.echo(f"failed: seq {entry['seq']} {entry['channel']} {entry['target']}: {entry['error']}", err=True)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(fanout_cmd)
-    group.add_command(tail_cmd)
-    group.add_command(notify_cmd)

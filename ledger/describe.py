@@ -1,15 +1,10 @@
-"""`ledger inspect JOB`: a job's timeline, who asked for what and what happened."""
+"""Events in plain words: one line saying what an event means, for people (inspect, the
+demo's progress, notifications). Pure: no I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-import click
-
-from ledger.commands.common import console, print_json, store_from
-from ledger.errors import LedgerError
-from ledger.store import store_errors
 
 
 def _tpu(d: Mapping[str, Any]) -> str:
@@ -76,37 +71,3 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
 
 def actor_text(a: Mapping[str, Any]) -> str:
     return f"{a.get('kind', '?')}:{a.get('name', '?')}"
-
-
-@click.command("inspect")
-@click.argument("job")
-@click.option("--json", "as_json", is_flag=True, help="Print the job's events as a JSON list of full envelopes.")
-@click.pass_context
-def inspect_cmd(ctx: click.Context, job: str, as_json: bool) -> None:
-    """Show JOB's timeline (JOB is owner/name): time, event, who, what.
-
-    \b
-    ledger inspect alice/bert-pretrain
-    ledger inspect alice/bert-pretrain --json | jq '.[].type'
-    """
-    store = store_from(ctx)
-    with store_errors(store.url):
-        events = store.read_stream(job)
-    if not events:
-        raise LedgerError(f"no job {job!r} in the ledger at {store.url}", hint="`ledger list` shows the job ids (owner/name)")
-    if as_json:
-        print_json([e.to_dict() for e in events])
-        return
-    from rich.table import Table
-
-    table = Table(title=f"{job}: {len(events)} event(s)", title_justify="left")
-    for name in ("seq", "time", "event", "actor", "summary"):
-        # fold, never ellipsis: a cut actor or reason would hide what the audit trail is for
-        table.add_column(name, no_wrap=name in ("time", "event"), overflow="fold")
-    for e in events:
-        table.add_row(str(e.seq), e.time, e.type, actor_text(e.actor), summarize(e.type, e.data))
-    console().print(table)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(inspect_cmd)

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import click
 
-from ledger.commands.common import store_from
+from ledger.app.commands.common import store_from
 from ledger.errors import LedgerError, UsageError
 from ledger.events import Event, body_text, dumps
 from ledger.store import store_errors
+from ledger.verify import verify_rows
 
 IMPORT_BATCH = 10_000
 
@@ -75,7 +76,6 @@ def _row(event: Event) -> tuple:
 @click.pass_context
 def import_cmd(ctx: click.Context, file: Path) -> None:
     """Load a JSON Lines export into an EMPTY store, after verifying the whole chain."""
-    from ledger.verify import verify_rows
 
     store = store_from(ctx, create=True)
     with store_errors(store.url):
@@ -102,8 +102,3 @@ def import_cmd(ctx: click.Context, file: Path) -> None:
         if batch:
             store.import_events(batch)
     click.echo(f"imported {report.events} event(s) into {store.url}", err=True)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(export_cmd)
-    group.add_command(import_cmd)

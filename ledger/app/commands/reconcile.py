@@ -9,8 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+from rich.table import Table
 
-from ledger.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
 from ledger.fold import LIVE, JobState, replay
@@ -47,8 +49,6 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     recovers from preemptions and errors by each job's rules. Every action is recorded as
     an intent before and an outcome after, so a restart repairs instead of repeating.
     """
-    from reconciler.wiring import Settings, build
-
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
                         ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
@@ -144,14 +144,8 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    from rich.table import Table
 
     table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since")
     for r in rows:
         table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"])
     console().print(table if rows else "no TPU is held or awaited")
-
-
-def register(group: click.Group) -> None:
-    for command in (reconcile, cancel, resume, rerun, tpus):
-        group.add_command(command)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ledger.commands.common import console, print_json, store_from
-from ledger.commands.replay import job_json, jobs_table
+from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.replay import job_json, jobs_table
+from ledger.fold import LIVE, TERMINAL
+from ledger.replay import load_state
 from ledger.store import store_errors
 
 
@@ -20,9 +22,6 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
     \b
     ledger list --owner alice --state running
     """
-    from ledger.fold import LIVE, TERMINAL
-    from ledger.replay import load_state
-
     if state_ is not None and state_ not in LIVE | TERMINAL:
         raise click.BadParameter(f"{state_!r}; one of {', '.join(sorted(LIVE | TERMINAL))}", param_hint="--state")
     store = store_from(ctx)
@@ -36,7 +35,3 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
         print_json([job_json(j) for j in jobs])
         return
     console().print(jobs_table(jobs, f"{len(jobs)} job(s) at seq {state.position}"))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(list_cmd)

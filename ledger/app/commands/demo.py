@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from ledger.commands.common import console
+from ledger.app.commands.common import console
+from ledger.app.demo import EXPECTED, JOB_ID, _ledger, run_demo
 from ledger.errors import LedgerError
 
 
@@ -27,8 +28,6 @@ def demo(workdir: Path | None, pubsub: bool | None, timeout: float) -> None:
     the TPU; the reconciler deletes it, creates a new one and resumes from the checkpoint.
     Exits 0 only when every step happened in order and `ledger verify` passes.
     """
-    from ledger.demo import EXPECTED, JOB_ID, run_demo
-
     out = console()
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tpu-ledger-demo-"))
     out.print(f"[bold]tpu-ledger demo[/] in {workdir}\n")
@@ -38,8 +37,6 @@ def demo(workdir: Path | None, pubsub: bool | None, timeout: float) -> None:
         raise LedgerError(f"demo stopped: {exc}", hint=f"everything it started was stopped; files are in {workdir}") from exc
     out.print()
     for title, args in (("ledger inspect " + JOB_ID, ["inspect", JOB_ID]), ("ledger list", ["list"]), ("ledger verify", ["verify"])):
-        from ledger.demo import _ledger
-
         shown = _ledger(args, result.store_url)
         out.print(f"[bold]$ {title}[/]")
         click.echo(shown.stdout.rstrip() or shown.stderr.rstrip())
@@ -56,7 +53,3 @@ def demo(workdir: Path | None, pubsub: bool | None, timeout: float) -> None:
     for problem in result.problems:
         out.print(f"  - {problem}")
     raise SystemExit(1)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(demo)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
+
+from ledger.app.commands.common import print_json
+from ledger.errors import UsageError
+from ledger.spec import validate_paths
 
 
 @click.command("validate")
@@ -29,10 +34,6 @@ def validate_cmd(paths: tuple[Path, ...], repo: Path | None, as_json: bool, quie
       ledger validate jobs/alice/bert.yaml # one file
       ledger validate --json jobs/ | jq '.[] | select(.ok | not)'
     """
-    from ledger.commands.common import print_json
-    from ledger.errors import UsageError
-    from ledger.spec import validate_paths
-
     for p in paths:
         if not p.exists() and not p.is_symlink():
             raise UsageError(f"no such file or directory: {p}", hint="give job files or folders that exist")
@@ -40,8 +41,6 @@ def validate_cmd(paths: tuple[Path, ...], repo: Path | None, as_json: bool, quie
     if as_json:
         print_json([{**r.to_dict(), **({"spec": r.spec} if show_spec else {})} for r in results])
     else:
-        import json
-
         for r in results:
             for m in r.errors + ([] if quiet else r.warnings):
                 click.echo(m.format(), err=False)
@@ -55,7 +54,3 @@ def validate_cmd(paths: tuple[Path, ...], repo: Path | None, as_json: bool, quie
             click.echo(f"{len(results)} file(s) checked: {status}, {warned} warning(s)", err=True)
     if any(not r.ok for r in results):
         click.get_current_context().exit(1)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(validate_cmd)

@@ -5,10 +5,19 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
-from ledger.commands.common import print_json, store_from
+from ledger.app.commands.common import print_json, store_from
 from ledger.errors import LedgerError
 from ledger.store import store_errors
+from ledger.verify import verify_store
 
 PROGRESS_FROM = 50_000  # smaller ledgers verify faster than a progress bar draws
 
@@ -24,21 +33,10 @@ def verify_cmd(ctx: click.Context, as_json: bool) -> None:
     """Check the whole ledger: hash chain, contiguous seq and versions, event schema, and
     legal job transitions. Exit 0 when sound; 1 with the first bad position and why.
     """
-    from ledger.verify import verify_store
-
     store = store_from(ctx)
     with store_errors(store.url):
         total = store.head()
         if total >= PROGRESS_FROM and not as_json:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
             with Progress(
                 TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                 console=Console(file=sys.stderr), transient=True,
@@ -56,7 +54,3 @@ def verify_cmd(ctx: click.Context, as_json: bool) -> None:
         raise Unsound(f"ledger unsound at seq {report.problem.position}: {report.problem.reason}",
                       hint="`ledger inspect` the job; export what precedes it to recover")
     click.echo(f"ok: {report.events} event(s), chain, versions, schema and transitions sound (head {report.head})")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(verify_cmd)

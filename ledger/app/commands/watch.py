@@ -6,8 +6,14 @@ import getpass
 from pathlib import Path
 
 import click
+from rich.table import Table
 
-from ledger.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.errors import LedgerError, UsageError
+from ledger.gitops.hook import install_hook
+from ledger.gitops.plan import plan
+from ledger.gitops.watch import Watcher
+from ledger.store import default_store_url
 
 REPO_HELP = "Jobs repository: a local path (bare or not) or a remote URL (mirrored locally) [env: LEDGER_REPO]"
 BRANCH_HELP = "The protected branch whose commits are approved jobs [env: LEDGER_BRANCH]"
@@ -64,9 +70,6 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
       ledger watch --repo git@github.com:lab/jobs.git --interval 30
       ledger watch --repo /srv/git/jobs.git --once --json
     """
-    from ledger.errors import LedgerError, UsageError
-    from ledger.gitops.watch import Watcher
-
     if interval <= 0:
         raise UsageError("--interval must be positive", hint="e.g. --interval 5")
     store = store_from(ctx, create=True)
@@ -110,8 +113,6 @@ def ingest_cmd(ctx: click.Context, source: str, branch: str, cache_dir: Path | N
     Same work as one turn of `ledger watch`; safe to run at any time and concurrently with
     a running watcher. `ledger install-hook` wires it into a hub repository.
     """
-    from ledger.gitops.watch import Watcher
-
     store = store_from(ctx, create=True)
     report = Watcher(source, store, branch, cache_dir=cache_dir, use_watchdog=False).run_once()
     if as_json:
@@ -140,9 +141,6 @@ def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool
       ledger plan                      # HEAD of this clone against main
       ledger plan origin/alice-sweep --branch origin/main --json
     """
-    from ledger.errors import LedgerError
-    from ledger.gitops.plan import plan
-
     store = None
     try:
         store = store_from(ctx, create=False)
@@ -158,7 +156,6 @@ def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool
 
 
 def _print_plan(report) -> None:  # noqa: ANN001
-    from rich.table import Table
 
     out = console()
     t = report.totals()
@@ -198,14 +195,6 @@ def install_hook_cmd(ctx: click.Context, repo: str, branch: str, force: bool) ->
     The hook runs `ledger ingest` with this Python and this ledger (--store / LEDGER_STORE);
     a failure never blocks the push, and `ledger watch` catches up at its next poll.
     """
-    from ledger.gitops.hook import install_hook
-    from ledger.store import default_store_url
-
     url = (ctx.find_root().obj or {}).get("store_url") or default_store_url()
     path = install_hook(repo, url, branch, force=force)
     click.echo(f"installed {path} (ingests pushes to {branch} into {url})")
-
-
-def register(group: click.Group) -> None:
-    for cmd in (watch_cmd, ingest_cmd, plan_cmd, install_hook_cmd):
-        group.add_command(cmd)

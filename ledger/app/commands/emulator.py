@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.table import Table
 
-from ledger.commands.common import console, print_json
+from emulator import Emulator, Timings
+from emulator.control import ControlClient, ControlError
+from emulator.pubsub import PubSubEmulator
+from ledger.app.commands.common import console, print_json
 from ledger.errors import LedgerError, UsageError
 
 
@@ -22,8 +26,6 @@ def _default_state_dir() -> str:
 
 
 def _control(ctx: click.Context):
-    from emulator.control import ControlClient
-
     params = ctx.find_object(dict) or {}
     url = params.get("emulator_control")
     if not url:
@@ -39,8 +41,6 @@ def _control(ctx: click.Context):
 
 
 def _call(ctx: click.Context, method: str, *args: Any, **kwargs: Any) -> Any:
-    from emulator.control import ControlError
-
     client = _control(ctx)
     try:
         return getattr(client, method)(*args, **kwargs)
@@ -70,7 +70,6 @@ def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control
 
     The subcommands drive a running emulator (found through --control, or emulator.json in
     --state-dir):
-
     \b
       ledger emulator preempt my-node          # now; or --in 30, --rate 2 (per hour)
       ledger emulator capacity us-central2-b v4 0     # zone runs out of v4 chips
@@ -85,9 +84,6 @@ def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control
 
 
 def _serve(state_dir: Path, port: int, control_port: int, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
-    from emulator import Emulator, Timings
-    from emulator.pubsub import PubSubEmulator
-
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     timings = Timings() if create_delay is None else Timings(create=create_delay)
@@ -215,7 +211,6 @@ def faults(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(items)
         return
-    from rich.table import Table
 
     table = Table("time", "fault", "details")
     for f in items:
@@ -233,7 +228,6 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(st)
         return
-    from rich.table import Table
 
     table = Table("node", "type", "state", "health", "ssh ports")
     for n in st["nodes"]:
@@ -241,7 +235,3 @@ def status(ctx: click.Context, as_json: bool) -> None:
     console().print(table)
     for q in st["queued_resources"]:
         console().print(f"queued resource {q['name']}: {q['state']}")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(emulator_group)

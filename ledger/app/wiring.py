@@ -2,37 +2,37 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger import defaults
 from ledger.fold import JobState
+from reconciler.keys import ensure_key
+from reconciler.loop import Reconciler
 from reconciler.model import PlanConfig
-
-DEFAULT_HOME = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "tpu-ledger"
+from reconciler.remote import Host, RemoteRunner
+from reconciler.tpu import TpuApi
 
 
 @dataclass
 class Settings:
     store_url: str
-    project: str = "tpu-ledger-local"
+    project: str = defaults.PROJECT
     tpu_endpoint: str | None = None
-    ssh_key: Path = DEFAULT_HOME / "ssh" / "id_ecdsa"
-    ssh_user: str = "ledger"
-    log_dir: Path = DEFAULT_HOME / "logs"
+    ssh_key: Path = defaults.SSH_KEY
+    ssh_user: str = defaults.SSH_USER
+    log_dir: Path = defaults.LOG_DIR
     holder: str = socket.gethostname()
     interval: float = 2.0
-    orphan_grace_s: float = 300.0
+    orphan_grace_s: float = defaults.ORPHAN_GRACE_S
     intent_timeout_s: float = 600.0
     queued_retry_s: float = 10.0
     lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
 
 
 def hosts_of(username: str):
-    from reconciler.remote import Host
-
     def convert(job: JobState) -> list[Any]:
         return [
             Host(worker=h["worker"], address=h["address"], port=h.get("port", 22), username=username, host_key=h.get("host_key"))
@@ -52,11 +52,6 @@ def extra_args_of(spec: dict) -> list[str]:
 
 
 def build(settings: Settings, **overrides: Any):
-    from reconciler.keys import ensure_key
-    from reconciler.loop import Reconciler
-    from reconciler.remote import RemoteRunner
-    from reconciler.tpu import TpuApi
-
     public = ensure_key(settings.ssh_key)
     runner = RemoteRunner(
         private_key_path=settings.ssh_key,

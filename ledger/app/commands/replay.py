@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 
 import click
+from rich.table import Table
 
-from ledger.commands.common import console, print_json, store_from
+from ledger.app.commands.common import console, print_json, store_from
 from ledger.errors import LedgerError
+from ledger.replay import load_state, maybe_snapshot, resolve_until
 from ledger.store import store_errors
 
 JOB_COLUMNS = ("id", "owner", "state", "attempt", "restarts", "tpu", "last change")
@@ -24,8 +26,6 @@ def job_row(job) -> tuple[str, ...]:
 
 
 def jobs_table(jobs, title: str):
-    from rich.table import Table
-
     table = Table(title=title, title_justify="left")
     for name in JOB_COLUMNS:
         table.add_column(name, no_wrap=name in ("id", "state"), overflow="fold")
@@ -47,8 +47,6 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
     ledger replay --until 1200            # right after event 1200
     ledger replay --until 2026-03-01T12:00:00Z --json
     """
-    from ledger.replay import load_state, maybe_snapshot, resolve_until
-
     store = store_from(ctx)
     with store_errors(store.url):
         position = resolve_until(store, until)
@@ -62,7 +60,3 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
         print_json({"position": state.position, "jobs": [job_json(j) for j in jobs]})
         return
     console().print(jobs_table(jobs, f"ledger at seq {state.position}: {len(jobs)} job(s)"))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(replay_cmd)

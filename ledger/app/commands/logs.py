@@ -14,7 +14,10 @@ from pathlib import Path
 
 import click
 
+from ledger import defaults
+from ledger.app.commands.common import print_json
 from ledger.errors import LedgerError, UsageError
+from reconciler.remote import layout
 
 DEFAULT_LOG_DIR_HELP = "$XDG_DATA_HOME/tpu-ledger/logs, as the reconciler"
 
@@ -51,16 +54,9 @@ def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: b
       ledger logs alice/llama-8b --setup         # setup module logs, then output
       ledger logs alice/llama-8b --follow        # stream until the command ends
     """
-    from reconciler.remote import layout
-
     if follow and as_json:
         raise UsageError("--follow and --json do not mix", hint="use one or the other")
-    if log_dir is None:
-        from reconciler.wiring import DEFAULT_HOME
-
-        root = DEFAULT_HOME / "logs"
-    else:
-        root = Path(os.path.expanduser(log_dir))
+    root = defaults.LOG_DIR if log_dir is None else Path(os.path.expanduser(log_dir))
     job_dir = layout.local_job_dir(root, job)
     attempts = _attempts(job_dir)
     if not attempts:
@@ -80,7 +76,6 @@ def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: b
                           hint=f"workers with logs: {', '.join(workers) or 'none yet'}")
     if as_json:
         status = json.loads(status_path.read_text()) if status_path.exists() else None
-        from ledger.commands.common import print_json
 
         print_json({
             "job": job, "attempt": attempt, "worker": worker, "attempts": attempts, "status": status,
@@ -118,7 +113,3 @@ def _copy(path: Path, offset: int) -> int:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     return offset + len(data)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(logs)

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ledger.commands.common import print_json
+from ledger.app.commands.common import print_json
 from ledger.errors import IntegrityError, LedgerError, UsageError
 from ledger.events import GENESIS_HASH, Event, body_text, row_hash
+from ledger.store import open_store
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,18 +141,13 @@ def migrate_command(source_url: str, dest_url: str, batch: int, as_json: bool) -
     run is resumed by running the same command again. Snapshots are not copied (they are
     rebuilt on the next replay); cursors are not copied either.
     """
-    from ledger.store import open_store
-
     if source_url == dest_url:
         raise UsageError("--from and --to name the same ledger", hint="give a different destination URL")
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     source = open_store(source_url, create=False)
     try:
         dest = open_store(dest_url, create=True)
         try:
-            from rich.console import Console
-
             err = Console(stderr=True)
             with Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -175,7 +173,3 @@ def migrate_command(source_url: str, dest_url: str, batch: int, as_json: bool) -
             f"from {summary['from']} to {summary['to']} in {summary['seconds']} s; "
             f"chain verified on both ends, head {summary['head_hash'][:16]}"
         )
-
-
-def register(group: click.Group) -> None:
-    group.add_command(migrate_command)

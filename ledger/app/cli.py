@@ -1,20 +1,17 @@
-"""The `ledger` command line.
+"""The `ledger` command line: the root group, its global options, and one-line errors.
 
-Each module in `ledger/commands/` defines its commands and a `register(group)` function;
-they are discovered here, so subsystems add commands without editing a shared list.
-Heavy libraries (gRPC, Pub/Sub, paramiko) are imported inside the commands that need them,
-so `ledger --help` stays fast.
+Subcommands live in `ledger/app/commands/` and are loaded on demand (see its `COMMANDS`).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sys
 
 import click
 
 from ledger import __version__
+from ledger.app.commands import COMMANDS
 from ledger.errors import LedgerError
 
 STORE_OPTION_HELP = "Ledger store URL: sqlite:///path or postgresql://... [env: LEDGER_STORE]"
@@ -34,7 +31,14 @@ class LedgerGroup(click.Group):
             ctx.exit(130)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(self.commands)
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        where = COMMANDS.get(name)
+        if where is None:
+            return None
+        module, _, attr = where.partition(":")
+        return getattr(importlib.import_module(f"ledger.app.commands.{module}"), attr)
 
 
 @click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -51,19 +55,6 @@ def cli(ctx: click.Context, store: str | None) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["store_url"] = store
-
-
-def _register_all() -> None:
-    import ledger.commands as commands
-
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"ledger.commands.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(cli)
-
-
-_register_all()
 
 
 def main() -> None:

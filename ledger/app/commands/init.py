@@ -1,19 +1,19 @@
-"""`ledger init`: a new jobs repository from jobs-repo-template/."""
+"""`ledger init`: a new jobs repository from the template shipped in the package."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import click
 
-import ledger
+from ledger import resources
 from ledger.errors import LedgerError, UsageError
 
-TEMPLATE_DIR = Path(ledger.__file__).resolve().parent.parent / "jobs-repo-template"
+# The schemas editors use for the files users write (the event schema is the ledger's own).
 SCHEMA_NAMES = ("job", "aliases", "policy")
 BRANCH = "main"
 
@@ -32,17 +32,27 @@ def _git(*args: str, cwd: Path | None = None) -> str:
     return done.stdout
 
 
+def _copy_tree(source: Traversable, dest: Path) -> None:
+    """Copy a package-data folder (a Traversable: a folder, or a zip entry) to `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        if entry.is_dir():
+            _copy_tree(entry, dest / entry.name)
+        else:
+            (dest / entry.name).write_bytes(entry.read_bytes())
+
+
 def lay_template(dest: Path) -> list[str]:
     """Copy the template (and the schemas editors use) into `dest`; returns the files written."""
-    from ledger.spec.schema import SCHEMA_DIR
-
-    if not TEMPLATE_DIR.is_dir():
-        raise LedgerError(f"the jobs-repo template is missing at {TEMPLATE_DIR}", hint="reinstall tpu-ledger from its source tree")
-    shutil.copytree(TEMPLATE_DIR, dest, dirs_exist_ok=True)
+    template = resources.template_dir()
+    if not template.is_dir():
+        raise LedgerError("the jobs-repo template is missing from this installation",
+                          hint="reinstall tpu-ledger: pip install --force-reinstall tpu-ledger")
+    _copy_tree(template, dest)
     schemas = dest / ".ledger" / "schemas"
     schemas.mkdir(parents=True, exist_ok=True)
     for name in SCHEMA_NAMES:
-        shutil.copyfile(SCHEMA_DIR / f"{name}.schema.json", schemas / f"{name}.schema.json")
+        (schemas / f"{name}.schema.json").write_bytes(resources.schema_file(name).read_bytes())
     return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() and ".git" not in p.parts)
 
 
@@ -89,7 +99,3 @@ def init_cmd(directory: Path, bare: bool) -> None:
     _commit_template(directory)
     click.echo(f"jobs repository at {directory} (template committed on {BRANCH})")
     click.echo("next: read README.md, copy an example from jobs/examples/ to jobs/<you>/<name>.yaml, `ledger validate`")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(init_cmd)

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
+from rich.console import Console
 
+from ledger.fanout import start_publisher_thread
 from ledger.store import Store, open_store
 
 
@@ -26,8 +28,6 @@ def print_json(value: Any) -> None:
 
 
 def console():
-    from rich.console import Console
-
     return Console(highlight=False, soft_wrap=True)
 
 
@@ -46,7 +46,6 @@ def publishing(store_url: str, project: str | None, topic: str | None) -> Iterat
     if not topic:
         yield
         return
-    from ledger.fanout import start_publisher_thread
 
     thread, stop = start_publisher_thread(store_url, project, topic)
     try:

@@ -20,8 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator import Emulator
+from emulator.pubsub import PUBSUB_EMULATOR, PubSubEmulator
+from ledger.app.wiring import Settings, build
+from ledger.describe import summarize
+from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thread
 from ledger.fold import FINISHED, RUNNING, JobState, replay
+from ledger.gitops import Watcher
 from ledger.store import open_store
+from reconciler.remote import layout
 
 JOB_ID = "alice/demo-pod"
 SNEAKY_ID = "alice/sneaky"
@@ -104,8 +111,6 @@ def _ledger(args: list[str], store_url: str) -> subprocess.CompletedProcess[str]
 
 
 def _pubsub_available() -> bool:
-    from emulator.pubsub import PUBSUB_EMULATOR
-
     return Path(PUBSUB_EMULATOR).exists() and shutil.which("java") is not None
 
 
@@ -138,10 +143,6 @@ def _wait(what: str, check: Callable[[], Any], deadline: float) -> Any:
 def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], None] = print,
              timeout: float = 110.0) -> DemoResult:
     """Run the story in `workdir` (created if missing); returns what happened."""
-    from emulator import Emulator
-    from ledger.fanout import start_publisher_thread
-    from ledger.gitops import Watcher
-    from reconciler.wiring import Settings, build
 
     started = time.monotonic()
     deadline = started + timeout
@@ -159,8 +160,6 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         say(f"TPU emulator on {emu.endpoint} (google.cloud.tpu.v2 over gRPC, SSH hosts on loopback)")
         pubsub_host = None
         if pubsub is not False and _pubsub_available():
-            from emulator.pubsub import PubSubEmulator
-
             ps = PubSubEmulator(workdir / "pubsub-emulator.log")
             ps.start()
             stack.callback(ps.stop)
@@ -263,16 +262,12 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
 
 
 def _progress_source(store_url: str, pubsub_host: str | None):
-    from ledger.fanout import PubSubSubscriber, StoreSubscriber
-
     if pubsub_host:
         return PubSubSubscriber("demo-progress", project=PROJECT, topic=TOPIC, emulator_host=pubsub_host)
     return StoreSubscriber(store_url, after=0)
 
 
 def _print_progress(source: Any, stop: threading.Event, say: Callable[[str], None]) -> None:
-    from ledger.commands.inspect import summarize
-
     while not stop.is_set():
         try:
             events = source.receive(timeout=0.3)
@@ -301,8 +296,6 @@ def _nodes(emu: Any) -> list[Any]:
 
 
 def _resumed_from(log_dir: Path, attempt: int) -> int | None:
-    from reconciler.remote import layout
-
     text = layout.output_log(log_dir, JOB_ID, attempt, 0)
     if not text.exists():
         return None

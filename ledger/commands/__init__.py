@@ -1,1 +1,0 @@
-"""CLI command modules; each exposes `register(group)` (see ledger/cli.py)."""

@@ -1,0 +1,24 @@
+"""Defaults shared by every process, each defined once: where things live, what they are called.
+
+Every setting is also a CLI option with an environment variable beside it; these are the
+values used when neither is given (the README's configuration table lists them).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Where a user's ledger, logs and keys live: $XDG_DATA_HOME/tpu-ledger.
+DATA_HOME = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "tpu-ledger"
+STORE_PATH = DATA_HOME / "ledger.db"
+LOG_DIR = DATA_HOME / "logs"
+SSH_KEY = DATA_HOME / "ssh" / "id_ecdsa"
+SSH_USER = "ledger"
+
+# The Google Cloud project when none is configured: the emulator's, so nothing reaches Google.
+PROJECT = "tpu-ledger-local"
+
+# A managed TPU that no live job holds is deleted after this long (a node created moments ago
+# may belong to an intent whose outcome is not recorded yet).
+ORPHAN_GRACE_S = 300.0
