@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.errors import LedgerError
+from ledger.spec.layout import CODEOWNERS_PATHS, JOBS_DIR, LEDGER_DIR
 
 ZERO = "0" * 40
 # Paths whose changes the watcher looks at: job specs and the files that govern approval.
-WATCHED_PATHS = ("jobs/", ".ledger/", "CODEOWNERS", ".github/CODEOWNERS", ".gitlab/CODEOWNERS", "docs/CODEOWNERS")
+WATCHED_PATHS = (f"{JOBS_DIR}/", f"{LEDGER_DIR}/", *CODEOWNERS_PATHS)
 
 
 class GitError(LedgerError):
