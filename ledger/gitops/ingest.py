@@ -143,9 +143,13 @@ def ingest(
     Safe to run any number of times, concurrently, and after a crash at any point.
     A rewritten branch appends `history_rewritten` and stops (report.paused) until a run
     with `accept_rewrite=True`, which ingests the net change old head -> new head.
+    A path is opened for this run and closed after it; a GitRepo stays open (the watcher's).
     """
+    if not isinstance(repo, GitRepo):
+        with GitRepo(repo) as opened:
+            return ingest(opened, store, branch, accept_rewrite=accept_rewrite, accepted_by=accepted_by,
+                          chunk=chunk, validator=validator)
     started = time.perf_counter()
-    repo = repo if isinstance(repo, GitRepo) else GitRepo(repo)
     report = IngestReport(branch)
     head = repo.branch_head(branch)
     if head is None:

@@ -99,7 +99,9 @@ def _held(store: Any) -> dict[str, list[str]]:
 def plan(
     repo: GitRepo | str, ref: str, branch: str = "main", *, store: Any = None, validator: Validator | None = None
 ) -> PlanReport:
-    repo = repo if isinstance(repo, GitRepo) else GitRepo(repo)
+    if not isinstance(repo, GitRepo):
+        with GitRepo(repo) as opened:
+            return plan(opened, ref, branch, store=store, validator=validator)
     head = repo.resolve(ref)
     if head is None:
         raise GitError(f"{ref!r} is not a commit in {repo.path}", hint="name a branch, tag or commit id")
