@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from ledger import defaults
 from ledger.app.commands.common import console, print_json, store_from
 from ledger.errors import UsageError
 from ledger.fanout import pubsub
@@ -19,7 +20,7 @@ from ledger.fanout.publisher import OutboxPublisher
 from ledger.fanout.subscriber import PubSubSubscriber, StoreSubscriber, iter_events
 from ledger.spec.policy import Policy, load_policy
 
-PROJECT_HELP = "Google Cloud project of the topic [env: LEDGER_PROJECT; default: tpu-ledger-local]"
+PROJECT_HELP = f"Google Cloud project of the topic [env: LEDGER_PROJECT; default: {defaults.PROJECT}]"
 TOPIC_HELP = "Pub/Sub topic of the fan-out [env: LEDGER_PUBSUB_TOPIC; default: ledger-events]"
 
 
