@@ -16,6 +16,7 @@ from typing import Any
 
 from ledger.events import NewEvent, actor
 from ledger.gitops.approval import GOVERNING_PATHS, Approval, evaluate, parse_codeowners
+from ledger.gitops.position import stream_for
 from ledger.gitops.repo import Change, Commit
 from ledger.spec.layout import ALIASES_PATH, CODEOWNERS_PATHS, POLICY_PATH, is_job_path
 from ledger.spec.names import job_id_for
@@ -29,6 +30,11 @@ class RepoState:
     """What the branch's approved configuration is: path -> (blob, text)."""
 
     files: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, files: Mapping[str, str], blobs: Mapping[str, bytes]) -> RepoState:
+        """The configuration `path -> blob id`, each text read from `blobs`."""
+        return cls({p: (b, blob_text(blobs, b)) for p, b in files.items()})
 
     def text(self, path: str) -> str | None:
         entry = self.files.get(path)
@@ -47,6 +53,10 @@ class RepoState:
     def policy(self) -> Policy:
         """The policy as `ledger validate` reads it (a broken block = its section's fallback)."""
         return parse_policy(self.text(POLICY_PATH)).policy
+
+
+def blob_text(blobs: Mapping[str, bytes], blob: str) -> str:
+    return blobs.get(blob, b"").decode("utf-8", "replace")
 
 
 # The same few texts are parsed for every commit of a backlog: parse each once (parse_policy
@@ -103,7 +113,7 @@ def decide(
     owners = state.codeowners()
     out: list[tuple[str, NewEvent]] = []
     live: dict[str, bool] = {}
-    git_stream = f"_git:{step.branch}"
+    git_stream = stream_for(step.branch)
 
     def approval(path: str) -> Approval:
         return evaluate(
@@ -190,14 +200,14 @@ def decide(
         for ch in governing:
             if ch.status != "D" and ch.path in GOVERNING_PATHS:
                 state = RepoState(dict(state.files))
-                state.files[ch.path] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+                state.files[ch.path] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
     # Aliases decide no approval: a job may use an alias added in the same commit.
     for ch in governing:
         if ALIASES_PATH in (ch.path, ch.old_path):
             state = RepoState(dict(state.files))
             state.files.pop(ALIASES_PATH, None)
             if ch.status != "D" and ch.path == ALIASES_PATH:
-                state.files[ALIASES_PATH] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+                state.files[ALIASES_PATH] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
     for ch in step.changes:
         if ch in governing:
             continue
@@ -225,5 +235,5 @@ def decide(
         for p in touched:
             new_state.files.pop(p, None)
         if ch.status != "D" and ch.path in CONFIG_PATHS:
-            new_state.files[ch.path] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+            new_state.files[ch.path] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
     return out, new_state, live

@@ -117,7 +117,7 @@ def _load_state(repo: GitRepo, governing: dict[str, str]) -> RepoState:
     state = _STATES.get(key)
     if state is None:
         blobs = repo.read_blobs(governing.values())
-        state = RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in governing.items()})
+        state = RepoState.of(governing, blobs)
         if len(_STATES) > 64:
             _STATES.clear()
         _STATES[key] = state

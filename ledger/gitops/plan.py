@@ -113,10 +113,9 @@ def plan(
     # Validate against the configuration the merge would produce (aliases from REF).
     cfg = repo.blob_ids(head, CONFIG_PATHS)
     blobs = repo.read_blobs([*cfg.values(), *(c.new_blob for c in changes if c.new_blob != ZERO)])
-    state = RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in cfg.items()})
+    state = RepoState.of(cfg, blobs)
     base_cfg = repo.blob_ids(target, CONFIG_PATHS)
-    base_blobs = repo.read_blobs(base_cfg.values())
-    base_state = RepoState({p: (b, base_blobs.get(b, b"").decode("utf-8", "replace")) for p, b in base_cfg.items()})
+    base_state = RepoState.of(base_cfg, repo.read_blobs(base_cfg.values()))
     listed = base_state.policy().approval.approvers  # None: the CODEOWNERS owners
     owners = base_state.codeowners()
     validate = validator or spec_validator()

@@ -254,7 +254,9 @@ def load_policy(path: str | Path) -> Policy:
     policy, errors = parse_policy(text, file=str(path))
     if errors:
         first = errors[0]
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise LedgerError(f"{first.file}:{first.line}:{first.column}: {first.message}{more}",
-                          hint=first.hint or "fix the policy file; `ledger validate` lists every problem")
+        hints = [first.hint] if first.hint else []
+        if len(errors) > 1:
+            hints.append(f"{len(errors) - 1} more problem(s) in the file: `ledger validate` lists them")
+        raise LedgerError(f"{first.file}:{first.line}:{first.column}: {first.message}",
+                          hint="; ".join(hints) or "fix the policy file")
     return policy
