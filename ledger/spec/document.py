@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ledger.spec.model import Message
-from ledger.spec.schema import problems
-from ledger.spec.yamlsafe import MAX_BYTES, LoadError, load
+from ledger.spec.schema import Problem, problems
+from ledger.spec.yamlsafe import MAX_BYTES, Loaded, LoadError, load
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,12 @@ class Checked:
 
     data: dict[str, Any]
     errors: tuple[Message, ...]
+    loaded: Loaded | None = None  # positions of every node, for checks made after the schema's
+
+    def message(self, file: str, problem: Problem) -> Message:
+        """A later check's problem at its field's line and column."""
+        line, column = self.loaded.position(problem.pointer, key=problem.at_key) if self.loaded else (0, 0)
+        return Message(file, line, column, problem.pointer, problem.message, problem.hint, "error")
 
 
 def check_document(text: str | bytes | None, file: str, schema: str) -> Checked:
@@ -39,11 +45,9 @@ def check_document(text: str | bytes | None, file: str, schema: str) -> Checked:
     if not isinstance(loaded.data, dict):
         return Checked({}, (Message(file, 1, 1, "", "the file must be a mapping",
                                     "see jobs-repo-template/.ledger/", "error"),))
-    errors = []
-    for p in problems(schema, loaded.data):
-        line, column = loaded.position(p.pointer, key=p.at_key)
-        errors.append(Message(file, line, column, p.pointer, p.message, p.hint, "error"))
-    return Checked(loaded.data, tuple(sorted(errors, key=lambda m: (m.line, m.column))))
+    checked = Checked(loaded.data, (), loaded)
+    errors = [checked.message(file, p) for p in problems(schema, loaded.data)]
+    return Checked(loaded.data, tuple(sorted(errors, key=lambda m: (m.line, m.column))), loaded)
 
 
 def read_bounded(path: Path) -> bytes | None:

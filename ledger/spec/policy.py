@@ -14,9 +14,11 @@ field of `Policy` of the same name. A section
 - is built by `from_data(data)` from its block as checked by the schema, with the schema's
   `default`s filled in (the defaults are written once, in the schema);
 - is `default()` when the file has no such block (the empty block, defaults filled);
-- is `fallback()` when its block is broken: the defaults, unless the section knows a
-  safer answer (approval falls back to the strict `trailers` rule). A broken block never
-  takes the other sections with it.
+- may report `problems(policy)` the schema cannot express (an unknown TPU type; a
+  reference to another section, such as a quota's team), each at its line;
+- is `fallback()` when its block is broken (by the schema or by its own problems): the
+  defaults, unless the section knows a safer answer (approval falls back to the strict
+  `trailers` rule). A broken block never takes the other sections with it.
 
 **Adding a section** (teams, quotas, priority classes, prices...): a block in
 `policy.schema.json` (with `additionalProperties: false`, so unknown keys are refused with
@@ -30,18 +32,19 @@ from __future__ import annotations
 import copy
 import fnmatch
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, Self
 
+from ledger import tpu_types
 from ledger.errors import LedgerError, UsageError
 from ledger.resources import load_schema
 from ledger.spec.document import check_document, read_bounded
 from ledger.spec.layout import POLICY_PATH
 from ledger.spec.model import Message
-from ledger.spec.schema import fill_defaults
+from ledger.spec.schema import Problem, fill_defaults
 
 SCHEMA = "policy"
 
@@ -76,6 +79,12 @@ class Section:
     def fallback(cls) -> Self:
         """The section when the file's block is broken (reported as errors)."""
         return cls.default()
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        """What the schema cannot say is wrong (an unknown TPU type, a reference to another
+        section); pointers are the file's, so each problem gets its line. Any problem
+        breaks the block: it falls back like a block the schema refused."""
+        return ()
 
 
 def section(cls: type[Section]) -> Any:
@@ -188,6 +197,13 @@ class Limits(Section):
         return cls(max_restarts=data.get("max_restarts"), max_priority=data.get("max_priority"),
                    accelerators=tuple(data.get("accelerators") or ()), zones=tuple(data.get("zones") or ()))
 
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        for i, name in enumerate(self.accelerators):
+            if tpu_types.lookup(name) is None:
+                # a typo here would quietly forbid the type every job asks for
+                yield Problem(f"/limits/accelerators/{i}", f"`limits.accelerators` lists {name!r}, "
+                              "which is not a Cloud TPU type", "use a type such as v4-8 or v5litepod-16")
+
 
 @dataclass(frozen=True, slots=True)
 class Ignore(Section):
@@ -231,14 +247,26 @@ def parse_policy(text: str | bytes | None, *, file: str = POLICY_PATH) -> Parsed
     Pure and cached: the watcher asks for the same few texts at every commit.
     """
     checked = check_document(text, file, SCHEMA)
-    broken = set()
-    for m in checked.errors:
-        top = m.pointer.split("/")[1] if m.pointer else None
-        broken.update(SECTIONS if top is None else {top})
+    errors = list(checked.errors)
+    broken = _broken(errors)
     blocks = {key: checked.data.get(key, _empty(key)) for key in SECTIONS if key not in broken}
     filled = fill_defaults(SCHEMA, blocks)
     values = {key: cls.fallback() if key in broken else cls.from_data(filled[key]) for key, cls in SECTIONS.items()}
-    return ParsedPolicy(Policy(**values), checked.errors)
+    policy = Policy(**values)
+    later = [checked.message(file, p) for key, value in values.items() if key not in broken
+             for p in value.problems(policy)]
+    if later:
+        errors += later
+        policy = replace(policy, **{key: SECTIONS[key].fallback() for key in _broken(later)})
+    return ParsedPolicy(policy, tuple(sorted(errors, key=lambda m: (m.line, m.column))))
+
+
+def _broken(errors: Iterable[Message]) -> set[str]:
+    """The top-level blocks the errors are in; all of them for an error about the whole file."""
+    broken: set[str] = set()
+    for m in errors:
+        broken.update(SECTIONS if not m.pointer else {m.pointer.split("/")[1]})
+    return broken & set(SECTIONS)
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -114,6 +114,14 @@ def test_a_broken_block_falls_back_alone():
     assert policy.notify.owners["alice"].email == "alice@lab.org"  # the good block is kept
 
 
+def test_a_check_the_schema_cannot_make_reports_its_line_and_breaks_its_block():
+    text = "limits:\n  max_restarts: 3\n  accelerators: [v4-8, v9-1]\nignore: [jobs/examples/*]\n"
+    policy, errors = parse_policy(text)
+    assert [(m.line, m.column, m.pointer) for m in errors] == [(3, 24, "/limits/accelerators/1")]
+    assert "'v9-1', which is not a Cloud TPU type" in errors[0].message
+    assert policy.limits == Policy().limits and policy.ignore.globs == ("jobs/examples/*",)
+
+
 HOSTILE = {  # id: (text, line of the error; 0 = the whole file)
     # a billion laughs: alias expansion is budgeted
     "laughs": ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
