@@ -141,6 +141,14 @@ class Emulator:
         assert self._rest is not None, "emulator not started"
         return self._rest.url
 
+    def gcloud_env(self, project: str) -> dict[str, str]:
+        """The settings that point gcloud's `compute tpus` commands at this emulator."""
+        return {
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": f"{self.rest_url}/",
+            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+            "CLOUDSDK_CORE_PROJECT": project,
+        }
+
     @property
     def control_url(self) -> str:
         assert self._control is not None, "emulator not started"

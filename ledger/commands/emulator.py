@@ -90,15 +90,6 @@ def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control
     _serve(Path(state_dir or _default_state_dir()), port, control_port, rest_port, project, pubsub, pubsub_port, create_delay)
 
 
-def gcloud_exports(rest_url: str, project: str) -> list[str]:
-    """The settings that make gcloud's `compute tpus` commands talk to the emulator."""
-    return [
-        f"export CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU={rest_url}/",
-        "export CLOUDSDK_AUTH_DISABLE_CREDENTIALS=true",
-        f"export CLOUDSDK_CORE_PROJECT={project}",
-    ]
-
-
 def _serve(state_dir: Path, port: int, control_port: int, rest_port: int, project: str, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
     from emulator import Emulator, Timings
     from emulator.pubsub import PubSubEmulator
@@ -118,7 +109,7 @@ def _serve(state_dir: Path, port: int, control_port: int, rest_port: int, projec
             f"export LEDGER_TPU_ENDPOINT={emu.endpoint}",
             f"export LEDGER_EMULATOR_CONTROL={emu.control_url}",
             "# gcloud compute tpus tpu-vm|queued-resources ... against it (GA track only):",
-            *gcloud_exports(emu.rest_url, project),
+            *(f"export {k}={v}" for k, v in emu.gcloud_env(project).items()),
         ]
         if pubsub:
             ps = PubSubEmulator(state_dir / "pubsub.log", port=pubsub_port)

@@ -30,13 +30,7 @@ def gcloud(emu: Emulator, tmp_path) -> Gcloud:
     """Runs `gcloud compute tpus ARGS --zone ZONE` with the settings `ledger emulator` prints,
     a private configuration directory and no prompts."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDSDK_")}
-    env.update({
-        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud-config"),
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": f"{emu.rest_url}/",
-        "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
-        "CLOUDSDK_CORE_PROJECT": PROJECT,
-        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-    })
+    env.update(emu.gcloud_env(PROJECT), CLOUDSDK_CONFIG=str(tmp_path / "gcloud-config"), CLOUDSDK_CORE_DISABLE_PROMPTS="1")
 
     def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
         r = subprocess.run([GCLOUD, "compute", "tpus", *args, f"--zone={ZONE}"], env=env, capture_output=True, text=True, timeout=120)
