@@ -91,7 +91,7 @@ def _http_rules(method: str) -> list[dict[str, str]]:
     """The HTTP rules of `method` as google-cloud-tpu's REST transport sends it."""
     base = getattr(_BaseTpuRestTransport, f"_Base{method}", None)
     if base is None:
-        raise RuntimeError(f"the installed google-cloud-tpu has no HTTP binding for {method}; the REST emulator needs a release with the v2 REST transport (>= 1.18)")
+        raise RuntimeError(f"the installed google-cloud-tpu has no HTTP binding for {method}; the emulator needs google-cloud-tpu >= 1.21 (v2 queued resources and their REST bindings)")
     return base._get_http_options()
 
 
