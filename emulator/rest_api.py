@@ -154,6 +154,8 @@ def _request(route: Route, values: tuple[str, ...], query: dict[str, list[str]],
             data = json.loads(body or b"{}")
         except ValueError as exc:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid JSON payload received. {exc}") from None
+        if not isinstance(data, dict):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid JSON payload received. Expected an object, got {type(data).__name__}.")
         _merge(data, request if route.body == "*" else getattr(request, route.body))
     for field, value in zip(route.fields, values, strict=True):
         *outer, last = field.split(".")

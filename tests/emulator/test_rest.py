@@ -63,8 +63,9 @@ def test_errors_are_googles_json_error_bodies(emu, client, user_key):
     assert (status, err["error"]["status"]) == (400, "INVALID_ARGUMENT") and 'Unknown name "colour"' in err["error"]["message"]
     status, err = call(emu, "POST", f"/v2/{PARENT}/nodes?nodeId=x", {**body, "colour": "red"})
     assert (status, err["error"]["status"]) == (400, "INVALID_ARGUMENT") and "colour" in err["error"]["message"]
-    status, err = call(emu, "POST", f"/v2/{PARENT}/nodes?nodeId=x", b"{not json")
-    assert (status, err["error"]["status"]) == (400, "INVALID_ARGUMENT")
+    for bad in (b"{not json", b"[1]"):
+        status, err = call(emu, "POST", f"/v2/{PARENT}/nodes?nodeId=x", bad)
+        assert (status, err["error"]["status"]) == (400, "INVALID_ARGUMENT") and err["error"]["message"].startswith("Invalid JSON payload received.")
     status, err = call(emu, "POST", f"/v2/{PARENT}/nodes/taken:start", {})
     assert (status, err["error"]["status"]) == (400, "FAILED_PRECONDITION")  # code.proto: 400, not 412
 
