@@ -12,6 +12,8 @@ from google.cloud.tpu_v2.types import cloud_tpu as T
 
 from tests.emulator.conftest import USER, create_ready, pid_alive, pinned_ssh, run, wait_for
 
+pytestmark = pytest.mark.tpu_emulator
+
 S = T.Node.State
 
 
