@@ -17,8 +17,6 @@ from tests.emulator.conftest import PARENT, PROJECT, ZONE, wait_for
 GCLOUD = shutil.which("gcloud")
 
 pytestmark = [
-    pytest.mark.tpu_emulator,
-    pytest.mark.gcloud,
     pytest.mark.skipif(GCLOUD is None, reason="the gcloud CLI is not installed (apt-get install google-cloud-cli)"),
 ]
 

@@ -15,8 +15,6 @@ from google.api_core import exceptions
 from emulator.rest_api import compile_template
 from tests.emulator.conftest import PARENT, PROJECT, ZONE, create_ready, node_msg
 
-pytestmark = pytest.mark.tpu_emulator
-
 
 def call(emu, verb: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
