@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test test-fast demo bench lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ test: $(STAMP)
 	bash scripts/test-services.sh
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
+
+# Unit tests and the SQLite contract tests: no server, under a minute (tests/README.md).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "(unit or (contract and sqlite)) and not slow"
 
 demo: $(STAMP)
 	$(BIN)/ledger demo

@@ -4,8 +4,10 @@
 
 Per run: start an emulator, create the node with the real google-cloud-tpu client and wait
 for the operation (READY), then connect to every host with paramiko, pinning the host key
-from guest attributes, and run `echo $TPU_WORKER_ID`; then delete the node. Target: all 64
-hosts reachable in under 10 s from the create call. Medians are quoted.
+from guest attributes, and run `echo $TPU_WORKER_ID`; then get_node the big node 100 times
+over gRPC and over REST, and (where gcloud is installed) time `gcloud compute tpus tpu-vm
+describe` against it 3 times; then delete the node. Target: all 64 hosts reachable in under
+10 s from the create call. Medians are quoted.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +49,22 @@ def _ssh(ep, key_b64: str, user_key: paramiko.PKey, worker: int) -> str:
         ssh.close()
 
 
+def _median_s(fn, n: int) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _gcloud_describe(emu: Emulator, node_id: str, config_dir: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDSDK_")}
+    env.update(emu.gcloud_env("bench"), CLOUDSDK_CONFIG=config_dir)
+    zone = PARENT.rsplit("/", 1)[1]
+    subprocess.run(["gcloud", "compute", "tpus", "tpu-vm", "describe", node_id, f"--zone={zone}", "--format=value(state)"], env=env, check=True, capture_output=True, timeout=60)
+
+
 def one_run(accel: str, create_delay: float) -> dict[str, float]:
     user_key = paramiko.ECDSAKey.generate(bits=256)
     with tempfile.TemporaryDirectory() as tmp:
@@ -66,6 +87,13 @@ def one_run(accel: str, create_delay: float) -> dict[str, float]:
                 list(pool.map(lambda i: _ssh(node.network_endpoints[i], keys[i], user_key, i), range(len(node.network_endpoints))))
             t_all = time.perf_counter() - t0
             op.result(timeout=60)
+            rest = emu.client("rest")
+            try:
+                get_grpc = _median_s(lambda: client.get_node(name=node.name), 100)
+                get_rest = _median_s(lambda: rest.get_node(name=node.name), 100)
+            finally:
+                rest.transport.close()
+            gcloud = _median_s(lambda: _gcloud_describe(emu, "big", f"{tmp}/gcloud"), 3) if shutil.which("gcloud") else float("nan")
             hosts = len(node.network_endpoints)
             t0 = time.perf_counter()
             client.delete_node(name=node.name)
@@ -77,7 +105,7 @@ def one_run(accel: str, create_delay: float) -> dict[str, float]:
             t0 = time.perf_counter()
             emu.stop()
             t_stop = time.perf_counter() - t0
-    return {"hosts": hosts, "start_s": t_start, "ready_s": t_ready, "all_ssh_s": t_all, "delete_s": t_delete, "stop_s": t_stop}
+    return {"hosts": hosts, "start_s": t_start, "ready_s": t_ready, "all_ssh_s": t_all, "get_grpc_s": get_grpc, "get_rest_s": get_rest, "gcloud_describe_s": gcloud, "delete_s": t_delete, "stop_s": t_stop}
 
 
 def main() -> None:
@@ -88,7 +116,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     runs = [one_run(args.accelerator, args.create_delay) for _ in range(args.runs)]
-    keys = ["start_s", "ready_s", "all_ssh_s", "delete_s", "stop_s"]
+    keys = ["start_s", "ready_s", "all_ssh_s", "get_grpc_s", "get_rest_s", "gcloud_describe_s", "delete_s", "stop_s"]
     med = {k: statistics.median(r[k] for r in runs) for k in keys}
     result = {
         "accelerator": args.accelerator,
@@ -97,6 +125,7 @@ def main() -> None:
         "create_delay_s": args.create_delay,
         "median": med,
         "max": {k: max(r[k] for r in runs) for k in keys},
+        "rest_over_grpc_get": med["get_rest_s"] / med["get_grpc_s"],
         "target_all_ssh_s": 10.0,
         "met": med["all_ssh_s"] < 10.0,
     }
@@ -109,11 +138,15 @@ def main() -> None:
         "start_s": "emulator start",
         "ready_s": "create_node -> READY",
         "all_ssh_s": "create_node -> all hosts SSH ok",
+        "get_grpc_s": "get_node over gRPC",
+        "get_rest_s": "get_node over REST",
+        "gcloud_describe_s": "gcloud tpu-vm describe (process)",
         "delete_s": "delete_node -> gone",
         "stop_s": "emulator stop",
     }
     for k in keys:
-        print(f"{labels[k]:<34}{med[k]:>10.2f}{result['max'][k]:>10.2f}")
+        print(f"{labels[k]:<34}{med[k]:>10.4f}{result['max'][k]:>10.4f}")
+    print(f"get_node REST / gRPC: {result['rest_over_grpc_get']:.2f}x (same node, same run)")
     print(f"target: all hosts reachable < 10 s: {'met' if result['met'] else 'MISSED'}")
 
 

@@ -3,10 +3,13 @@
     from emulator import Emulator
     with Emulator(state_dir=tmp) as emu:
         emu.endpoint      # "127.0.0.1:PORT" for LEDGER_TPU_ENDPOINT
+        emu.rest_url      # "http://127.0.0.1:PORT", the same API over REST (gcloud)
         emu.preempt("my-node")
 
-See docs in `emulator/core.py` (Emulator), `emulator/cloud.py` (behaviour, faults) and
-`emulator/control.py` (the HTTP control API used by `ledger emulator ...`).
+See docs in `emulator/core.py` (Emulator), `emulator/cloud.py` (behaviour, faults),
+`emulator/api.py` (the methods both surfaces serve), `emulator/grpc_api.py`,
+`emulator/rest_api.py` and `emulator/control.py` (the HTTP control API used by
+`ledger emulator ...`).
 """
 
 from emulator.cloud import ApiError, Timings

@@ -9,15 +9,14 @@ HTTP 400 (bad request) or 404 (no such node).
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
 
 from emulator.cloud import ApiError, Cloud
+from emulator.httpd import JsonHandler, JsonServer
 
 
 def _verbs(cloud: Cloud) -> dict[str, Any]:
@@ -32,59 +31,36 @@ def _verbs(cloud: Cloud) -> dict[str, Any]:
     }
 
 
-class ControlServer:
+class ControlServer(JsonServer):
     def __init__(self, cloud: Cloud, host: str = "127.0.0.1", port: int = 0) -> None:
         verbs = _verbs(cloud)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # quiet: the emulator prints what matters
-                pass
-
-            def _send(self, status: int, body: Any) -> None:
-                data = json.dumps(body, default=str).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path == "/v1/faults":
-                    self._send(200, {"faults": list(cloud.faults)})
+                    self.send_json(200, {"faults": list(cloud.faults)})
                 elif self.path == "/v1/status":
-                    self._send(200, cloud.status())
+                    self.send_json(200, cloud.status())
                 else:
-                    self._send(404, {"error": f"no such path {self.path}", "code": "NOT_FOUND"})
+                    self.send_json(404, {"error": f"no such path {self.path}", "code": "NOT_FOUND"})
 
             def do_POST(self) -> None:
                 verb = self.path.removeprefix("/v1/")
                 fn = verbs.get(verb)
+                body = self.read_body()
                 if fn is None:
-                    self._send(404, {"error": f"unknown verb {verb!r}; one of {', '.join(verbs)}", "code": "NOT_FOUND"})
+                    self.send_json(404, {"error": f"unknown verb {verb!r}; one of {', '.join(verbs)}", "code": "NOT_FOUND"})
                     return
                 try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                    args = json.loads(self.rfile.read(length) or b"{}")
-                    result = fn(args)
-                    self._send(200, {"ok": True, **(result or {})})
+                    result = fn(json.loads(body or b"{}"))
+                    self.send_json(200, {"ok": True, **(result or {})})
                 except ApiError as exc:
                     status = 404 if exc.code == grpc.StatusCode.NOT_FOUND else 400
-                    self._send(status, {"error": exc.message, "code": exc.code.name})
+                    self.send_json(status, {"error": exc.message, "code": exc.code.name})
                 except (KeyError, ValueError, TypeError) as exc:
-                    self._send(400, {"error": f"bad arguments for {verb}: {exc!r}", "code": "INVALID_ARGUMENT"})
+                    self.send_json(400, {"error": f"bad arguments for {verb}: {exc!r}", "code": "INVALID_ARGUMENT"})
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://{host}:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="emulator-control", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(10)
+        super().__init__(Handler, host, port, "emulator-control")
 
 
 class ControlError(Exception):

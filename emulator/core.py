@@ -1,4 +1,4 @@
-"""`Emulator`: the gRPC API, the control service and the hosts, started and stopped as one."""
+"""`Emulator`: the gRPC and REST APIs, the control service and the hosts, started and stopped as one."""
 
 from __future__ import annotations
 
@@ -18,16 +18,18 @@ from emulator.cloud import Cloud, Timings
 from emulator.control import ControlServer
 from emulator.grpc_api import build_handlers
 from emulator.hosts import reap_orphans
+from emulator.rest_api import RestServer
 
 
 class Emulator:
-    """A local Cloud TPU API.
+    """A local Cloud TPU API, over gRPC (`endpoint`) and REST (`rest_url`), one state behind both.
 
         with Emulator(state_dir=tmp) as emu:
             client = emu.client()          # or TpuClient on grpc.insecure_channel(emu.endpoint)
+            rest = emu.client("rest")      # the same API over HTTP/JSON, as gcloud uses it
 
     `state_dir` holds the hosts' sandboxes, `faults.jsonl` and `emulator.json` (endpoint,
-    control URL, pid); without one a temporary directory is used and removed on stop.
+    REST and control URLs, pid); without one a temporary directory is used and removed on stop.
     """
 
     def __init__(
@@ -37,6 +39,7 @@ class Emulator:
         port: int = 0,
         host: str = "127.0.0.1",
         control_port: int = 0,
+        rest_port: int = 0,
         timings: Timings | None = None,
         capacity: dict[tuple[str, str], int] | None = None,
     ) -> None:
@@ -45,12 +48,14 @@ class Emulator:
         self.host = host
         self.port = port
         self.control_port = control_port
+        self.rest_port = rest_port
         self.timings = timings or Timings()
         self._initial_capacity = dict(capacity or {})
         self.cloud: Cloud | None = None
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
         self._control: ControlServer | None = None
+        self._rest: RestServer | None = None
         self._tmp: str | None = None
 
     # ---------------------------------------------------------------- life cycle
@@ -78,19 +83,30 @@ class Emulator:
         self.port = bound
         self._server = server
         server.start()
-        self._control = ControlServer(self.cloud, self.host, self.control_port)
+        self._rest = self._listen("REST API", RestServer, self.rest_port)
+        self._control = self._listen("control API", ControlServer, self.control_port)
+        self.rest_port = self._rest.port
+        self._rest.start()
         self._control.start()
-        info = {"endpoint": self.endpoint, "control": self.control_url, "pid": os.getpid(), "started": time.time()}
+        info = {"endpoint": self.endpoint, "rest": self.rest_url, "control": self.control_url, "pid": os.getpid(), "started": time.time()}
         (self.state_dir / "emulator.json").write_text(json.dumps(info, indent=2) + "\n")
         return self
+
+    def _listen(self, what: str, server: type[RestServer] | type[ControlServer], port: int) -> Any:
+        try:
+            return server(self._cloud(), self.host, port)
+        except OSError as exc:
+            self._teardown()
+            raise OSError(f"cannot listen on {self.host}:{port} for the {what}: {exc.strerror}") from None
 
     def stop(self) -> None:
         self._teardown()
 
     def _teardown(self) -> None:
-        if self._control is not None:
-            self._control.stop()
-            self._control = None
+        for http in (self._control, self._rest):
+            if http is not None:
+                http.stop()
+        self._control = self._rest = None
         if self._server is not None:
             self._server.stop(grace=0.5).wait(10)
             self._server = None
@@ -120,15 +136,36 @@ class Emulator:
         return f"{self.host}:{self.port}"
 
     @property
+    def rest_url(self) -> str:
+        """http://host:port of the REST API: the root gcloud's endpoint override points at."""
+        assert self._rest is not None, "emulator not started"
+        return self._rest.url
+
+    def gcloud_env(self, project: str) -> dict[str, str]:
+        """The settings that point gcloud's `compute tpus` commands at this emulator."""
+        return {
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": f"{self.rest_url}/",
+            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+            "CLOUDSDK_CORE_PROJECT": project,
+        }
+
+    @property
     def control_url(self) -> str:
         assert self._control is not None, "emulator not started"
         return self._control.url
 
-    def client(self):
-        """A real `TpuClient` on an insecure channel to this emulator (close its transport)."""
+    def client(self, transport: str = "grpc"):
+        """A real `TpuClient` on this emulator (close its transport): gRPC on an insecure
+        channel, or "rest" over plain HTTP with anonymous credentials."""
         from google.cloud import tpu_v2
         from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 
+        if transport == "rest":
+            from google.auth.credentials import AnonymousCredentials
+
+            return tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.rest_url})
+        if transport != "grpc":
+            raise ValueError(f"transport must be 'grpc' or 'rest', not {transport!r}")
         return tpu_v2.TpuClient(transport=TpuGrpcTransport(channel=grpc.insecure_channel(self.endpoint)))
 
     # ---------------------------------------------------------------- control API

@@ -1,7 +1,8 @@
 """google.cloud.tpu.v2.Tpu and google.longrunning.Operations over gRPC, backed by a Cloud.
 
-google-cloud-tpu ships the messages but no servicer base class, so the methods are
-registered with generic handlers using the raw protobuf classes' (de)serializers.
+google-cloud-tpu ships the messages but no servicer base class, so the methods of
+`emulator.api` are registered with generic handlers using the raw protobuf classes'
+(de)serializers.
 """
 
 from __future__ import annotations
@@ -10,141 +11,19 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from google.cloud.location import locations_pb2
-from google.cloud.tpu_v2.types import cloud_tpu
-from google.longrunning import operations_pb2
-from google.protobuf import empty_pb2
 
-from emulator.cloud import ApiError, Cloud, parse_parent
-from ledger import tpu_types
-
-T = cloud_tpu
-
-
-def _page(items: list[Any], size: int, token: str) -> tuple[list[Any], str]:
-    start = int(token) if token.isdigit() else 0
-    if size <= 0:
-        return items[start:], ""
-    end = start + size
-    return items[start:end], (str(end) if end < len(items) else "")
-
-
-def _accelerator_types(parent: str) -> list[Any]:
-    _, zone = parse_parent(parent)
-    out = []
-    for t in tpu_types.all_types():
-        if tpu_types.zone_offers(zone, t.family):
-            msg = T.AcceleratorType.pb()(name=f"{parent}/acceleratorTypes/{t.name}", type_=t.name)
-            out.append(msg)
-    return out
-
-
-def _runtime_versions(parent: str) -> list[Any]:
-    parse_parent(parent)
-    return [T.RuntimeVersion.pb()(name=f"{parent}/runtimeVersions/{v}", version=v) for v in tpu_types.RUNTIME_VERSIONS]
-
-
-def _get_named(items: list[Any], name: str) -> Any:
-    for item in items:
-        if item.name == name:
-            return item
-    raise ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{name}' was not found")
-
-
-def _parent_of(name: str) -> str:
-    return "/".join(name.split("/")[:4])
+from emulator.api import Method, services
+from emulator.cloud import ApiError, Cloud
 
 
 def build_handlers(cloud: Cloud) -> list[grpc.GenericRpcHandler]:
-    def list_nodes(req):
-        items, token = _page(cloud.list_nodes(req.parent), req.page_size, req.page_token)
-        return T.ListNodesResponse.pb()(nodes=items, next_page_token=token)
-
-    def list_qrs(req):
-        items, token = _page(cloud.list_queued_resources(req.parent), req.page_size, req.page_token)
-        return T.ListQueuedResourcesResponse.pb()(queued_resources=items, next_page_token=token)
-
-    def list_accel(req):
-        items, token = _page(_accelerator_types(req.parent), req.page_size, req.page_token)
-        return T.ListAcceleratorTypesResponse.pb()(accelerator_types=items, next_page_token=token)
-
-    def list_runtimes(req):
-        items, token = _page(_runtime_versions(req.parent), req.page_size, req.page_token)
-        return T.ListRuntimeVersionsResponse.pb()(runtime_versions=items, next_page_token=token)
-
-    def guest(req):
-        return T.GetGuestAttributesResponse.pb()(guest_attributes=cloud.guest_attributes(req.name, req.query_path, list(req.worker_ids)))
-
-    def list_ops(req):
-        items, token = _page(cloud.list_operations(req.name), req.page_size, req.page_token)
-        return operations_pb2.ListOperationsResponse(operations=items, next_page_token=token)
-
-    def delete_op(req):
-        cloud.delete_operation(req.name)
-        return empty_pb2.Empty()
-
-    def cancel_op(req):
-        cloud.cancel_operation(req.name)
-        return empty_pb2.Empty()
-
-    def service_identity(req):
-        project, _ = parse_parent(req.parent)
-        ident = T.ServiceIdentity.pb()(email=f"service-{project}@cloud-tpu.iam.gserviceaccount.com")
-        return T.GenerateServiceIdentityResponse.pb()(identity=ident)
-
-    def list_locations(req):
-        project = req.name.split("/")[1] if req.name.startswith("projects/") else "-"
-        locs = [locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in tpu_types.all_zones()]
-        items, token = _page(locs, req.page_size, req.page_token)
-        return locations_pb2.ListLocationsResponse(locations=items, next_page_token=token)
-
-    def get_location(req):
-        zone = req.name.rsplit("/", 1)[-1]
-        if zone not in tpu_types.all_zones():
-            raise ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{req.name}' was not found")
-        return locations_pb2.Location(name=req.name, location_id=zone)
-
-    tpu_methods: dict[str, tuple[Callable[[Any], Any], Any, Any]] = {
-        "ListNodes": (list_nodes, T.ListNodesRequest.pb(), T.ListNodesResponse.pb()),
-        "GetNode": (lambda r: cloud.get_node(r.name), T.GetNodeRequest.pb(), T.Node.pb()),
-        "CreateNode": (lambda r: cloud.create_node(r.parent, r.node_id, r.node), T.CreateNodeRequest.pb(), operations_pb2.Operation),
-        "DeleteNode": (lambda r: cloud.delete_node(r.name), T.DeleteNodeRequest.pb(), operations_pb2.Operation),
-        "StopNode": (lambda r: cloud.stop_node(r.name), T.StopNodeRequest.pb(), operations_pb2.Operation),
-        "StartNode": (lambda r: cloud.start_node(r.name), T.StartNodeRequest.pb(), operations_pb2.Operation),
-        "UpdateNode": (lambda r: cloud.update_node(r.node, list(r.update_mask.paths)), T.UpdateNodeRequest.pb(), operations_pb2.Operation),
-        "ListQueuedResources": (list_qrs, T.ListQueuedResourcesRequest.pb(), T.ListQueuedResourcesResponse.pb()),
-        "GetQueuedResource": (lambda r: cloud.get_queued_resource(r.name), T.GetQueuedResourceRequest.pb(), T.QueuedResource.pb()),
-        "CreateQueuedResource": (lambda r: cloud.create_queued_resource(r.parent, r.queued_resource_id, r.queued_resource), T.CreateQueuedResourceRequest.pb(), operations_pb2.Operation),
-        "DeleteQueuedResource": (lambda r: cloud.delete_queued_resource(r.name, r.force), T.DeleteQueuedResourceRequest.pb(), operations_pb2.Operation),
-        "ResetQueuedResource": (lambda r: cloud.reset_queued_resource(r.name), T.ResetQueuedResourceRequest.pb(), operations_pb2.Operation),
-        "GenerateServiceIdentity": (service_identity, T.GenerateServiceIdentityRequest.pb(), T.GenerateServiceIdentityResponse.pb()),
-        "ListAcceleratorTypes": (list_accel, T.ListAcceleratorTypesRequest.pb(), T.ListAcceleratorTypesResponse.pb()),
-        "GetAcceleratorType": (lambda r: _get_named(_accelerator_types(_parent_of(r.name)), r.name), T.GetAcceleratorTypeRequest.pb(), T.AcceleratorType.pb()),
-        "ListRuntimeVersions": (list_runtimes, T.ListRuntimeVersionsRequest.pb(), T.ListRuntimeVersionsResponse.pb()),
-        "GetRuntimeVersion": (lambda r: _get_named(_runtime_versions(_parent_of(r.name)), r.name), T.GetRuntimeVersionRequest.pb(), T.RuntimeVersion.pb()),
-        "GetGuestAttributes": (guest, T.GetGuestAttributesRequest.pb(), T.GetGuestAttributesResponse.pb()),
-    }
-    ops_methods = {
-        "GetOperation": (lambda r: cloud.get_operation(r.name), operations_pb2.GetOperationRequest, operations_pb2.Operation),
-        "ListOperations": (list_ops, operations_pb2.ListOperationsRequest, operations_pb2.ListOperationsResponse),
-        "DeleteOperation": (delete_op, operations_pb2.DeleteOperationRequest, empty_pb2.Empty),
-        "CancelOperation": (cancel_op, operations_pb2.CancelOperationRequest, empty_pb2.Empty),
-    }
-    loc_methods = {
-        "ListLocations": (list_locations, locations_pb2.ListLocationsRequest, locations_pb2.ListLocationsResponse),
-        "GetLocation": (get_location, locations_pb2.GetLocationRequest, locations_pb2.Location),
-    }
-    return [
-        _service("google.cloud.tpu.v2.Tpu", tpu_methods),
-        _service("google.longrunning.Operations", ops_methods),
-        _service("google.cloud.location.Locations", loc_methods),
-    ]
+    return [_service(name, methods) for name, methods in services(cloud).items()]
 
 
-def _service(name: str, methods: dict[str, tuple[Callable[[Any], Any], Any, Any]]) -> grpc.GenericRpcHandler:
+def _service(name: str, methods: dict[str, Method]) -> grpc.GenericRpcHandler:
     handlers = {
-        method: grpc.unary_unary_rpc_method_handler(_wrap(fn), request_deserializer=req.FromString, response_serializer=resp.SerializeToString)
-        for method, (fn, req, resp) in methods.items()
+        method: grpc.unary_unary_rpc_method_handler(_wrap(m.call), request_deserializer=m.request.FromString, response_serializer=m.response.SerializeToString)
+        for method, m in methods.items()
     }
     return grpc.method_handlers_generic_handler(name, handlers)
 

@@ -1,4 +1,4 @@
-"""The TPU API as the real google-cloud-tpu client sees it."""
+"""The TPU API as the real google-cloud-tpu client sees it, over gRPC and over REST."""
 
 from __future__ import annotations
 
@@ -11,8 +11,34 @@ from google.protobuf import duration_pb2
 
 from tests.emulator.conftest import PARENT, PROJECT, ZONE, create_ready, node_msg, wait_for
 
+pytestmark = pytest.mark.tpu_emulator
+
 S = T.Node.State
 Q = T.QueuedResourceState.State
+
+# Over REST a client sees only the HTTP status, which google/rpc/code.proto maps from the
+# canonical code: 400 for INVALID_ARGUMENT and FAILED_PRECONDITION, 409 for ALREADY_EXISTS.
+_OVER_HTTP = {
+    exceptions.InvalidArgument: exceptions.BadRequest,
+    exceptions.FailedPrecondition: exceptions.BadRequest,
+    exceptions.AlreadyExists: exceptions.Conflict,
+}
+
+
+@pytest.fixture(params=["grpc", "rest"])
+def client(request, emu):
+    c = emu.client(request.param)
+    try:
+        yield c
+    finally:
+        c.transport.close()
+
+
+def raises(client, error: type[exceptions.GoogleAPICallError], match: str | None = None):
+    """pytest.raises for the class `client` raises when the API answers with `error`'s code."""
+    if client.transport.kind == "rest":
+        error = _OVER_HTTP.get(error, error)
+    return pytest.raises(error, match=match)
 
 
 def test_create_get_list_delete_node(client, user_key):
@@ -54,17 +80,17 @@ def test_list_nodes_by_zone(client, user_key):
 
 def test_errors_have_the_right_classes(emu, client, user_key):
     create_ready(client, user_key, "taken")
-    with pytest.raises(exceptions.AlreadyExists, match="already exists"):
+    with raises(client, exceptions.AlreadyExists, match="already exists"):
         client.create_node(parent=PARENT, node_id="taken", node=node_msg(user_key))
     with pytest.raises(exceptions.NotFound):
         client.get_node(name=f"{PARENT}/nodes/missing")
     with pytest.raises(exceptions.NotFound):
         client.delete_node(name=f"{PARENT}/nodes/missing")
-    with pytest.raises(exceptions.InvalidArgument, match="accelerator"):
+    with raises(client, exceptions.InvalidArgument, match="accelerator"):
         client.create_node(parent=PARENT, node_id="x", node=node_msg(user_key, "v4-33"))
-    with pytest.raises(exceptions.InvalidArgument, match="zone"):
+    with raises(client, exceptions.InvalidArgument, match="zone"):
         client.create_node(parent=f"projects/{PROJECT}/locations/mars-1-a", node_id="x", node=node_msg(user_key, "v4-8"))
-    with pytest.raises(exceptions.InvalidArgument, match="not available in zone"):
+    with raises(client, exceptions.InvalidArgument, match="not available in zone"):
         client.create_node(parent=f"projects/{PROJECT}/locations/us-central1-b", node_id="x", node=node_msg(user_key, "v4-8"))
 
     emu.set_capacity(ZONE, "v4", 4)  # "taken" holds 4 chips already
@@ -82,14 +108,14 @@ def test_stop_start_and_update(client, user_key):
     node = create_ready(client, user_key, "n1")
     stopped = client.stop_node(request={"name": node.name}).result(timeout=60)
     assert stopped.state == S.STOPPED
-    with pytest.raises(exceptions.FailedPrecondition):
+    with raises(client, exceptions.FailedPrecondition):
         client.stop_node(request={"name": node.name})
     started = client.start_node(request={"name": node.name}).result(timeout=60)
     assert started.state == S.READY and len(started.network_endpoints) == 1
     change = T.Node(name=node.name, labels={"k": "v"}, description="new", scheduling_config=T.SchedulingConfig(reserved=True))
     updated = client.update_node(request={"node": change, "update_mask": {"paths": ["labels", "description", "scheduling_config"]}}).result(timeout=60)
     assert dict(updated.labels) == {"k": "v"} and updated.description == "new" and updated.scheduling_config.reserved
-    with pytest.raises(exceptions.InvalidArgument):
+    with raises(client, exceptions.InvalidArgument):
         client.update_node(request={"node": change, "update_mask": {"paths": ["accelerator_type"]}})
 
 
@@ -159,7 +185,7 @@ def test_queued_resource_through_every_state(emu, client, user_key):
     assert Q.SUSPENDING in seen
     assert client.get_queued_resource(name=name).state.state_initiator == T.QueuedResourceState.StateInitiator.SERVICE
 
-    with pytest.raises(exceptions.FailedPrecondition):
+    with raises(client, exceptions.FailedPrecondition):
         client.delete_queued_resource(name=name)
     client.reset_queued_resource(request={"name": name}).result(timeout=60)
     wait_for(lambda: state() == Q.ACTIVE, what="ACTIVE after reset")
@@ -186,7 +212,7 @@ def test_queued_resource_failed_and_expired(emu, client, user_key):
     qr = wait_for(lambda: (q := client.get_queued_resource(name=f"{PARENT}/queuedResources/qe")).state.state == Q.FAILED and q, what="expired")
     assert qr.state.failed_data.error.code == 4  # DEADLINE_EXCEEDED
     assert {q.name.rsplit("/", 1)[1] for q in client.list_queued_resources(parent=PARENT)} == {"qf", "qe"}
-    with pytest.raises(exceptions.AlreadyExists):
+    with raises(client, exceptions.AlreadyExists):
         client.create_queued_resource(parent=PARENT, queued_resource_id="qe", queued_resource=_qr("other", user_key))
 
 

@@ -12,6 +12,8 @@ from google.cloud.tpu_v2.types import cloud_tpu as T
 
 from tests.emulator.conftest import USER, create_ready, pid_alive, pinned_ssh, run, wait_for
 
+pytestmark = pytest.mark.tpu_emulator
+
 S = T.Node.State
 
 
@@ -152,11 +154,10 @@ def test_stop_start_keeps_host_keys(client, user_key):
 
 
 @pytest.mark.slow
-def test_v6e_256_all_64_hosts_reachable_quickly(client, user_key):
-    import time
+def test_v6e_256_all_64_hosts_reachable(client, user_key):
+    # how quickly is a figure (target 10 s): bench/emulator_bench.py measures the same path
     from concurrent.futures import ThreadPoolExecutor
 
-    t0 = time.monotonic()
     node = create_ready(client, user_key, "big", "v6e-256")
     assert len(node.network_endpoints) == 64
 
@@ -166,5 +167,3 @@ def test_v6e_256_all_64_hosts_reachable_quickly(client, user_key):
 
     with ThreadPoolExecutor(16) as pool:
         assert list(pool.map(worker_id, range(64))) == [str(i) for i in range(64)]
-    # the client's operation poll alone waits about 1 s; the target is 10 s
-    assert time.monotonic() - t0 < 20, "64 hosts took too long (target 10 s on an idle machine)"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -20,7 +21,9 @@ from google.cloud.tpu_v2.types import cloud_tpu as T
 
 from emulator import Emulator, Timings
 from emulator.pubsub import PUBSUB_EMULATOR
-from tests.emulator.conftest import create_ready, pid_alive, pinned_ssh, run, wait_for
+from tests.emulator.conftest import PROJECT, create_ready, pid_alive, pinned_ssh, run, wait_for
+
+pytestmark = pytest.mark.tpu_emulator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,16 +64,16 @@ def test_twenty_emulators_in_a_row_leak_nothing(tmp_path, user_key):
     ports: list[int] = []
     for i in range(20):
         with Emulator(state_dir=tmp_path / f"e{i}", timings=Timings(create=0.05)) as emu:
-            ports.append(emu.port)
-            if i % 5 == 0:  # some with live hosts and a session open at stop time
-                c = emu.client()
+            ports.extend([emu.port, emu.rest_port, int(emu.control_url.rsplit(":", 1)[1])])
+            if i % 5 == 0:  # some with live hosts, a session and a client still open at stop time
+                c = emu.client("rest" if i % 10 else "grpc")  # REST: a kept-alive connection
                 node = create_ready(c, user_key, "n", "v4-32")
                 ports.extend(ep.port for ep in node.network_endpoints)
                 ssh = pinned_ssh(c, node, 0, user_key)
                 ssh.exec_command("sleep 300")
-                c.transport.close()
         if i % 5 == 0:
             ssh.close()
+            c.transport.close()
     wait_for(lambda: threading.active_count() <= threads, timeout=20, what=f"threads back to {threads} (now {threading.active_count()})")
     assert not [p for p in ports if _listening(p)]
     assert _children(os.getpid()) == []
@@ -100,12 +103,22 @@ def _ledger(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ledger", "emulator", "--state-dir", str(tmp_path / "state"), *args], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
+def _rest_get(env: dict[str, str], name: str) -> dict:
+    """GET a resource by name at the REST root `ledger emulator` told gcloud to use."""
+    with urllib.request.urlopen(f"{env['CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU']}v2/{name}?alt=json", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
 def test_cli_foreground_and_fault_subcommands(tmp_path, user_key):
-    proc, env = _start_cli(tmp_path)
+    proc, env = _start_cli(tmp_path, "--project", PROJECT)
     try:
-        assert set(env) == {"LEDGER_TPU_ENDPOINT", "LEDGER_EMULATOR_CONTROL"}
+        assert set(env) == {"LEDGER_TPU_ENDPOINT", "LEDGER_EMULATOR_CONTROL", "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU", "CLOUDSDK_AUTH_DISABLE_CREDENTIALS", "CLOUDSDK_CORE_PROJECT"}
+        assert env["CLOUDSDK_CORE_PROJECT"] == PROJECT and env["CLOUDSDK_AUTH_DISABLE_CREDENTIALS"] == "true"
         client = tpu_v2.TpuClient(transport=TpuGrpcTransport(channel=grpc.insecure_channel(env["LEDGER_TPU_ENDPOINT"])))
         node = create_ready(client, user_key, "cli-node", "v4-32")
+        # one state behind both surfaces: what gRPC created, REST (gcloud's way in) reads
+        got = _rest_get(env, node.name)
+        assert got["state"] == "READY" and len(got["networkEndpoints"]) == 4
         ssh = pinned_ssh(client, node, 0, user_key)
         _, out, _ = run(ssh, "nohup sleep 300 >/dev/null 2>&1 & echo $!")
         bg = int(out)
@@ -120,6 +133,7 @@ def test_cli_foreground_and_fault_subcommands(tmp_path, user_key):
         r = _ledger(tmp_path, "preempt", "cli-node")
         assert r.returncode == 0, r.stderr
         assert client.get_node(name=node.name).state == T.Node.State.PREEMPTED
+        assert _rest_get(env, node.name)["state"] == "PREEMPTED"
         wait_for(lambda: not pid_alive(bg), what="background job killed by the preemption")
         r = _ledger(tmp_path, "faults", "--json")
         faults = json.loads(r.stdout)
@@ -138,6 +152,7 @@ def test_cli_foreground_and_fault_subcommands(tmp_path, user_key):
     assert rc == 0
     wait_for(lambda: not pid_alive(bg2), what="background job killed when the emulator stops")
     assert not _listening(int(env["LEDGER_TPU_ENDPOINT"].rsplit(":", 1)[1]))
+    assert not _listening(int(env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"].rstrip("/").rsplit(":", 1)[1]))
     assert not (tmp_path / "state" / "emulator.json").exists()
     r = _ledger(tmp_path, "status")
     assert r.returncode == 1 and "no running emulator" in r.stderr

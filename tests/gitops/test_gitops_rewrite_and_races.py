@@ -103,7 +103,7 @@ def test_a_push_of_1000_commits_is_ingested_in_order(hub, store):
     events = job_events(store)
     assert [e.data["commit"] for e in events] == shas
     assert [e.seq for e in events] == sorted(e.seq for e in events)
-    assert report.seconds < 30  # the benchmark holds the 10 s figure; this guards a regression
+    # how long it takes is a figure, not a check: bench/watch_bench.py (1,000-commit backlog)
 
 
 def test_concurrent_ingest_threads_with_separate_connections(hub, store):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from gitops_helpers import BOB, ROOT, cli_env, git, job_events, run_cli, spec, wait_for
@@ -22,15 +21,15 @@ def _run(watcher: Watcher) -> threading.Thread:
 
 def test_watchdog_hint_ingests_a_push_long_before_the_poll(hub, store):
     hub.bootstrap()
-    watcher = Watcher(str(hub.bare), store, "main", interval=60.0)
+    # The next poll is an hour away: only the file system hint can ingest the push in time.
+    # (How fast the hint is, is a figure: bench/watch_bench.py, push -> submitted latency.)
+    watcher = Watcher(str(hub.bare), store, "main", interval=3600.0)
     thread = _run(watcher)
     try:
         wait_for(lambda: store.stream_version("_git:main") >= 1)
         hub.commit({"jobs/alice/fast.yaml": spec()}, "fast", approvers=(BOB,))
-        pushed = time.monotonic()
         hub.push()
-        wait_for(lambda: "alice/fast" in store.streams(), timeout=20)
-        assert time.monotonic() - pushed < 15  # the poll is 60 s: only the hint can do this
+        wait_for(lambda: "alice/fast" in store.streams(), timeout=120)
         assert watcher.wakeups > 0
     finally:
         watcher.stop()

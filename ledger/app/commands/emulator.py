@@ -16,6 +16,7 @@ from rich.table import Table
 from emulator import Emulator, Timings
 from emulator.control import ControlClient, ControlError
 from emulator.pubsub import PubSubEmulator
+from ledger import defaults
 from ledger.app.commands.common import console, print_json
 from ledger.errors import LedgerError, UsageError
 
@@ -54,19 +55,25 @@ def _call(ctx: click.Context, method: str, *args: Any, **kwargs: Any) -> Any:
 @click.option("--port", type=int, default=0, envvar="LEDGER_EMULATOR_PORT", show_default=True, help="gRPC port of the TPU API (0 = any free port).")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, envvar="LEDGER_EMULATOR_STATE", help=f"Hosts' sandboxes, faults.jsonl, emulator.json. [default: {_default_state_dir()}]")
 @click.option("--control-port", type=int, default=0, help="Port of the HTTP control API (0 = any free port).")
+@click.option("--rest-port", type=int, default=0, help="Port of the TPU API over REST, for gcloud (0 = any free port).")
+@click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True, help="Project the printed gcloud settings name (the emulator accepts any).")
 @click.option("--control", "control_url", default=None, envvar="LEDGER_EMULATOR_CONTROL", metavar="URL", help="Control URL of a running emulator (for the fault subcommands).")
 @click.option("--pubsub/--no-pubsub", default=False, help="Also run the official Pub/Sub emulator and print PUBSUB_EMULATOR_HOST.")
 @click.option("--pubsub-port", type=int, default=0, help="Port of the Pub/Sub emulator (0 = any free port).")
 @click.option("--create-delay", type=float, default=None, help="Seconds a node takes from CREATING to READY [default: 0.3].")
 @click.pass_context
-def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control_port: int, control_url: str | None, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
-    """A local Cloud TPU API (google.cloud.tpu.v2 over gRPC) whose TPU hosts are real SSH
-    servers on 127.0.0.1, for rehearsing jobs, preemptions included, without quota.
+def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control_port: int, rest_port: int, project: str, control_url: str | None, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
+    """A local Cloud TPU API (google.cloud.tpu.v2 over gRPC and REST) whose TPU hosts are real
+    SSH servers on 127.0.0.1, for rehearsing jobs, preemptions included, without quota.
 
     Without a subcommand, runs in the foreground until Ctrl-C / SIGTERM and prints the
-    variables to export, e.g. `export LEDGER_TPU_ENDPOINT=127.0.0.1:PORT`. Each node's
+    variables to export, e.g. `export LEDGER_TPU_ENDPOINT=127.0.0.1:PORT`, and those that
+    point `gcloud compute tpus ...` at it (CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU). Each node's
     network_endpoints[i] is 127.0.0.1 with port = that worker's SSH port; its hosts accept
     the keys in the node's `ssh-keys` metadata and publish host keys as guest attributes.
+
+    gcloud's GA `compute tpus tpu-vm` and `queued-resources` commands work against it once
+    the printed CLOUDSDK_* lines are exported in their shell (docs/emulator.md).
 
     The subcommands drive a running emulator (found through --control, or emulator.json in
     --state-dir):
@@ -80,24 +87,26 @@ def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control
     ctx.obj["emulator_control"] = control_url
     if ctx.invoked_subcommand is not None:
         return
-    _serve(Path(state_dir or _default_state_dir()), port, control_port, pubsub, pubsub_port, create_delay)
+    _serve(Path(state_dir or _default_state_dir()), port, control_port, rest_port, project, pubsub, pubsub_port, create_delay)
 
 
-def _serve(state_dir: Path, port: int, control_port: int, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
+def _serve(state_dir: Path, port: int, control_port: int, rest_port: int, project: str, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     timings = Timings() if create_delay is None else Timings(create=create_delay)
-    emu = Emulator(state_dir, port=port, control_port=control_port, timings=timings)
+    emu = Emulator(state_dir, port=port, control_port=control_port, rest_port=rest_port, timings=timings)
     ps: PubSubEmulator | None = None
     try:
         try:
             emu.start()
         except OSError as exc:
-            raise LedgerError(f"cannot start the emulator: {exc}", hint="pick another --port") from None
+            raise LedgerError(f"cannot start the emulator: {exc}", hint="pick other ports (--port, --rest-port, --control-port) or 0 for any free one") from None
         out = [
-            f"# TPU emulator: gRPC {emu.endpoint}, control {emu.control_url}, state {state_dir}",
+            f"# TPU emulator: gRPC {emu.endpoint}, REST {emu.rest_url}, control {emu.control_url}, state {state_dir}",
             f"export LEDGER_TPU_ENDPOINT={emu.endpoint}",
             f"export LEDGER_EMULATOR_CONTROL={emu.control_url}",
+            "# gcloud compute tpus tpu-vm|queued-resources ... against it (GA track only):",
+            *(f"export {k}={v}" for k, v in emu.gcloud_env(project).items()),
         ]
         if pubsub:
             ps = PubSubEmulator(state_dir / "pubsub.log", port=pubsub_port)

@@ -1,0 +1,153 @@
+"""The API's methods as plain functions of request messages, served by both front ends.
+
+`services(cloud)` maps each service (google.cloud.tpu.v2.Tpu, google.longrunning.Operations,
+google.cloud.location.Locations) to its methods: a function from the raw protobuf request
+to the raw protobuf response, and those two classes. `grpc_api` registers them with a gRPC
+server, `rest_api` routes HTTP requests to them by the API's HTTP bindings; neither knows
+anything the other does not, so both speak for the same `Cloud`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.cloud.location import locations_pb2
+from google.cloud.tpu_v2.types import cloud_tpu
+from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2
+
+from emulator.cloud import ApiError, Cloud, parse_parent
+from ledger import tpu_types
+
+T = cloud_tpu
+
+
+@dataclass(frozen=True)
+class Method:
+    call: Callable[[Any], Any]  # request message -> response message; raises ApiError
+    request: Any  # the raw protobuf classes
+    response: Any
+
+
+def _page(items: list[Any], size: int, token: str) -> tuple[list[Any], str]:
+    start = int(token) if token.isdigit() else 0
+    if size <= 0:
+        return items[start:], ""
+    end = start + size
+    return items[start:end], (str(end) if end < len(items) else "")
+
+
+def _accelerator_types(parent: str) -> list[Any]:
+    _, zone = parse_parent(parent)
+    out = []
+    for t in tpu_types.all_types():
+        if tpu_types.zone_offers(zone, t.family):
+            msg = T.AcceleratorType.pb()(name=f"{parent}/acceleratorTypes/{t.name}", type_=t.name)
+            out.append(msg)
+    return out
+
+
+def _runtime_versions(parent: str) -> list[Any]:
+    parse_parent(parent)
+    return [T.RuntimeVersion.pb()(name=f"{parent}/runtimeVersions/{v}", version=v) for v in tpu_types.RUNTIME_VERSIONS]
+
+
+def _get_named(items: list[Any], name: str) -> Any:
+    for item in items:
+        if item.name == name:
+            return item
+    raise ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{name}' was not found")
+
+
+def _parent_of(name: str) -> str:
+    return "/".join(name.split("/")[:4])
+
+
+def services(cloud: Cloud) -> dict[str, dict[str, Method]]:
+    def list_nodes(req):
+        items, token = _page(cloud.list_nodes(req.parent), req.page_size, req.page_token)
+        return T.ListNodesResponse.pb()(nodes=items, next_page_token=token)
+
+    def list_qrs(req):
+        items, token = _page(cloud.list_queued_resources(req.parent), req.page_size, req.page_token)
+        return T.ListQueuedResourcesResponse.pb()(queued_resources=items, next_page_token=token)
+
+    def list_accel(req):
+        items, token = _page(_accelerator_types(req.parent), req.page_size, req.page_token)
+        return T.ListAcceleratorTypesResponse.pb()(accelerator_types=items, next_page_token=token)
+
+    def list_runtimes(req):
+        items, token = _page(_runtime_versions(req.parent), req.page_size, req.page_token)
+        return T.ListRuntimeVersionsResponse.pb()(runtime_versions=items, next_page_token=token)
+
+    def guest(req):
+        return T.GetGuestAttributesResponse.pb()(guest_attributes=cloud.guest_attributes(req.name, req.query_path, list(req.worker_ids)))
+
+    def list_ops(req):
+        items, token = _page(cloud.list_operations(req.name), req.page_size, req.page_token)
+        return operations_pb2.ListOperationsResponse(operations=items, next_page_token=token)
+
+    def delete_op(req):
+        cloud.delete_operation(req.name)
+        return empty_pb2.Empty()
+
+    def cancel_op(req):
+        cloud.cancel_operation(req.name)
+        return empty_pb2.Empty()
+
+    def service_identity(req):
+        project, _ = parse_parent(req.parent)
+        ident = T.ServiceIdentity.pb()(email=f"service-{project}@cloud-tpu.iam.gserviceaccount.com")
+        return T.GenerateServiceIdentityResponse.pb()(identity=ident)
+
+    def list_locations(req):
+        project = req.name.split("/")[1] if req.name.startswith("projects/") else "-"
+        locs = [locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in tpu_types.all_zones()]
+        items, token = _page(locs, req.page_size, req.page_token)
+        return locations_pb2.ListLocationsResponse(locations=items, next_page_token=token)
+
+    def get_location(req):
+        zone = req.name.rsplit("/", 1)[-1]
+        if zone not in tpu_types.all_zones():
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{req.name}' was not found")
+        return locations_pb2.Location(name=req.name, location_id=zone)
+
+    Op = operations_pb2.Operation
+    tpu = {
+        "ListNodes": Method(list_nodes, T.ListNodesRequest.pb(), T.ListNodesResponse.pb()),
+        "GetNode": Method(lambda r: cloud.get_node(r.name), T.GetNodeRequest.pb(), T.Node.pb()),
+        "CreateNode": Method(lambda r: cloud.create_node(r.parent, r.node_id, r.node), T.CreateNodeRequest.pb(), Op),
+        "DeleteNode": Method(lambda r: cloud.delete_node(r.name), T.DeleteNodeRequest.pb(), Op),
+        "StopNode": Method(lambda r: cloud.stop_node(r.name), T.StopNodeRequest.pb(), Op),
+        "StartNode": Method(lambda r: cloud.start_node(r.name), T.StartNodeRequest.pb(), Op),
+        "UpdateNode": Method(lambda r: cloud.update_node(r.node, list(r.update_mask.paths)), T.UpdateNodeRequest.pb(), Op),
+        "ListQueuedResources": Method(list_qrs, T.ListQueuedResourcesRequest.pb(), T.ListQueuedResourcesResponse.pb()),
+        "GetQueuedResource": Method(lambda r: cloud.get_queued_resource(r.name), T.GetQueuedResourceRequest.pb(), T.QueuedResource.pb()),
+        "CreateQueuedResource": Method(lambda r: cloud.create_queued_resource(r.parent, r.queued_resource_id, r.queued_resource), T.CreateQueuedResourceRequest.pb(), Op),
+        "DeleteQueuedResource": Method(lambda r: cloud.delete_queued_resource(r.name, r.force), T.DeleteQueuedResourceRequest.pb(), Op),
+        "ResetQueuedResource": Method(lambda r: cloud.reset_queued_resource(r.name), T.ResetQueuedResourceRequest.pb(), Op),
+        "GenerateServiceIdentity": Method(service_identity, T.GenerateServiceIdentityRequest.pb(), T.GenerateServiceIdentityResponse.pb()),
+        "ListAcceleratorTypes": Method(list_accel, T.ListAcceleratorTypesRequest.pb(), T.ListAcceleratorTypesResponse.pb()),
+        "GetAcceleratorType": Method(lambda r: _get_named(_accelerator_types(_parent_of(r.name)), r.name), T.GetAcceleratorTypeRequest.pb(), T.AcceleratorType.pb()),
+        "ListRuntimeVersions": Method(list_runtimes, T.ListRuntimeVersionsRequest.pb(), T.ListRuntimeVersionsResponse.pb()),
+        "GetRuntimeVersion": Method(lambda r: _get_named(_runtime_versions(_parent_of(r.name)), r.name), T.GetRuntimeVersionRequest.pb(), T.RuntimeVersion.pb()),
+        "GetGuestAttributes": Method(guest, T.GetGuestAttributesRequest.pb(), T.GetGuestAttributesResponse.pb()),
+    }
+    ops = {
+        "GetOperation": Method(lambda r: cloud.get_operation(r.name), operations_pb2.GetOperationRequest, Op),
+        "ListOperations": Method(list_ops, operations_pb2.ListOperationsRequest, operations_pb2.ListOperationsResponse),
+        "DeleteOperation": Method(delete_op, operations_pb2.DeleteOperationRequest, empty_pb2.Empty),
+        "CancelOperation": Method(cancel_op, operations_pb2.CancelOperationRequest, empty_pb2.Empty),
+    }
+    locations = {
+        "ListLocations": Method(list_locations, locations_pb2.ListLocationsRequest, locations_pb2.ListLocationsResponse),
+        "GetLocation": Method(get_location, locations_pb2.GetLocationRequest, locations_pb2.Location),
+    }
+    return {
+        "google.cloud.tpu.v2.Tpu": tpu,
+        "google.longrunning.Operations": ops,
+        "google.cloud.location.Locations": locations,
+    }
