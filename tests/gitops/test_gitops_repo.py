@@ -63,9 +63,11 @@ def test_the_callers_git_dir_does_not_leak_in(hub, tmp_path, monkeypatch):
         assert [c.sha for c in repo.first_parent_range(None, sha)] == [sha]
 
 
-def test_not_a_repository_and_unsafe_urls_are_one_line_errors(tmp_path: Path):
+def test_not_a_repository_and_unsafe_urls_are_one_line_errors(hub, tmp_path: Path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
     with pytest.raises(GitError, match="is not a git repository"):
-        GitRepo(tmp_path)
+        GitRepo(plain)
     with pytest.raises(GitError, match="refusing to clone"):
         ensure_mirror("ext::sh -c touch% /tmp/pwned", tmp_path / "cache")
     with pytest.raises(GitError, match="git clone failed") as err:
