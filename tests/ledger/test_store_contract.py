@@ -214,9 +214,9 @@ def test_kill_9_mid_append_loses_nothing_acknowledged(store_factory):
 # -- snapshots and cursors -----------------------------------------------------------------
 def test_snapshots_are_tied_to_code_version(store_factory):
     store = store_factory()
-    store.save_snapshot(Snapshot("ledger", "code-a", 10, b"A10"))
-    store.save_snapshot(Snapshot("ledger", "code-a", 20, b"A20"))
-    store.save_snapshot(Snapshot("ledger", "code-b", 30, b"B30"))
+    store.save_snapshot(Snapshot.seal("ledger", "code-a", 10, "h10", b"A10"))
+    store.save_snapshot(Snapshot.seal("ledger", "code-a", 20, "h20", b"A20"))
+    store.save_snapshot(Snapshot.seal("ledger", "code-b", 30, "h30", b"B30"))
     assert store.load_snapshot("ledger", "code-a").state == b"A20"
     assert store.load_snapshot("ledger", "code-a", at_most=15).state == b"A10"
     assert store.load_snapshot("ledger", "code-a", at_most=5) is None
@@ -226,7 +226,7 @@ def test_snapshots_are_tied_to_code_version(store_factory):
 def test_snapshot_from_other_code_is_ignored_by_replay(store_factory):
     store = store_factory()
     store.append("alice/a", [NewEvent("submitted", {"spec": {}, "spec_hash": "ab" * 8, "commit": "c1", "path": "jobs/alice/a.yaml"})])
-    store.save_snapshot(Snapshot("ledger", "not-this-code", 1, b"garbage that must not be read"))
+    store.save_snapshot(Snapshot.seal("ledger", "not-this-code", 1, "h1", b"garbage that must not be read"))
     assert load_state(store).jobs["alice/a"].state == "pending"
     save_snapshot(store, load_state(store))
     assert load_state(store).jobs["alice/a"].state == "pending"

@@ -82,12 +82,12 @@ def test_the_writer_role_appends_but_holds_no_update_or_delete_privilege(pg):
     try:
         assert as_writer.append("a/a", [NewEvent("note", {})], expected_version=3).positions == (4,)
         as_writer.set_cursor("fanout", 4)
-        assert as_writer.acquire_lease("job:a/a", "me", 5)
+        assert as_writer.leases().acquire("job:a/a", "me", 5)
         # ... and rewriting is refused by privileges, before any trigger runs.
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            as_writer.execute("UPDATE {s}.events SET type = 'x'")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            as_writer.execute("DELETE FROM {s}.events")
+        with raw(as_writer) as conn:
+            for statement in ("UPDATE {s}.events SET type = 'x'", "DELETE FROM {s}.events"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement.format(s=f'"{pg.schema}"'))
     finally:
         as_writer.close()
     assert pg.head() == 4
