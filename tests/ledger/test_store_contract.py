@@ -14,7 +14,9 @@ import pytest
 from ledger.errors import ConflictError, UsageError
 from ledger.events import GENESIS_HASH, NewEvent, actor, event_id
 from ledger.replay import load_state, save_snapshot
-from ledger.store.base import Snapshot
+from ledger.store import open_leases
+from ledger.store.base import AppendWaiter, Cursors, Reader, Recorder, Snapshot, Snapshots, Store
+from ledger.store.leases import Leases
 from ledger.verify import verify_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +37,28 @@ def spawn_writer(url: str, name: str, count: int, batch: int, mode: str) -> subp
 def check_sound(store) -> None:
     report = verify_store(store, transitions=False)
     assert report.ok, report.problem
+
+
+def members(protocol: type) -> set[str]:
+    """The methods and attributes a Protocol (and the protocols it extends) asks for."""
+    return {
+        name for klass in protocol.__mro__ if getattr(klass, "_is_protocol", False)
+        for name in (*vars(klass), *getattr(klass, "__annotations__", {})) if not name.startswith("_")
+    }
+
+
+def test_every_backend_offers_each_interface(store_factory):
+    store = store_factory()
+    for protocol in (Reader, Recorder, Snapshots, Cursors, AppendWaiter, Store):
+        missing = sorted(n for n in members(protocol) if not hasattr(store, n))
+        assert not missing, f"{type(store).__name__} lacks {protocol.__name__}.{missing}"
+    for leases in (store.leases(), open_leases(store.url)):
+        try:
+            assert not sorted(n for n in members(Leases) if not hasattr(leases, n))
+            assert leases.acquire("job:a/a", "me", 30) and leases.get("job:a/a").holder == "me"
+        finally:
+            leases.close()
+    assert members(Reader) >= {"head", "read_all", "raw_rows", "fold_rows", "hash_at", "url"}
 
 
 # -- basics --------------------------------------------------------------------------------
