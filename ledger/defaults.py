@@ -12,6 +12,13 @@ from pathlib import Path
 # Where a user's ledger, logs and keys live: $XDG_DATA_HOME/tpu-ledger.
 DATA_HOME = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "tpu-ledger"
 STORE_PATH = DATA_HOME / "ledger.db"
+
+
+def store_url() -> str:
+    """The ledger when --store is not given: $LEDGER_STORE, else the embedded file."""
+    return os.environ.get("LEDGER_STORE") or f"sqlite:///{STORE_PATH}"
+
+
 LOG_DIR = DATA_HOME / "logs"
 SSH_KEY = DATA_HOME / "ssh" / "id_ecdsa"
 SSH_USER = "ledger"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
 
 class LedgerError(Exception):
     """A failure the user can fix; `exit_code` 1 = failed check or runtime, 2 = bad usage."""
@@ -45,3 +48,32 @@ class IntegrityError(LedgerError):
         super().__init__(f"ledger unsound at seq {position}: {reason}")
         self.position = position
         self.reason = reason
+
+
+def safe_url(url: str) -> str:
+    """A store URL without its password, for messages."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    if len(netloc) == 2 and ":" in netloc[0]:  # never print a password
+        return urlunsplit(parts._replace(netloc=netloc[0].split(":")[0] + ":***@" + netloc[1]))
+    return url
+
+
+def database_error(exc: BaseException, url: str) -> StoreError | None:
+    """A database failure (a damaged SQLite file, a lost PostgreSQL connection, a dropped
+    table) as a one-line StoreError about the ledger at `url`; None for anything else.
+
+    The drivers are looked up, never imported: an error can only be a driver's if that
+    driver is loaded, and the CLI asks this for every failure, `ledger --help` included.
+    sqlite3's ProgrammingError (an API misuse: a bug, which deserves its traceback) is not one."""
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None and isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.ProgrammingError):
+        return StoreError(
+            f"ledger {safe_url(url)} cannot be read or written: {exc}",
+            hint="if the file is damaged, restore it from a backup, or export what a copy of it still reads",
+        )
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.Error):
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return StoreError(f"ledger {safe_url(url)} failed: {first}")
+    return None

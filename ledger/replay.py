@@ -1,7 +1,12 @@
 """The ledger's state at any position: the newest usable snapshot plus the events after it.
 
-A snapshot is tied to the fold's code version (`fold.code_version()`): one made by other
-code is ignored, never trusted, and replay falls back to the events.
+Snapshots are checked, never trusted. One is used only when it was made by this fold's code
+(`fold.code_version()`), its content still hashes to its own hash, and the event it names
+(position and hash) is the one in the chain (one indexed lookup). Otherwise it is ignored,
+with a log line, and replay falls back to the events. These checks catch a damaged or stale
+snapshot and a hand-made one that does not reproduce the hashes; a snapshot forged with
+consistent hashes is only caught by `ledger verify`, which rebuilds every snapshot's state
+from the events (ledger.verify.verify_snapshots).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import dataclasses
 import gc
 import io
 import json
+import logging
 import pickle
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -18,9 +24,11 @@ from typing import Any
 
 from ledger import fold
 from ledger.errors import UsageError
-from ledger.events import format_time
+from ledger.events import GENESIS_HASH, format_time
 from ledger.fold import JobState, LedgerState
-from ledger.store.base import Snapshot, Store
+from ledger.store.base import Reader, Snapshot, SnapshotReader
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_NAME = "ledger"
 # Snapshot when this many events have passed since the last one: replay then reads at most
@@ -106,18 +114,9 @@ def decode_state(blob: bytes) -> LedgerState | None:
     return LedgerState(position, {row[0]: JobState(*row) for row in rows})
 
 
-def fold_rows(store: Store, after: int = 0, until: int | None = None) -> Iterator[tuple]:
-    """(seq, stream, version, type, time, data_json) in seq order; any backend."""
-    fast = getattr(store, "fold_rows", None)
-    if fast is not None:
-        return fast(after, until)
-    from ledger.events import dumps
-
-    return (
-        (e.seq, e.stream, e.version, e.type, e.time, dumps(e.data))
-        for e in store.read_all(after)
-        if until is None or e.seq <= until
-    )
+def fold_rows(store: Reader, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+    """(seq, stream, version, type, time, data_json) in seq order."""
+    return store.fold_rows(after, until)
 
 
 def fold_into(state: LedgerState, rows: Iterable[tuple]) -> LedgerState:
@@ -125,38 +124,74 @@ def fold_into(state: LedgerState, rows: Iterable[tuple]) -> LedgerState:
     return fold.apply_rows(state, rows, json.loads)
 
 
-def load_state(store: Store, until: int | None = None, use_snapshot: bool = True) -> LedgerState:
+def snapshot_problem(store: Reader, snap: Snapshot) -> str | None:
+    """Why `snap` must not be used on this ledger, or None: its content no longer hashes to
+    its hash, or the event it was made from is not the one at its position in the chain."""
+    if not snap.intact:
+        return "its content does not match its hash (altered or damaged)"
+    found = GENESIS_HASH if snap.position == 0 else store.hash_at(snap.position)
+    if found is None:
+        return f"it folds up to seq {snap.position}, past the ledger's head"
+    if found != snap.event_hash:
+        return f"it was made from another event at seq {snap.position} than the ledger holds"
+    return None
+
+
+def usable_snapshot(store: SnapshotReader, at_most: int) -> LedgerState | None:
+    """The state of this code's newest snapshot at or before `at_most`, if it passes the
+    checks (snapshot_problem, and it decodes to that position); None otherwise."""
+    snap = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=at_most)
+    if snap is None:
+        return None
+    why = snapshot_problem(store, snap)
+    state = decode_state(snap.state) if why is None else None
+    if why is None and (state is None or state.position != snap.position):
+        why = "its state does not decode to its position"
+    if why is not None:
+        log.warning("ignoring %s: %s; replaying from the events (`ledger verify --rebuild-snapshots` replaces it)",
+                    snap.label, why)
+        return None
+    return state
+
+
+def load_state(store: SnapshotReader, until: int | None = None, use_snapshot: bool = True) -> LedgerState:
     """Every job's state at `until` (a seq; None = head)."""
     head = store.head()
     target = head if until is None else min(until, head)
     state = LedgerState()
     with no_cyclic_gc():
         if use_snapshot:
-            snap = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=target)
-            loaded = decode_state(snap.state) if snap is not None else None
-            if loaded is not None:
-                state = loaded
+            state = usable_snapshot(store, target) or state
         fold_into(state, fold_rows(store, state.position, target))
     state.position = target
     return state
 
 
-def save_snapshot(store: Store, state: LedgerState) -> None:
-    store.save_snapshot(Snapshot(SNAPSHOT_NAME, fold.code_version(), state.position, encode_state(state)))
+def make_snapshot(store: Reader, state: LedgerState) -> Snapshot:
+    """`state` sealed as a snapshot, tied to the event at its position."""
+    event_hash = GENESIS_HASH if state.position == 0 else store.hash_at(state.position)
+    if event_hash is None:
+        raise ValueError(f"no event at seq {state.position} to tie a snapshot to")
+    return Snapshot.seal(SNAPSHOT_NAME, fold.code_version(), state.position, event_hash, encode_state(state))
 
 
-def maybe_snapshot(store: Store, state: LedgerState, every: int = SNAPSHOT_EVERY) -> bool:
+def save_snapshot(store: SnapshotReader, state: LedgerState) -> None:
+    store.save_snapshot(make_snapshot(store, state))
+
+
+def maybe_snapshot(store: SnapshotReader, state: LedgerState, every: int = SNAPSHOT_EVERY) -> bool:
     """The policy: save `state` when `every` events or more passed since the newest snapshot
-    of this code. Call it after a replay at the head; returns whether it saved."""
+    of this code, or when that one fails its checks. Call it after a replay at the head;
+    returns whether it saved."""
     last = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=state.position)
     since = state.position - (last.position if last else 0)
-    if since < every:
+    if since < every and (last is None or snapshot_problem(store, last) is None):
         return False
     save_snapshot(store, state)
     return True
 
 
-def resolve_until(store: Store, text: str | None) -> int | None:
+def resolve_until(store: Reader, text: str | None) -> int | None:
     """--until: a seq number, or an ISO time (the last event at or before it)."""
     if text is None:
         return None

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from ledger.errors import ConflictError, LedgerError
 from ledger.events import NewEvent, actor, event_id
 from ledger.fold import JobState
-from ledger.store import Store
+from ledger.store import Recorder
 from reconciler import naming
 from reconciler.model import Action
 from reconciler.remote.errors import RemoteError
@@ -50,7 +50,7 @@ class Runner(Protocol):
 class Executor:
     def __init__(
         self,
-        store_for_thread: Callable[[], Store],
+        store_for_thread: Callable[[], Recorder],
         tpu: TpuApi,
         runner: Runner,
         *,

@@ -13,7 +13,8 @@ import hashlib
 import time
 from collections.abc import Iterable
 
-from ledger.store.leases import LeaseKeeper, open_leases
+from ledger.store import open_leases
+from ledger.store.leases import LeaseKeeper
 
 MEMBER_PREFIX = "member:"
 JOB_PREFIX = "job:"

@@ -10,25 +10,37 @@ import sys
 
 import click
 
-from ledger import __version__
+from ledger import __version__, defaults
 from ledger.app.commands import COMMANDS
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, database_error
 
 STORE_OPTION_HELP = "Ledger store URL: sqlite:///path or postgresql://... [env: LEDGER_STORE]"
 
 
 class LedgerGroup(click.Group):
-    """Turns LedgerError into one line on stderr and its exit code: never a traceback."""
+    """Turns LedgerError into one line on stderr and its exit code: never a traceback.
+
+    A database failure met anywhere in a command (a damaged SQLite file read half-way, a
+    lost PostgreSQL connection) becomes such a line here, once for every command."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except LedgerError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
+            self._fail(ctx, exc)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except Exception as exc:
+            error = database_error(exc, (ctx.obj or {}).get("store_url") or defaults.store_url())
+            if error is None:
+                raise
+            self._fail(ctx, error)
+
+    @staticmethod
+    def _fail(ctx: click.Context, exc: LedgerError) -> None:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(exc.exit_code)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

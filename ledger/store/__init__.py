@@ -1,45 +1,60 @@
-"""Open a ledger store by URL: sqlite:///path (embedded default) or postgresql://..."""
+"""Open a ledger store by URL: sqlite:///path (embedded default) or postgresql://...
+
+The one place a URL picks a backend. The interfaces are in `ledger.store.base` (Reader,
+Recorder, Snapshots, Cursors, AppendWaiter, Store) and `ledger.store.leases` (Leases,
+LeaseKeeper); each backend package (`sqlite`, `postgres`) holds its parts and SQL files.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import sqlite3
 from collections.abc import Iterator
+from types import ModuleType
 
 from ledger import defaults
-from ledger.errors import StoreError, UsageError
-from ledger.store.base import AppendResult, Snapshot, Store
+from ledger.errors import UsageError, database_error
+from ledger.store import sqlite
+from ledger.store.base import (
+    AppendResult,
+    AppendWaiter,
+    Cursors,
+    Reader,
+    Recorder,
+    Snapshot,
+    SnapshotReader,
+    Snapshots,
+    Store,
+)
+from ledger.store.leases import Leases
 
 DEFAULT_STORE_PATH = defaults.STORE_PATH
+default_store_url = defaults.store_url
 
 
-def default_store_url() -> str:
-    return os.environ.get("LEDGER_STORE") or f"sqlite:///{DEFAULT_STORE_PATH}"
-
-
-def open_store(url: str | None = None, *, create: bool = True) -> Store:
-    url = url or default_store_url()
-    if url.startswith("sqlite:///"):
-        from ledger.store.sqlite import SQLiteStore
-
-        # sqlite:///path?synchronous=NORMAL trades power-loss durability for speed (see sqlite.py)
-        path, _, query = url.removeprefix("sqlite:///").partition("?")
-        options = dict(part.partition("=")[::2] for part in query.split("&") if part)
-        unknown = set(options) - {"synchronous"}
-        if unknown:
-            raise UsageError(f"unknown SQLite store option(s) {sorted(unknown)} in {url!r}", hint="only ?synchronous=FULL|NORMAL")
-        return SQLiteStore(path, create=create, synchronous=options.get("synchronous", "FULL").upper())
+def _backend(url: str) -> ModuleType:
+    if url.startswith(sqlite.PREFIX):
+        return sqlite
     if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from ledger.store.postgres import PostgresStore
-        except ImportError as exc:  # pragma: no cover - until the PostgreSQL backend lands
-            raise UsageError(f"PostgreSQL store unavailable: {exc}") from exc
-        return PostgresStore(url, create=create)
+        # Imported here, on the first PostgreSQL URL, and not at the top: the backend imports
+        # psycopg, which an SQLite user (and `ledger --help`) should never pay for.
+        from ledger.store import postgres
+
+        return postgres
     raise UsageError(
         f"unknown store URL {url!r}",
         hint="use sqlite:///path/to/ledger.db or postgresql://user@host/db (--store or LEDGER_STORE)",
     )
+
+
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
+    url = url or default_store_url()
+    return _backend(url).open_store(url, create=create)
+
+
+def open_leases(url: str | None = None) -> Leases:
+    """Leases of the ledger at `url` on a connection of their own; `close()` when done."""
+    url = url or default_store_url()
+    return _backend(url).open_leases(url)
 
 
 @contextlib.contextmanager
@@ -47,13 +62,15 @@ def store_errors(url: str | None = None) -> Iterator[None]:
     """Turn a database failure in the middle of a read or write into a one-line StoreError."""
     try:
         yield
-    except sqlite3.DatabaseError as exc:
-        where = url or default_store_url()
-        raise StoreError(f"ledger {where} failed: {exc}", hint="is the file intact and readable? try `ledger verify`") from exc
-    except Exception as exc:  # psycopg errors, without importing psycopg here
-        if type(exc).__module__.startswith("psycopg"):
-            raise StoreError(f"ledger {url or default_store_url()} failed: {exc}".strip()) from exc
-        raise
+    except Exception as exc:
+        error = database_error(exc, url or default_store_url())
+        if error is None:
+            raise
+        raise error from exc
 
 
-__all__ = ["store_errors", "AppendResult", "Snapshot", "Store", "open_store", "default_store_url", "DEFAULT_STORE_PATH"]
+__all__ = [
+    "DEFAULT_STORE_PATH", "AppendResult", "AppendWaiter", "Cursors", "Leases", "Reader", "Recorder",
+    "Snapshot", "SnapshotReader", "Snapshots", "Store", "default_store_url",
+    "open_leases", "open_store", "store_errors",
+]

@@ -1,28 +1,51 @@
-"""The store contract every backend honours (SQLite embedded, PostgreSQL shared).
+"""What every backend (SQLite embedded, PostgreSQL shared) offers, split by concern.
 
+The split follows the `eventsourcing` library's recorders: a small interface per job, so a
+consumer names only what it uses and a backend is checked piece by piece.
+
+- `Reader`: the event log read side (head, events by position or stream, row scans for
+  replay, verify and export, the hash at one position for snapshot checks).
+- `Recorder`: a Reader that appends (eventsourcing's AggregateRecorder + ApplicationRecorder).
+- `Snapshots`: saved folds of the log, a cache that is checked, never trusted (ledger.replay).
+- `Cursors`: named positions that only move forward (eventsourcing's TrackingRecorder).
+- `AppendWaiter`: sleep until the log grows (eventsourcing's Subscription).
+- `Store`: all of them on one ledger, what `open_store` returns.
+- Leases live in `ledger.store.leases` (each backend has its own table and SQL).
+
+The contract of the log:
 - `append` is atomic: all of a batch or none of it.
 - `expected_version` (None = any) guards a stream against concurrent writers.
 - An event whose id is already stored is not stored again: the original positions return.
-- Rows are never updated or deleted; the database itself refuses it.
+- Rows are never updated or deleted; the database itself refuses it, whoever writes.
 - `seq` is global and gap-free, `version` is per stream and gap-free, and every event's
   `prev_hash` is the `hash` of the event at `seq - 1`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ledger.errors import UsageError
-from ledger.events import EVENT_TYPES, Event, NewEvent
+from ledger.errors import StoreError, UsageError
+from ledger.events import EVENT_TYPES, Event, NewEvent, body_text, dumps, row_hash
 
 # Bumped when the on-disk layout changes; a store written by newer code is refused.
 # 2: actor/data stored as canonical JSON text (the hashed bytes are rebuilt from the
 #    columns without decoding) and an insert trigger that only lets the chain grow at its head.
-FORMAT_VERSION = 2
+# 3: snapshots carry the hash of the event they fold up to and their own hash; SQLite's
+#    insert trigger refuses a stored id (INSERT OR REPLACE would delete that row silently).
+FORMAT_VERSION = 3
+# Older formats this code upgrades in place when it opens them (the upgrade only replaces
+# triggers and the snapshot cache, never an event).
+UPGRADABLE_FROM = frozenset({2})
 
 _KNOWN_TYPES = frozenset(EVENT_TYPES)
+
+# The column order of `Reader.raw_rows` and of every backend's events table.
+COLUMNS = ("seq", "stream", "version", "type", "time", "actor", "id", "causation", "data", "prev_hash", "hash")
 
 
 def check_stream(stream: str) -> None:
@@ -36,6 +59,51 @@ def check_type(type_: str) -> None:
         raise UsageError(f"unknown event type {type_!r}", hint="add it to ledger.events.EVENT_TYPES and schemas/event.schema.json")
 
 
+def event_from_row(row: tuple) -> Event:
+    """An Event from a row in COLUMNS order (actor and data as stored JSON text)."""
+    seq, stream, version, type_, time_, actor, id_, causation, data, prev_hash, hash_ = row
+    return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
+
+
+def row_from_event(ev: Event) -> tuple:
+    """The stored row (COLUMNS order) of a sealed envelope: what import writes."""
+    return (ev.seq, ev.stream, ev.version, ev.type, ev.time, dumps(ev.actor), ev.id,
+            ev.causation, dumps(ev.data), ev.prev_hash, ev.hash)
+
+
+def chained_rows(events: Sequence[Event], head: int, head_hash: str) -> list[tuple]:
+    """The rows of sealed envelopes (import, migrate) after checking that each continues the
+    chain from (head, head_hash) and hashes as it claims; StoreError naming the first that
+    does not."""
+    rows = []
+    seq, prev_hash = head, head_hash
+    for ev in events:
+        row = row_from_event(ev)
+        if ev.seq != seq + 1 or ev.prev_hash != prev_hash or row_hash(ev.prev_hash, body_text(*row[:10])) != ev.hash:
+            raise StoreError(f"event seq {ev.seq} does not continue the chain at seq {seq}")
+        seq, prev_hash = ev.seq, ev.hash
+        rows.append(row)
+    return rows
+
+
+def check_format(found: str | int, where: str) -> bool:
+    """Refuse a ledger written in another on-disk format, saying what to do about it.
+    True when it is an older format this code upgrades in place."""
+    if int(found) > FORMAT_VERSION:
+        raise StoreError(
+            f"ledger {where} has format {found}, newer than this tpu-ledger ({FORMAT_VERSION})",
+            hint="upgrade tpu-ledger to read it",
+        )
+    if int(found) in UPGRADABLE_FROM:
+        return True
+    if int(found) < FORMAT_VERSION:
+        raise StoreError(
+            f"ledger {where} has format {found}, older than this tpu-ledger ({FORMAT_VERSION})",
+            hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
+        )
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     positions: tuple[int, ...]  # seq of each event of the batch, in order
@@ -45,14 +113,86 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """A saved fold of the ledger up to `position`, tied to the chain and to the fold's code.
+
+    `event_hash` is the hash of the event at `position` (the genesis hash at 0): a snapshot
+    whose event is not the one in the chain (a ledger re-imported, a forged row) is not
+    used. `hash` covers every other field, `state` included: a snapshot altered after it
+    was saved is not used either. `Snapshot.seal` computes it.
+    """
+
     name: str
     code_version: str
     position: int
+    event_hash: str
     state: bytes
+    hash: str
+
+    @classmethod
+    def seal(cls, name: str, code_version: str, position: int, event_hash: str, state: bytes) -> Snapshot:
+        return cls(name, code_version, position, event_hash, state,
+                   snapshot_hash(name, code_version, position, event_hash, state))
+
+    @property
+    def intact(self) -> bool:
+        """Its content still hashes to its hash."""
+        return self.hash == snapshot_hash(self.name, self.code_version, self.position, self.event_hash, self.state)
+
+    @property
+    def label(self) -> str:
+        return f"snapshot {self.name!r} at seq {self.position} (code {self.code_version})"
 
 
-class Store(Protocol):
+def snapshot_hash(name: str, code_version: str, position: int, event_hash: str, state: bytes) -> str:
+    # A canonical JSON header, then the state's bytes: no two snapshots share an encoding.
+    digest = hashlib.sha256(dumps([name, code_version, position, event_hash]).encode("utf-8") + b"\n")
+    digest.update(state)
+    return digest.hexdigest()
+
+
+class Reader(Protocol):
+    """The event log, read side."""
+
     url: str
+
+    def head(self) -> int: ...
+
+    def read_all(self, after: int = 0, limit: int | None = None) -> Iterator[Event]: ...
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Event]: ...
+
+    def get_event(self, event_id: str) -> Event | None: ...
+
+    def stream_version(self, stream: str) -> int: ...
+
+    def streams(self) -> list[str]: ...
+
+    def position_at_time(self, iso_time: str) -> int:
+        """The last seq whose event time is <= iso_time (0 if none)."""
+        ...
+
+    def hash_at(self, seq: int) -> str | None:
+        """The stored hash of the event at `seq` (None past the head); one indexed lookup."""
+        ...
+
+    def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """Rows in seq order as stored, without decoding, in COLUMNS order, actor/data as
+        the canonical JSON text (`ledger.events.dumps`); `events.body_text(*row[:10])` gives
+        the hashed bytes. Verify and export read this."""
+        ...
+
+    def fold_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
+        """(seq, stream, version, type, time, data_json) in seq order, seq in (after, until]:
+        all the fold needs. Replay reads this."""
+        ...
+
+    def count_since(self, after: int) -> int:
+        """How many events have seq > after (progress bars)."""
+        ...
+
+
+class Recorder(Reader, Protocol):
+    """The event log: the only way events get in."""
 
     def append(
         self, stream: str, events: Sequence[NewEvent], expected_version: int | None = None
@@ -68,66 +208,59 @@ class Store(Protocol):
         """Store already-sealed envelopes as they are (import, migrate); chain is checked."""
         ...
 
-    def read_all(self, after: int = 0, limit: int | None = None) -> Iterator[Event]: ...
 
-    def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
-        """Rows in seq order as stored, without decoding: (seq, stream, version, type, time,
-        actor_json, id, causation, data_json, prev_hash, hash), actor/data as the canonical
-        JSON text (`ledger.events.dumps`). `events.body_text(*row[:10])` gives the hashed bytes.
-        Verify and export read this."""
+class AppendOne:
+    """`Recorder.append` for a backend that implements `append_many`: one batch of many."""
+
+    def append_many(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]
+    ) -> list[AppendResult]:
+        raise NotImplementedError
+
+    def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int | None = None
+    ) -> AppendResult:
+        return self.append_many([(stream, events, expected_version)])[0]
+
+
+class Snapshots(Protocol):
+    """Saved folds. The store keeps them; whoever loads one checks it (ledger.replay)."""
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Store it (replacing one of the same name, code and position) and keep the newest
+        few per name."""
         ...
 
-    def fold_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
-        """(seq, stream, version, type, time, data_json) in seq order, seq in (after, until]:
-        all the fold needs. Replay reads this."""
+    def load_snapshot(self, name: str, code_version: str, at_most: int | None = None) -> Snapshot | None:
+        """The newest of that name and code with position <= at_most."""
         ...
 
-    def count_since(self, after: int) -> int:
-        """How many events have seq > after (progress bars)."""
+    def list_snapshots(self) -> list[Snapshot]:
+        """Every stored snapshot, any name or code, by position (verify checks them all)."""
         ...
 
-    def read_stream(self, stream: str, after_version: int = 0) -> list[Event]: ...
+    def delete_snapshot(self, snapshot: Snapshot) -> None: ...
 
-    def get_event(self, event_id: str) -> Event | None: ...
 
-    def head(self) -> int: ...
-
-    def stream_version(self, stream: str) -> int: ...
-
-    def streams(self) -> list[str]: ...
-
-    def position_at_time(self, iso_time: str) -> int:
-        """The last seq whose event time is <= iso_time (0 if none)."""
-        ...
-
-    def save_snapshot(self, snapshot: Snapshot) -> None: ...
-
-    def load_snapshot(self, name: str, code_version: str, at_most: int | None = None) -> Snapshot | None: ...
+class Cursors(Protocol):
+    """Named positions beside the events (fan-out, notifier); they only move forward."""
 
     def get_cursor(self, name: str) -> int: ...
 
-    def set_cursor(self, name: str, position: int) -> None:
-        """Cursors (fan-out, notifier) live beside the events; they only move forward."""
-        ...
+    def set_cursor(self, name: str, position: int) -> None: ...
 
+
+class AppendWaiter(Protocol):
     def wait_for_append(self, after: int, timeout: float) -> int:
         """Block until head() > after or timeout; returns head(). Backends may poll."""
         ...
 
+
+class SnapshotReader(Reader, Snapshots, Protocol):
+    """What replay needs: the log to fold and the snapshots to start from."""
+
+
+class Store(Recorder, Snapshots, Cursors, AppendWaiter, Protocol):
+    """One ledger, every concern: what `ledger.store.open_store` returns."""
+
     def close(self) -> None: ...
-
-
-def check_format(found: str | int, where: str) -> None:
-    """Refuse a ledger written in another on-disk format, saying what to do about it."""
-    from ledger.errors import StoreError
-
-    if int(found) > FORMAT_VERSION:
-        raise StoreError(
-            f"ledger {where} has format {found}, newer than this tpu-ledger ({FORMAT_VERSION})",
-            hint="upgrade tpu-ledger to read it",
-        )
-    if int(found) < FORMAT_VERSION:
-        raise StoreError(
-            f"ledger {where} has format {found}, older than this tpu-ledger ({FORMAT_VERSION})",
-            hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
-        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import subprocess
@@ -11,8 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ledger import fold
 from ledger.app.cli import cli
 from ledger.events import NewEvent, actor
+from ledger.replay import encode_state, load_state, save_snapshot
+from ledger.store.base import Snapshot
 from ledger.store.sqlite import SQLiteStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,6 +104,42 @@ def test_verify_sound_then_hand_edited(ledger_file):
     assert result.exit_code == 1 and "seq 3" in result.output and "hash mismatch" in result.output
     report = json.loads(run(ledger_file, "verify", "--json").output)
     assert report["ok"] is False and report["problem"]["position"] == 3
+
+
+def test_a_forged_snapshot_is_refused_by_list_and_named_by_verify(ledger_file):
+    store = SQLiteStore(ledger_file)
+    real = load_state(store)
+    save_snapshot(store, real)
+    store.close()
+    lie = fold.LedgerState(real.position, dict(real.jobs))
+    lie.jobs["bob/b"] = dataclasses.replace(lie.jobs["bob/b"], state="finished")
+    db = sqlite3.connect(ledger_file, isolation_level=None)
+    # A raw SQL write of the state only (no trigger guards snapshots): its hash no longer matches.
+    db.execute("UPDATE snapshots SET state = ?", (encode_state(lie),))
+    states = {j["id"]: j["state"] for j in json.loads(run(ledger_file, "list", "--json").stdout)}
+    assert states == {"alice/a": "running", "bob/b": "pending"}
+    result = run(ledger_file, "verify")
+    assert result.exit_code == 1 and "snapshot 'ledger' at seq 7" in result.stderr and "does not match its hash" in result.stderr
+    # Forged with every hash recomputed: only verify's rebuild from the events can tell.
+    forged = Snapshot.seal("ledger", fold.code_version(), 7, real_hash(ledger_file, 7), encode_state(lie))
+    db.execute("UPDATE snapshots SET state = ?, hash = ?", (forged.state, forged.hash))
+    db.close()
+    report = json.loads(run(ledger_file, "verify", "--json").stdout)
+    assert report["ok"] is False and report["problem"] is None
+    assert [s["problem"] for s in report["snapshots"]] == ["job bob/b: state is 'finished' in it, 'pending' from the events"]
+    rebuilt = run(ledger_file, "verify", "--rebuild-snapshots")
+    assert rebuilt.exit_code == 0 and "fresh one saved" in rebuilt.stdout
+    assert run(ledger_file, "verify").exit_code == 0
+    states = {j["id"]: j["state"] for j in json.loads(run(ledger_file, "list", "--json").stdout)}
+    assert states == {"alice/a": "running", "bob/b": "pending"}
+
+
+def real_hash(path: Path, seq: int) -> str:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()[0]
+    finally:
+        db.close()
 
 
 def test_export_import_round_trip(ledger_file, tmp_path):

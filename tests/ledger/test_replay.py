@@ -3,6 +3,9 @@ with the rest equals the fold of everything, and snapshot + tail equals a full r
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +23,8 @@ from ledger.replay import (
     save_snapshot,
 )
 from ledger.schema import validate_event
+from ledger.store.base import Snapshot
+from ledger.verify import verify_snapshots
 from tests.ledger.strategies import event_batches
 
 PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -103,3 +108,89 @@ def fold_event(type_: str, **data):
     from ledger.events import NewEvent
 
     return NewEvent(type_, data)
+
+
+# -- snapshots are checked, not trusted ------------------------------------------------------
+BLOB = {"sqlite": "X'{hex}'", "postgres": "decode('{hex}', 'hex')"}  # a bytea/BLOB literal per backend
+
+
+def insert_raw(store_factory, url: str, snap: Snapshot) -> None:
+    """A snapshot row written with plain SQL, as someone with database access would."""
+    blob = BLOB[store_factory.name].format(hex=snap.state.hex())
+    store_factory.raw_execute(url, (
+        "INSERT INTO snapshots (name, code_version, position, event_hash, state, hash) VALUES "
+        f"('{snap.name}', '{snap.code_version}', {snap.position}, '{snap.event_hash}', {blob}, '{snap.hash}')"
+    ))
+
+
+def two_jobs(store_factory):
+    from ledger.events import NewEvent
+
+    store = store_factory()
+    submitted = {"spec": {}, "spec_hash": "ab" * 8, "commit": "c1"}
+    store.append("alice/a", [NewEvent("submitted", {**submitted, "path": "jobs/alice/a.yaml"})])
+    store.append("bob/b", [NewEvent("submitted", {**submitted, "path": "jobs/bob/b.yaml"})])
+    return store
+
+
+def finished(state: fold.LedgerState, job_id: str) -> bytes:
+    """`state` encoded with `job_id` claimed finished: what a forger would write."""
+    lie = fold.LedgerState(state.position, dict(state.jobs))
+    lie.jobs[job_id] = dataclasses.replace(lie.jobs[job_id], state=fold.FINISHED)
+    return encode_state(lie)
+
+
+def test_a_forged_snapshot_is_ignored_by_replay_and_named_by_verify(store_factory, caplog):
+    store = two_jobs(store_factory)
+    real = load_state(store)
+    forged = Snapshot("ledger", fold.code_version(), 2, store.hash_at(2), finished(real, "alice/a"), "0" * 64)
+    insert_raw(store_factory, store.url, forged)
+    with caplog.at_level(logging.WARNING, logger="ledger.replay"):
+        assert load_state(store).jobs["alice/a"].state == "pending"
+    assert "ignoring snapshot 'ledger' at seq 2" in caplog.text and "does not match its hash" in caplog.text
+    [verdict] = verify_snapshots(store)
+    assert verdict.snapshot.position == 2 and "does not match its hash" in verdict.problem
+    assert maybe_snapshot(store, real, every=10**6)  # a bad newest snapshot is replaced at once
+    assert [v.problem for v in verify_snapshots(store)] == [None]
+    assert load_state(store).jobs["alice/a"].state == "pending"
+
+
+def test_a_snapshot_forged_with_consistent_hashes_is_caught_by_verify(store_factory):
+    store = two_jobs(store_factory)
+    real = load_state(store)
+    # Everything a forger can recompute: the event hash from the chain, its own hash.
+    insert_raw(store_factory, store.url, Snapshot.seal("ledger", fold.code_version(), 2, store.hash_at(2),
+                                                       finished(real, "alice/a")))
+    [verdict] = verify_snapshots(store)
+    assert verdict.rebuilt
+    assert verdict.problem == "job alice/a: state is 'finished' in it, 'pending' from the events"
+
+
+def test_a_snapshot_from_another_chain_is_not_used(store_factory, caplog):
+    ours = two_jobs(store_factory)
+    theirs = two_jobs(store_factory)  # the same jobs, but other event ids and times: another chain
+    save_snapshot(theirs, load_state(theirs))
+    [snap] = theirs.list_snapshots()
+    assert snap.intact and snap.event_hash == theirs.hash_at(2) != ours.hash_at(2)
+    insert_raw(store_factory, ours.url, snap)
+    with caplog.at_level(logging.WARNING, logger="ledger.replay"):
+        assert as_data(load_state(ours)) == as_data(load_state(ours, use_snapshot=False))
+    assert "made from another event at seq 2" in caplog.text
+    past = Snapshot.seal("ledger", fold.code_version(), 9, "ab" * 32, snap.state)  # past the head
+    insert_raw(store_factory, ours.url, past)
+    assert [v.problem for v in verify_snapshots(ours)] == [
+        "it was made from another event at seq 2 than the ledger holds",
+        "it folds up to seq 9, past the ledger's head",
+    ]
+
+
+def test_sound_snapshots_verify_and_other_codes_are_checked_by_hash_only(store_factory):
+    store = two_jobs(store_factory)
+    save_snapshot(store, load_state(store, until=1))
+    save_snapshot(store, load_state(store))
+    store.save_snapshot(Snapshot.seal("ledger", "other-code", 1, store.hash_at(1), b"opaque to this code"))
+    verdicts = verify_snapshots(store)
+    # By position, then code version (this code's is hex, so before "other-code").
+    assert [(v.snapshot.position, v.rebuilt, v.problem) for v in verdicts] == [
+        (1, True, None), (1, False, None), (2, True, None),
+    ]

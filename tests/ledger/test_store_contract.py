@@ -14,7 +14,9 @@ import pytest
 from ledger.errors import ConflictError, UsageError
 from ledger.events import GENESIS_HASH, NewEvent, actor, event_id
 from ledger.replay import load_state, save_snapshot
-from ledger.store.base import Snapshot
+from ledger.store import open_leases
+from ledger.store.base import AppendWaiter, Cursors, Reader, Recorder, Snapshot, Snapshots, Store
+from ledger.store.leases import Leases
 from ledger.verify import verify_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +37,28 @@ def spawn_writer(url: str, name: str, count: int, batch: int, mode: str) -> subp
 def check_sound(store) -> None:
     report = verify_store(store, transitions=False)
     assert report.ok, report.problem
+
+
+def members(protocol: type) -> set[str]:
+    """The methods and attributes a Protocol (and the protocols it extends) asks for."""
+    return {
+        name for klass in protocol.__mro__ if getattr(klass, "_is_protocol", False)
+        for name in (*vars(klass), *getattr(klass, "__annotations__", {})) if not name.startswith("_")
+    }
+
+
+def test_every_backend_offers_each_interface(store_factory):
+    store = store_factory()
+    for protocol in (Reader, Recorder, Snapshots, Cursors, AppendWaiter, Store):
+        missing = sorted(n for n in members(protocol) if not hasattr(store, n))
+        assert not missing, f"{type(store).__name__} lacks {protocol.__name__}.{missing}"
+    for leases in (store.leases(), open_leases(store.url)):
+        try:
+            assert not sorted(n for n in members(Leases) if not hasattr(leases, n))
+            assert leases.acquire("job:a/a", "me", 30) and leases.get("job:a/a").holder == "me"
+        finally:
+            leases.close()
+    assert members(Reader) >= {"head", "read_all", "raw_rows", "fold_rows", "hash_at", "url"}
 
 
 # -- basics --------------------------------------------------------------------------------
@@ -214,9 +238,9 @@ def test_kill_9_mid_append_loses_nothing_acknowledged(store_factory):
 # -- snapshots and cursors -----------------------------------------------------------------
 def test_snapshots_are_tied_to_code_version(store_factory):
     store = store_factory()
-    store.save_snapshot(Snapshot("ledger", "code-a", 10, b"A10"))
-    store.save_snapshot(Snapshot("ledger", "code-a", 20, b"A20"))
-    store.save_snapshot(Snapshot("ledger", "code-b", 30, b"B30"))
+    store.save_snapshot(Snapshot.seal("ledger", "code-a", 10, "h10", b"A10"))
+    store.save_snapshot(Snapshot.seal("ledger", "code-a", 20, "h20", b"A20"))
+    store.save_snapshot(Snapshot.seal("ledger", "code-b", 30, "h30", b"B30"))
     assert store.load_snapshot("ledger", "code-a").state == b"A20"
     assert store.load_snapshot("ledger", "code-a", at_most=15).state == b"A10"
     assert store.load_snapshot("ledger", "code-a", at_most=5) is None
@@ -226,7 +250,7 @@ def test_snapshots_are_tied_to_code_version(store_factory):
 def test_snapshot_from_other_code_is_ignored_by_replay(store_factory):
     store = store_factory()
     store.append("alice/a", [NewEvent("submitted", {"spec": {}, "spec_hash": "ab" * 8, "commit": "c1", "path": "jobs/alice/a.yaml"})])
-    store.save_snapshot(Snapshot("ledger", "not-this-code", 1, b"garbage that must not be read"))
+    store.save_snapshot(Snapshot.seal("ledger", "not-this-code", 1, "h1", b"garbage that must not be read"))
     assert load_state(store).jobs["alice/a"].state == "pending"
     save_snapshot(store, load_state(store))
     assert load_state(store).jobs["alice/a"].state == "pending"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
-from ledger.store.leases import LeaseKeeper, open_leases
+from ledger.store import open_leases
+from ledger.store.leases import LeaseKeeper
 
 
 def main() -> None:

@@ -115,14 +115,14 @@ def test_position_at_time(store):
 
 def test_snapshots_keep_the_newest_and_respect_at_most(store):
     for pos in (10, 20, 30, 40):
-        store.save_snapshot(Snapshot("ledger", "v1", pos, f"state{pos}".encode()))
-    store.save_snapshot(Snapshot("ledger", "v2", 5, b"other code"))
+        store.save_snapshot(Snapshot.seal("ledger", "v1", pos, f"h{pos}", f"state{pos}".encode()))
+    store.save_snapshot(Snapshot.seal("ledger", "v2", 5, "h5", b"other code"))
     assert store.load_snapshot("ledger", "v1").state == b"state40"
     assert store.load_snapshot("ledger", "v1", at_most=35).position == 30
     assert store.load_snapshot("ledger", "v1", at_most=15) is None  # pruned: newest few kept
     assert store.load_snapshot("ledger", "v3") is None
-    store.save_snapshot(Snapshot("ledger", "v1", 40, b"again"))
-    assert store.load_snapshot("ledger", "v1").state == b"again"
+    store.save_snapshot(again := Snapshot.seal("ledger", "v1", 40, "h40", b"again"))
+    assert store.load_snapshot("ledger", "v1") == again and again.intact
 
 
 def test_cursors_only_move_forward(store):

@@ -7,11 +7,15 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from ledger.app.cli import cli
 from ledger.errors import LedgerError, StoreError
 from ledger.events import NewEvent
 from ledger.store import open_store
+from ledger.store.base import FORMAT_VERSION
 from ledger.store.postgres import WRITER_ROLE, PostgresStore, split_url
+from ledger.verify import verify_store
 
 
 @pytest.fixture
@@ -82,12 +86,12 @@ def test_the_writer_role_appends_but_holds_no_update_or_delete_privilege(pg):
     try:
         assert as_writer.append("a/a", [NewEvent("note", {})], expected_version=3).positions == (4,)
         as_writer.set_cursor("fanout", 4)
-        assert as_writer.acquire_lease("job:a/a", "me", 5)
+        assert as_writer.leases().acquire("job:a/a", "me", 5)
         # ... and rewriting is refused by privileges, before any trigger runs.
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            as_writer.execute("UPDATE {s}.events SET type = 'x'")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            as_writer.execute("DELETE FROM {s}.events")
+        with raw(as_writer) as conn:
+            for statement in ("UPDATE {s}.events SET type = 'x'", "DELETE FROM {s}.events"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement.format(s=f'"{pg.schema}"'))
     finally:
         as_writer.close()
     assert pg.head() == 4
@@ -135,3 +139,54 @@ def test_wait_for_append_sleeps_on_listen_instead_of_polling(pg, pg_url):
         timer.join()
         writer.close()
     assert len(reads) <= 4
+
+
+def test_no_upsert_or_merge_removes_or_rewrites_a_row(pg):
+    """PostgreSQL has no silent REPLACE: every way to overwrite or drop a row is an UPDATE or
+    a DELETE, and the row triggers refuse those whoever writes (a raw psycopg connection)."""
+    before = list(pg.raw_rows(0))
+    first, last = before[0], before[-1]
+    events = f'"{pg.schema}".events'
+    cols = "seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash"
+    at_head = (4, "a/a", 4, "note", last[4], "{}", first[6], None, "{}", last[10], "0" * 64)  # reuses seq 1's id
+    marks = ", ".join(["%s"] * 11)
+    with raw(pg) as conn:
+        for statement in (
+            f"INSERT INTO {events} ({cols}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+            f"MERGE INTO {events} e USING (SELECT %s AS id) n ON e.id = n.id WHEN MATCHED THEN DELETE",
+            f"MERGE INTO {events} e USING (SELECT %s AS id) n ON e.id = n.id WHEN MATCHED THEN UPDATE SET data = '{{}}'",
+        ):
+            params = at_head if statement.startswith("INSERT") else (first[6],)
+            with pytest.raises(psycopg.Error, match="append-only"):
+                conn.execute(statement, params)
+        # DO NOTHING keeps the stored row and adds nothing.
+        conn.execute(f"INSERT INTO {events} ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING", at_head)
+    assert list(pg.raw_rows(0)) == before and pg.head() == 3
+
+
+def test_a_format_2_ledger_is_upgraded_in_place(pg, pg_url):
+    before = list(pg.raw_rows(0))
+    s = f'"{pg.schema}"'
+    with raw(pg) as conn, conn.transaction():  # what a format-2 schema holds: unchecked snapshots
+        conn.execute(f"ALTER TABLE {s}.snapshots DROP COLUMN event_hash, DROP COLUMN hash")
+        conn.execute(f"INSERT INTO {s}.snapshots VALUES ('ledger', 'old', 3, '\\x00')")
+        conn.execute(f"UPDATE {s}.meta SET value = '2' WHERE key = 'format'")
+    again = open_store(pg_url, create=False)  # any open upgrades it
+    try:
+        with raw(pg) as conn:
+            assert conn.execute(f"SELECT value FROM {s}.meta WHERE key = 'format'").fetchone() == (str(FORMAT_VERSION),)
+            assert conn.execute(f"SELECT count(*) FROM {s}.snapshots").fetchone() == (0,)
+        assert again.list_snapshots() == [] and list(again.raw_rows(0)) == before and verify_store(again).ok
+        again.append("a/a", [NewEvent("note", {})], expected_version=3)
+    finally:
+        again.close()
+
+
+def test_a_read_command_on_a_broken_ledger_schema_says_so_in_one_line(pg, pg_url):
+    with raw(pg) as conn:
+        conn.execute(f'DROP TABLE "{pg.schema}".events CASCADE')  # what a careless admin could do
+    for args in (["list"], ["tpus"], ["export"], ["verify"], ["inspect", "a/a"]):
+        result = CliRunner().invoke(cli, ["--store", pg_url, *args])
+        assert isinstance(result.exception, SystemExit) and result.exit_code == 1, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ledger ") and "does not exist" in lines[0], lines

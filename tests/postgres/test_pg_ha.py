@@ -19,7 +19,7 @@ from emulator import Emulator
 from ledger.app.commands.migrate import verify_chain
 from ledger.app.wiring import build
 from ledger.fold import FINISHED
-from ledger.store import open_store
+from ledger.store import open_leases, open_store
 from tests.reconciler.conftest import Harness, job_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,8 +102,6 @@ def test_jobs_spread_over_two_reconcilers_and_a_dead_ones_jobs_move_to_the_other
         h.threads.append(thread)
         # New jobs spread over the live members (running ones are not rebalanced): wait
         # until both have joined, then submit.
-        from ledger.store.leases import open_leases
-
         leases = open_leases(h.store_url)
         deadline = time.monotonic() + 60
         while {x.holder for x in leases.all() if x.name.startswith("member:") and x.live} != {"gamma", "delta"}:

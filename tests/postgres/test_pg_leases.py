@@ -8,12 +8,13 @@ import time
 import pytest
 
 from ledger.errors import StoreError
-from ledger.store.leases import leases_for
+from ledger.store import open_leases
+from ledger.store.leases import LeaseKeeper
 
 
 @pytest.fixture
 def leases(store):
-    lease_table = leases_for(store)
+    lease_table = store.leases()
     yield lease_table
     close = getattr(lease_table, "close", None)
     if close:
@@ -49,7 +50,7 @@ def test_an_expired_lease_is_taken_over(leases):
 
 
 def test_contenders_never_both_win(store_factory):
-    handles = [leases_for(store_factory()) for _ in range(4)]
+    handles = [store_factory().leases() for _ in range(4)]
     wins: list[str] = []
     barrier = threading.Barrier(len(handles))
 
@@ -82,8 +83,6 @@ def test_a_keeper_renews_and_a_killed_holders_lease_is_taken_over(ledger_url, tm
     import subprocess
     import sys
     from pathlib import Path
-
-    from ledger.store.leases import LeaseKeeper, open_leases
 
     ttl = 1.0
     repo = Path(__file__).resolve().parents[2]
@@ -118,8 +117,6 @@ def test_a_keeper_renews_and_a_killed_holders_lease_is_taken_over(ledger_url, tm
 
 
 def test_a_keeper_cut_off_from_the_database_stops_holding_before_the_lease_expires(ledger_url):
-    from ledger.store.leases import LeaseKeeper, open_leases
-
     calls = []
 
     def factory():

@@ -16,8 +16,8 @@ import click
 
 from ledger.app.commands.common import store_from
 from ledger.errors import LedgerError, UsageError
-from ledger.events import Event, body_text, dumps
-from ledger.store import store_errors
+from ledger.events import Event, body_text
+from ledger.store.base import row_from_event
 from ledger.verify import verify_rows
 
 IMPORT_BATCH = 10_000
@@ -46,8 +46,7 @@ def export_cmd(ctx: click.Context, file: Path | None) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {file}: {exc.strerror}") from exc
     try:
-        with store_errors(store.url):
-            handle.writelines(export_lines(store))
+        handle.writelines(export_lines(store))
     finally:
         if out is None:
             handle.close()
@@ -66,11 +65,6 @@ def _parse(path: Path) -> Iterator[tuple[int, Event]]:
             yield number, event
 
 
-def _row(event: Event) -> tuple:
-    return (event.seq, event.stream, event.version, event.type, event.time, dumps(event.actor), event.id,
-            event.causation, dumps(event.data), event.prev_hash, event.hash)
-
-
 @click.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context
@@ -78,27 +72,26 @@ def import_cmd(ctx: click.Context, file: Path) -> None:
     """Load a JSON Lines export into an EMPTY store, after verifying the whole chain."""
 
     store = store_from(ctx, create=True)
-    with store_errors(store.url):
-        if store.head() != 0:
-            raise UsageError(f"{store.url} is not empty (head {store.head()})", hint="import into a new store: --store sqlite:///new.db")
-        lines: list[int] = []
+    if store.head() != 0:
+        raise UsageError(f"{store.url} is not empty (head {store.head()})", hint="import into a new store: --store sqlite:///new.db")
+    lines: list[int] = []
 
-        def rows() -> Iterator[tuple]:
-            for number, event in _parse(file):
-                lines.append(number)
-                yield _row(event)
+    def rows() -> Iterator[tuple]:
+        for number, event in _parse(file):
+            lines.append(number)
+            yield row_from_event(event)
 
-        # Transitions are history, not integrity: an anomalous history is imported faithfully.
-        report = verify_rows(rows(), transitions=False)
-        if report.problem is not None:
-            line = lines[report.events - 1] if report.events else 0
-            raise LedgerError(f"{file}:{line}: {report.problem.reason}", hint="nothing was imported")
-        batch: list[Event] = []
-        for _, event in _parse(file):
-            batch.append(event)
-            if len(batch) >= IMPORT_BATCH:
-                store.import_events(batch)
-                batch = []
-        if batch:
+    # Transitions are history, not integrity: an anomalous history is imported faithfully.
+    report = verify_rows(rows(), transitions=False)
+    if report.problem is not None:
+        line = lines[report.events - 1] if report.events else 0
+        raise LedgerError(f"{file}:{line}: {report.problem.reason}", hint="nothing was imported")
+    batch: list[Event] = []
+    for _, event in _parse(file):
+        batch.append(event)
+        if len(batch) >= IMPORT_BATCH:
             store.import_events(batch)
+            batch = []
+    if batch:
+        store.import_events(batch)
     click.echo(f"imported {report.events} event(s) into {store.url}", err=True)

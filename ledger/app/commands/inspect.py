@@ -8,7 +8,6 @@ from rich.table import Table
 from ledger.app.commands.common import console, print_json, store_from
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
-from ledger.store import store_errors
 
 
 @click.command("inspect")
@@ -23,8 +22,7 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool) -> None:
     ledger inspect alice/bert-pretrain --json | jq '.[].type'
     """
     store = store_from(ctx)
-    with store_errors(store.url):
-        events = store.read_stream(job)
+    events = store.read_stream(job)
     if not events:
         raise LedgerError(f"no job {job!r} in the ledger at {store.url}", hint="`ledger list` shows the job ids (owner/name)")
     if as_json:

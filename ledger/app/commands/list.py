@@ -8,7 +8,6 @@ from ledger.app.commands.common import console, print_json, store_from
 from ledger.app.commands.replay import job_json, jobs_table
 from ledger.fold import LIVE, TERMINAL
 from ledger.replay import load_state
-from ledger.store import store_errors
 
 
 @click.command("list")
@@ -25,8 +24,7 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
     if state_ is not None and state_ not in LIVE | TERMINAL:
         raise click.BadParameter(f"{state_!r}; one of {', '.join(sorted(LIVE | TERMINAL))}", param_hint="--state")
     store = store_from(ctx)
-    with store_errors(store.url):
-        state = load_state(store)
+    state = load_state(store)
     jobs = sorted(
         (j for j in state.jobs.values() if (owner is None or j.owner == owner) and (state_ is None or j.state == state_)),
         key=lambda j: j.id,

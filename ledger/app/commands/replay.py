@@ -48,9 +48,8 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
     ledger replay --until 2026-03-01T12:00:00Z --json
     """
     store = store_from(ctx)
-    with store_errors(store.url):
-        position = resolve_until(store, until)
-        state = load_state(store, until=position, use_snapshot=not no_snapshot)
+    position = resolve_until(store, until)
+    state = load_state(store, until=position, use_snapshot=not no_snapshot)
     if position is None and not no_snapshot:
         # A read at the head keeps the next one fast; a read-only ledger still answers.
         with contextlib.suppress(LedgerError), store_errors(store.url):

@@ -16,8 +16,8 @@ from rich.progress import (
 
 from ledger.app.commands.common import print_json, store_from
 from ledger.errors import LedgerError
-from ledger.store import store_errors
-from ledger.verify import verify_store
+from ledger.replay import load_state, save_snapshot
+from ledger.verify import verify_snapshots, verify_store
 
 PROGRESS_FROM = 50_000  # smaller ledgers verify faster than a progress bar draws
 
@@ -27,30 +27,51 @@ class Unsound(LedgerError):
 
 
 @click.command("verify")
-@click.option("--json", "as_json", is_flag=True, help='Print {"ok", "events", "head", "problem"} as JSON.')
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"ok", "events", "head", "problem", "snapshots": [...]} as JSON.')
+@click.option("--rebuild-snapshots", is_flag=True,
+              help="Delete every snapshot that fails its checks and save a fresh one built from the events.")
 @click.pass_context
-def verify_cmd(ctx: click.Context, as_json: bool) -> None:
+def verify_cmd(ctx: click.Context, as_json: bool, rebuild_snapshots: bool) -> None:
     """Check the whole ledger: hash chain, contiguous seq and versions, event schema, and
-    legal job transitions. Exit 0 when sound; 1 with the first bad position and why.
+    legal job transitions; then every snapshot: its own hash, the event it was made from,
+    and its state against the state rebuilt from the events. Exit 0 when sound; 1 with the
+    first bad position (or the bad snapshot) and why.
     """
     store = store_from(ctx)
-    with store_errors(store.url):
-        total = store.head()
-        if total >= PROGRESS_FROM and not as_json:
-            with Progress(
-                TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                console=Console(file=sys.stderr), transient=True,
-            ) as bar:
-                task = bar.add_task("verify", total=total)
-                report = verify_store(store, progress=lambda n: bar.update(task, completed=n))
-        else:
-            report = verify_store(store)
+    total = store.head()
+    if total >= PROGRESS_FROM and not as_json:
+        with Progress(
+            TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=Console(file=sys.stderr), transient=True,
+        ) as bar:
+            task = bar.add_task("verify", total=total)
+            report = verify_store(store, progress=lambda n: bar.update(task, completed=n))
+    else:
+        report = verify_store(store)
+    # Snapshots are rebuilt from the events: only worth it once the events are sound.
+    verdicts = verify_snapshots(store) if report.ok else []
+    bad = [v for v in verdicts if v.problem is not None]
+    rebuilt = False
+    if bad and rebuild_snapshots:
+        for verdict in bad:
+            store.delete_snapshot(verdict.snapshot)
+        save_snapshot(store, load_state(store, use_snapshot=False))
+        rebuilt, bad = True, []
     if as_json:
-        print_json(report.to_dict())
-        if not report.ok:
+        print_json({**report.to_dict(), "ok": report.ok and not bad,
+                    "snapshots": [v.to_dict() for v in verdicts], "snapshots_rebuilt": rebuilt})
+        if not report.ok or bad:
             ctx.exit(1)
         return
     if report.problem is not None:
         raise Unsound(f"ledger unsound at seq {report.problem.position}: {report.problem.reason}",
                       hint="`ledger inspect` the job; export what precedes it to recover")
-    click.echo(f"ok: {report.events} event(s), chain, versions, schema and transitions sound (head {report.head})")
+    if bad:
+        others = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise Unsound(f"{bad[0].snapshot.label} is bad: {bad[0].problem}{others}; replay does not use it",
+                      hint="`ledger verify --rebuild-snapshots` deletes it and saves one built from the events")
+    checked = f", {len(verdicts)} snapshot(s) checked" if verdicts else ""
+    if rebuilt:
+        checked += "; bad snapshots deleted and a fresh one saved"
+    click.echo(f"ok: {report.events} event(s), chain, versions, schema and transitions sound{checked} (head {report.head})")

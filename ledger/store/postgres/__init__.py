@@ -1,0 +1,25 @@
+"""The shared PostgreSQL backend: its recorder, snapshots and cursors, leases, and SQL files.
+
+`open_store(url)` / `open_leases(url)` take `postgresql://user@host:port/db[?schema=name]`.
+Importing this package imports psycopg: `ledger.store` does so only when such a URL is opened.
+"""
+
+from __future__ import annotations
+
+from ledger.store.postgres.database import WRITER_ROLE, PgDatabase, split_url
+from ledger.store.postgres.leases import PostgresLeases
+from ledger.store.postgres.store import PostgresStore
+
+PREFIXES = ("postgresql://", "postgres://")
+
+
+def open_store(url: str, *, create: bool = True) -> PostgresStore:
+    return PostgresStore(url, create=create)
+
+
+def open_leases(url: str) -> PostgresLeases:
+    """Leases of the ledger at `url` (created if missing), on a connection of their own."""
+    return PostgresLeases(PgDatabase(url), owns_db=True)
+
+
+__all__ = ["PREFIXES", "WRITER_ROLE", "PostgresLeases", "PostgresStore", "open_leases", "open_store", "split_url"]

@@ -1,0 +1,129 @@
+"""The PostgreSQL connection under every part of the shared store: URL, schema, statements.
+
+Everything lives in one PostgreSQL schema (default `ledger`; `?schema=name` in the URL or
+`schema=` picks another), so several ledgers, or tests, can share one database. One
+connection in autocommit mode, shared by the store's parts (and its leases) under a lock.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from ledger.errors import StoreError, safe_url
+from ledger.store import sqlfiles
+from ledger.store.base import FORMAT_VERSION, check_format
+
+PACKAGE = __package__
+# The role that may append but never rewrite (roles.sql).
+WRITER_ROLE = "ledger_writer"
+
+
+def split_url(url: str, schema: str | None) -> tuple[str, str]:
+    """(libpq URL, schema): `?schema=` is ours, libpq would refuse it."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    from_url = [v for k, v in query if k == "schema"]
+    rest = [(k, v) for k, v in query if k != "schema"]
+    name = schema or (from_url[-1] if from_url else "ledger")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", name):
+        raise StoreError(f"invalid ledger schema name {name!r}", hint="use lower-case letters, digits and _")
+    scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest, quote_via=quote), parts.fragment)), name
+
+
+class PgDatabase:
+    """One connection to one ledger schema; created (or upgraded) on open when allowed."""
+
+    def __init__(self, url: str, *, create: bool = True, schema: str | None = None) -> None:
+        self.url = url
+        self.dsn, self.schema = split_url(url, schema)
+        # The NOTIFY channel of appends; schema.sql's notify_append names it the same way.
+        self.channel = f"{self.schema}_appended"
+        self.lock = threading.RLock()
+        self.conn = self.connect()
+        self._names = {"s": sql.Identifier(self.schema).as_string(self.conn)}
+        self.q = self.statements("queries.sql")
+        try:
+            self._init_schema(create)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(
+                f"cannot connect to PostgreSQL ledger {self.safe_url}: {first}",
+                hint="is the server running and the URL right (postgresql://user@host:port/db)?",
+            ) from exc
+
+    @property
+    def safe_url(self) -> str:
+        return safe_url(self.url)
+
+    def render(self, text: str, **names: str) -> str:
+        """An SQL file's text with its {s} (schema) and other {name}s filled in."""
+        for key, value in {**self._names, **names}.items():
+            text = text.replace("{" + key + "}", value)
+        return text
+
+    def statements(self, filename: str) -> dict[str, str]:
+        return {name: self.render(text) for name, text in sqlfiles.queries(PACKAGE, filename).items()}
+
+    def execute(self, query: str, params: Sequence | Mapping | None = None) -> list[tuple]:
+        """Run one statement (autocommit: its own transaction) under the lock."""
+        with self.lock:
+            cur = self.conn.execute(query, params)  # type: ignore[arg-type]  # rendered SQL files
+            return cur.fetchall() if cur.description else []
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _format(self) -> str | None:
+        conn = self.conn
+        if not conn.execute(self.q["exists"], (f'"{self.schema}".meta',)).fetchone()[0]:
+            return None
+        row = conn.execute(self.q["format"]).fetchone()
+        return row[0] if row else None
+
+    def _init_schema(self, create: bool) -> None:
+        found = self._format()
+        if found is not None and not check_format(found, self.safe_url):
+            return
+        if found is None and not create:
+            raise StoreError(
+                f"no ledger in schema {self.schema!r} at {self.safe_url}",
+                hint="check --store / LEDGER_STORE, or create it with a writing command",
+            )
+        role_names = {
+            "role": sql.Literal(WRITER_ROLE).as_string(self.conn),
+            "role_id": sql.Identifier(WRITER_ROLE).as_string(self.conn),
+        }
+        conn = self.conn
+        try:
+            with conn.transaction():
+                conn.execute(self.q["schema_lock"], (f"tpu-ledger schema {self.schema}",))
+                found = self._format()  # again, under the lock: another process may be done
+                if found is None or check_format(found, self.safe_url):
+                    scripts = ([f"upgrade-{found}.sql"] if found is not None else []) + ["schema.sql"]
+                    for filename in scripts:
+                        conn.execute(self.render(sqlfiles.script(PACKAGE, filename)))  # type: ignore[arg-type]
+                    conn.execute(self.q["set_format"], (str(FORMAT_VERSION),))
+            with conn.transaction():
+                conn.execute(self.render(sqlfiles.script(PACKAGE, "roles.sql"), **role_names))  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            what = "create" if found is None else f"upgrade (format {found} to {FORMAT_VERSION})"
+            raise StoreError(
+                f"cannot {what} the ledger schema {self.schema!r} at {self.safe_url}: {exc}",
+                hint="the user needs CREATE on the database (or create the schema once as its owner)",
+            ) from exc
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()

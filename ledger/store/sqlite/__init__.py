@@ -1,0 +1,37 @@
+"""The embedded SQLite backend: its recorder, snapshots and cursors, leases, and SQL files.
+
+`open_store(url)` / `open_leases(url)` take `sqlite:///path[?synchronous=FULL|NORMAL]`;
+`ledger.store` dispatches URLs here.
+"""
+
+from __future__ import annotations
+
+from ledger.errors import UsageError
+from ledger.store.sqlite.leases import SQLiteLeases
+from ledger.store.sqlite.store import SQLiteStore
+
+PREFIX = "sqlite:///"
+
+
+def _parse(url: str) -> tuple[str, dict[str, str]]:
+    # sqlite:///path?synchronous=NORMAL trades power-loss durability for speed (database.py)
+    path, _, query = url.removeprefix(PREFIX).partition("?")
+    options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+    unknown = set(options) - {"synchronous"}
+    if unknown:
+        raise UsageError(f"unknown SQLite store option(s) {sorted(unknown)} in {url!r}", hint="only ?synchronous=FULL|NORMAL")
+    return path, options
+
+
+def open_store(url: str, *, create: bool = True) -> SQLiteStore:
+    path, options = _parse(url)
+    return SQLiteStore(path, create=create, synchronous=options.get("synchronous", "FULL").upper())
+
+
+def open_leases(url: str) -> SQLiteLeases:
+    """Leases of the ledger at `url` (created if missing), on a connection of their own."""
+    with open_store(url) as store:
+        return store.leases()
+
+
+__all__ = ["PREFIX", "SQLiteLeases", "SQLiteStore", "open_leases", "open_store"]
