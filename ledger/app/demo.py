@@ -22,6 +22,7 @@ from typing import Any
 
 from emulator import Emulator
 from emulator.pubsub import PUBSUB_EMULATOR, PubSubEmulator
+from ledger import defaults
 from ledger.app.wiring import Settings, build
 from ledger.describe import summarize
 from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thread
@@ -32,7 +33,7 @@ from reconciler.remote import layout
 
 JOB_ID = "alice/demo-pod"
 SNEAKY_ID = "alice/sneaky"
-PROJECT = "tpu-ledger-local"
+PROJECT = defaults.PROJECT
 TOPIC = "ledger-events"
 STEPS = 16
 PREEMPT_AT_STEP = 5
@@ -179,7 +180,7 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
 
         # 3. Everything that runs: watcher, reconciler, fan-out, and a progress subscriber.
         settings = Settings(store_url=store_url, tpu_endpoint=emu.endpoint, ssh_key=workdir / "ssh" / "id_ecdsa",
-                            log_dir=result.log_dir, holder="demo-reconciler", interval=1.0, orphan_grace_s=60.0)
+                            log_dir=result.log_dir, holder="demo-reconciler", interval=1.0)
         rec = build(settings, on_action=lambda a, r: None)
         watcher_store = open_store(store_url)
         watcher = Watcher(str(hub), watcher_store, "main", interval=0.5)

@@ -22,13 +22,11 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from email.message import EmailMessage
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ledger.errors import UsageError
-from ledger.fanout.notify_plan import Delivery, NotifyPolicy, parse_policy, plan
+from ledger.fanout.notify_plan import Delivery, plan
+from ledger.spec.policy import NotifyPolicy
 from ledger.store import Store
 
 log = logging.getLogger("ledger.fanout")
@@ -49,22 +47,6 @@ class NotifyReport:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def load_policy(source: dict[str, Any] | str | Path | None) -> NotifyPolicy:
-    """A parsed policy dict, or the path of `.ledger/policy.yaml`, or None (empty policy)."""
-    if source is None or isinstance(source, dict):
-        return parse_policy(source)
-    path = Path(source)
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise UsageError(f"cannot read policy {path}: {exc.strerror}", hint="pass --policy PATH") from exc
-    except yaml.YAMLError as exc:
-        raise UsageError(f"policy {path} is not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise UsageError(f"policy {path} must be a mapping")
-    return parse_policy(doc)
 
 
 def post_webhook(url: str, payload: dict[str, Any], timeout: float = 10.0) -> None:

@@ -10,10 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ledger import defaults
 from ledger.errors import LedgerError
 from ledger.fanout.envelope import Message
 
-DEFAULT_PROJECT = "tpu-ledger-local"
 DEFAULT_TOPIC = "ledger-events"
 
 
@@ -38,7 +38,7 @@ def config_from_env(
 ) -> PubSubConfig:
     """Explicit values first, then LEDGER_PROJECT / LEDGER_PUBSUB_TOPIC, then the defaults."""
     return PubSubConfig(
-        project=project or os.environ.get("LEDGER_PROJECT") or DEFAULT_PROJECT,
+        project=project or os.environ.get("LEDGER_PROJECT") or defaults.PROJECT,
         topic=topic or os.environ.get("LEDGER_PUBSUB_TOPIC") or DEFAULT_TOPIC,
         emulator_host=emulator_host,
     )

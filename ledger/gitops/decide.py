@@ -10,35 +10,19 @@ never approve itself by editing CODEOWNERS or the policy.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from ledger.events import NewEvent, actor
-from ledger.gitops.policy import (
-    CODEOWNERS_PATHS,
-    GOVERNING_PATHS,
-    POLICY_PATH,
-    Approval,
-    evaluate,
-    parse_codeowners,
-    parse_policy,
-)
+from ledger.gitops.approval import GOVERNING_PATHS, Approval, evaluate, parse_codeowners
+from ledger.gitops.position import stream_for
 from ledger.gitops.repo import Change, Commit
+from ledger.spec.layout import ALIASES_PATH, CODEOWNERS_PATHS, POLICY_PATH, is_job_path
+from ledger.spec.names import job_id_for
+from ledger.spec.policy import Policy, parse_policy
 
-ALIASES_PATH = ".ledger/aliases.yaml"
 CONFIG_PATHS = (*GOVERNING_PATHS, ALIASES_PATH)
-_JOB_PATH = re.compile(r"^jobs/([^/]+)/([^/]+)\.ya?ml$")
-
-
-def job_id_for(path: str) -> str | None:
-    m = _JOB_PATH.match(path)
-    return f"{m.group(1)}/{m.group(2)}" if m else None
-
-
-def is_spec_path(path: str) -> bool:
-    return path.startswith("jobs/") and path.endswith((".yaml", ".yml"))
 
 
 @dataclass(slots=True)
@@ -46,6 +30,11 @@ class RepoState:
     """What the branch's approved configuration is: path -> (blob, text)."""
 
     files: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, files: Mapping[str, str], blobs: Mapping[str, bytes]) -> RepoState:
+        """The configuration `path -> blob id`, each text read from `blobs`."""
+        return cls({p: (b, blob_text(blobs, b)) for p, b in files.items()})
 
     def text(self, path: str) -> str | None:
         entry = self.files.get(path)
@@ -61,22 +50,20 @@ class RepoState:
                 return _codeowners(text)
         return []
 
-    def policy_dict(self) -> dict[str, Any]:
-        """The policy as `ledger validate` reads it: defaults filled, a broken file = defaults."""
-        return _policy(self.text(POLICY_PATH))
+    def policy(self) -> Policy:
+        """The policy as `ledger validate` reads it (a broken block = its section's fallback)."""
+        return parse_policy(self.text(POLICY_PATH)).policy
 
 
-# The same few texts are parsed for every commit of a backlog: parse each once.
+def blob_text(blobs: Mapping[str, bytes], blob: str) -> str:
+    return blobs.get(blob, b"").decode("utf-8", "replace")
+
+
+# The same few texts are parsed for every commit of a backlog: parse each once (parse_policy
+# keeps its own cache).
 @functools.lru_cache(maxsize=32)
 def _codeowners(text: str) -> list[tuple[str, tuple[str, ...]]]:
     return parse_codeowners(text)
-
-
-@functools.lru_cache(maxsize=32)
-def _policy(text: str | None) -> dict[str, Any]:
-    from ledger.spec.config import parse_policy as parse_policy_file
-
-    return parse_policy_file(text, [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +109,15 @@ def decide(
     job currently runs (decides submitted vs spec_updated for a changed file).
     """
     c = step.commit
-    policy = parse_policy(state.policy_dict())
+    rules = state.policy().approval
     owners = state.codeowners()
     out: list[tuple[str, NewEvent]] = []
     live: dict[str, bool] = {}
-    git_stream = f"_git:{step.branch}"
+    git_stream = stream_for(step.branch)
 
     def approval(path: str) -> Approval:
         return evaluate(
-            policy, message=c.message, parents=len(c.parents), authors=step.authors,
+            rules, message=c.message, parents=len(c.parents), authors=step.authors,
             path=path, codeowners=owners,
         )
 
@@ -213,26 +200,26 @@ def decide(
         for ch in governing:
             if ch.status != "D" and ch.path in GOVERNING_PATHS:
                 state = RepoState(dict(state.files))
-                state.files[ch.path] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+                state.files[ch.path] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
     # Aliases decide no approval: a job may use an alias added in the same commit.
     for ch in governing:
         if ALIASES_PATH in (ch.path, ch.old_path):
             state = RepoState(dict(state.files))
             state.files.pop(ALIASES_PATH, None)
             if ch.status != "D" and ch.path == ALIASES_PATH:
-                state.files[ALIASES_PATH] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+                state.files[ALIASES_PATH] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
     for ch in step.changes:
         if ch in governing:
             continue
         if ch.status == "R" or ch.status == "C":
-            if ch.status == "R" and ch.old_path and is_spec_path(ch.old_path):
+            if ch.status == "R" and ch.old_path and is_job_path(ch.old_path):
                 removed(ch.old_path, ch.old_blob)
-            if is_spec_path(ch.path):
+            if is_job_path(ch.path):
                 added(ch.path, ch.new_blob)
         elif ch.status == "D":
-            if is_spec_path(ch.path):
+            if is_job_path(ch.path):
                 removed(ch.path, ch.old_blob)
-        elif is_spec_path(ch.path):
+        elif is_job_path(ch.path):
             added(ch.path, ch.new_blob)
 
     new_state = RepoState(dict(state.files))
@@ -248,5 +235,5 @@ def decide(
         for p in touched:
             new_state.files.pop(p, None)
         if ch.status != "D" and ch.path in CONFIG_PATHS:
-            new_state.files[ch.path] = (ch.new_blob, step.blobs.get(ch.new_blob, b"").decode("utf-8", "replace"))
+            new_state.files[ch.path] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
     return out, new_state, live

@@ -41,11 +41,12 @@ exit 0
 
 def install_hook(repo: str | os.PathLike[str], store_url: str, branch: str = "main", *, force: bool = False) -> Path:
     """Write `hooks/post-receive` (executable) into the repository; returns its path."""
-    git = GitRepo(repo)
-    hooks = git.git_dir / "hooks"
-    custom = git.run("config", "--get", "core.hooksPath", check=False).strip()
+    with GitRepo(repo) as git:
+        git_dir = git.git_dir
+        custom = git.config("core.hooksPath")
+    hooks = git_dir / "hooks"
     if custom:
-        hooks = Path(custom) if Path(custom).is_absolute() else git.git_dir / custom
+        hooks = Path(custom) if Path(custom).is_absolute() else git_dir / custom
     hooks.mkdir(parents=True, exist_ok=True)
     target = hooks / "post-receive"
     if target.exists() and MARKER not in target.read_text(errors="replace") and not force:
@@ -53,6 +54,6 @@ def install_hook(repo: str | os.PathLike[str], store_url: str, branch: str = "ma
             f"{target} exists and was not written by ledger",
             hint="add the ledger line to it by hand, or pass --force to replace it",
         )
-    target.write_text(hook_script(git.git_dir, store_url, branch))
+    target.write_text(hook_script(git_dir, store_url, branch))
     target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return target

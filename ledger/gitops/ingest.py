@@ -17,18 +17,12 @@ from typing import Any
 
 from ledger.errors import ConflictError
 from ledger.events import NewEvent, actor
-from ledger.gitops.decide import (
-    ALIASES_PATH,
-    CONFIG_PATHS,
-    Ignored,
-    RepoState,
-    StepInput,
-    decide,
-    is_spec_path,
-)
-from ledger.gitops.policy import POLICY_PATH
+from ledger.fold import LIVE, replay
+from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, decide
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
+from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
+from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_job_path
 from ledger.store import Store
 
 Validator = Callable[[bytes, str, RepoState], Any]
@@ -76,8 +70,6 @@ def read_position(store: Store, branch: str) -> Position:
 
 def spec_validator() -> Validator:
     """Validate with `ledger.spec`, building the repo config once per approved configuration."""
-    from ledger.spec import is_ignored, load_repo_config, validate_text
-
     cache: dict[tuple, Any] = {}
 
     def config_for(state: RepoState) -> Any:
@@ -100,12 +92,6 @@ def spec_validator() -> Validator:
     return validate
 
 
-def _spec_hash() -> Callable[[Any], str]:
-    from ledger.spec import spec_hash
-
-    return spec_hash
-
-
 class _Liveness:
     """Is a job live now? Read from its stream once per run, then tracked in memory."""
 
@@ -115,8 +101,6 @@ class _Liveness:
 
     def __call__(self, job_id: str) -> bool:
         if job_id not in self.known:
-            from ledger.fold import LIVE, replay
-
             state = replay(self.store.read_stream(job_id)).jobs.get(job_id)
             # A job being cancelled (its spec was deleted) is not updated by a re-added spec:
             # the new file is a new submission.
@@ -133,7 +117,7 @@ def _load_state(repo: GitRepo, governing: dict[str, str]) -> RepoState:
     state = _STATES.get(key)
     if state is None:
         blobs = repo.read_blobs(governing.values())
-        state = RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in governing.items()})
+        state = RepoState.of(governing, blobs)
         if len(_STATES) > 64:
             _STATES.clear()
         _STATES[key] = state
@@ -159,16 +143,19 @@ def ingest(
     Safe to run any number of times, concurrently, and after a crash at any point.
     A rewritten branch appends `history_rewritten` and stops (report.paused) until a run
     with `accept_rewrite=True`, which ingests the net change old head -> new head.
+    A path is opened for this run and closed after it; a GitRepo stays open (the watcher's).
     """
+    if not isinstance(repo, GitRepo):
+        with GitRepo(repo) as opened:
+            return ingest(opened, store, branch, accept_rewrite=accept_rewrite, accepted_by=accepted_by,
+                          chunk=chunk, validator=validator)
     started = time.perf_counter()
-    repo = repo if isinstance(repo, GitRepo) else GitRepo(repo)
     report = IngestReport(branch)
     head = repo.branch_head(branch)
     if head is None:
         raise GitError(f"branch {branch!r} not found in {repo.path}", hint="check --branch and --repo")
     report.head = head
     validate = validator or spec_validator()
-    hash_spec = _spec_hash()
     stream = stream_for(branch)
     live = _Liveness(store)
     first = True
@@ -191,7 +178,7 @@ def ingest(
                 )], expected_version=pos.version)
                 continue
             if pos.accepted is not None:
-                _ingest_rewrite(repo, store, branch, pos, validate, hash_spec, live, report)
+                _ingest_rewrite(repo, store, branch, pos, validate, spec_hash, live, report)
                 continue
             if pos.commit == head:
                 break
@@ -209,7 +196,7 @@ def ingest(
             if not commits:
                 break
             backlog = commits
-            _ingest_commits(repo, store, branch, pos, commits[:chunk], validate, hash_spec, live, report)
+            _ingest_commits(repo, store, branch, pos, commits[:chunk], validate, spec_hash, live, report)
         except ConflictError:
             # Another writer moved the branch stream on: re-read the position and go on from
             # there (its work is found done, never redone). Bounded so a bug cannot spin.
@@ -245,7 +232,7 @@ def _authors(repo: GitRepo, commit: Commit, base: str | None) -> frozenset[str]:
 def _needed_blobs(changes) -> list[str]:
     wanted = []
     for ch in changes:
-        if ch.new_blob != ZERO and (is_spec_path(ch.path) or ch.path in CONFIG_PATHS):
+        if ch.new_blob != ZERO and (is_job_path(ch.path) or ch.path in CONFIG_PATHS):
             wanted.append(ch.new_blob)
     return wanted
 
@@ -301,7 +288,7 @@ def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[
                 seen.pop(path, None)
         elif ev.type in ("submitted", "spec_updated", "rejected"):
             seen[path] = ev.data["blob"]
-    tree = {p: b for p, b in repo.tree_files(new, "jobs/").items() if is_spec_path(p)}
+    tree = {p: b for p, b in repo.tree_files(new, JOBS_DIR + "/").items() if is_job_path(p)}
     tree.update(repo.blob_ids(new, CONFIG_PATHS))
     before = {**seen, **governing}
     changes = [Change("D", p, None, b, ZERO) for p, b in sorted(before.items()) if p not in tree]

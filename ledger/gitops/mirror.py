@@ -6,10 +6,12 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
-from ledger.gitops.repo import GitError
+import git
+from git.exc import UnsafeProtocolError
+
+from ledger.gitops.repo import GitError, GitRepo
 
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 
@@ -33,13 +35,8 @@ def mirror_path(url: str, cache_dir: Path | None = None) -> Path:
     return (cache_dir or default_cache_dir()) / f"{tail}-{digest}"
 
 
-def _git(*args: str) -> None:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-    proc = subprocess.run(["git", *args], capture_output=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(f"git {args[0]} failed: {lines[-1] if lines else proc.returncode}",
-                       hint="check the repository URL and that this host can reach it")
+TIMEOUT_S = 600  # a clone or fetch that hangs (a dead network) is killed, then retried
+_HINT = "check the repository URL and that this host can reach it"
 
 
 def ensure_mirror(url: str, cache_dir: Path | None = None) -> Path:
@@ -49,7 +46,17 @@ def ensure_mirror(url: str, cache_dir: Path | None = None) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)  # left by a crashed clone
-        _git("clone", "--mirror", "--quiet", url, str(tmp))
+        try:
+            git.Git.check_unsafe_protocols(url)  # no `ext::` (runs a command) or similar
+        except UnsafeProtocolError as exc:
+            raise GitError(f"refusing to clone {url}: {exc}", hint="use an https://, ssh:// or file:// URL") from exc
+        status, _, err = git.Git().clone(
+            "--mirror", "--quiet", "--", url, str(tmp), env={"GIT_TERMINAL_PROMPT": "0"},
+            kill_after_timeout=TIMEOUT_S, with_extended_output=True, with_exceptions=False,
+        )
+        if status != 0:
+            lines = str(err).strip().splitlines()
+            raise GitError(f"git clone failed: {lines[-1] if lines else status}", hint=_HINT)
         try:
             os.replace(tmp, path)  # a half-cloned mirror is never taken for a good one
         except OSError:
@@ -59,5 +66,8 @@ def ensure_mirror(url: str, cache_dir: Path | None = None) -> Path:
     return path
 
 
-def fetch_mirror(path: Path) -> None:
-    _git("-C", str(path), "fetch", "--prune", "--quiet", "origin")
+def fetch_mirror(repo: GitRepo) -> None:
+    try:
+        repo.run("fetch", "--prune", "--quiet", "origin", kill_after_timeout=TIMEOUT_S)
+    except GitError as exc:
+        raise GitError(exc.args[0], hint=_HINT) from exc

@@ -10,10 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict, is_spec_path, job_id_for
+from ledger.fold import LIVE, replay
+from ledger.gitops.approval import owners_for
+from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict
 from ledger.gitops.ingest import Validator, spec_validator
-from ledger.gitops.policy import owners_for
 from ledger.gitops.repo import ZERO, GitError, GitRepo
+from ledger.spec.layout import is_job_path
+from ledger.spec.names import job_id_for
+from ledger.tpu_types import lookup
 
 
 @dataclass(slots=True)
@@ -71,8 +75,6 @@ def _tpu_facts(spec: Any) -> tuple[str | None, int | None, str | None, bool]:
     accel = tpu.get("accelerator")
     chips = tpu.get("chips")
     if chips is None and accel:
-        from ledger.tpu_types import lookup
-
         found = lookup(accel)
         chips = found.chips if found is not None else None
     return accel, chips, tpu.get("name"), bool(tpu.get("shared"))
@@ -82,8 +84,6 @@ def _held(store: Any) -> dict[str, list[str]]:
     """Shared TPU name -> live jobs holding it, from the ledger (empty without a store)."""
     if store is None:
         return {}
-    from ledger.fold import LIVE, replay
-
     held: dict[str, list[str]] = {}
     for job in replay(store.read_all()).jobs.values():
         if job.state not in LIVE:
@@ -99,7 +99,9 @@ def _held(store: Any) -> dict[str, list[str]]:
 def plan(
     repo: GitRepo | str, ref: str, branch: str = "main", *, store: Any = None, validator: Validator | None = None
 ) -> PlanReport:
-    repo = repo if isinstance(repo, GitRepo) else GitRepo(repo)
+    if not isinstance(repo, GitRepo):
+        with GitRepo(repo) as opened:
+            return plan(opened, ref, branch, store=store, validator=validator)
     head = repo.resolve(ref)
     if head is None:
         raise GitError(f"{ref!r} is not a commit in {repo.path}", hint="name a branch, tag or commit id")
@@ -111,28 +113,26 @@ def plan(
     # Validate against the configuration the merge would produce (aliases from REF).
     cfg = repo.blob_ids(head, CONFIG_PATHS)
     blobs = repo.read_blobs([*cfg.values(), *(c.new_blob for c in changes if c.new_blob != ZERO)])
-    state = RepoState({p: (b, blobs.get(b, b"").decode("utf-8", "replace")) for p, b in cfg.items()})
+    state = RepoState.of(cfg, blobs)
     base_cfg = repo.blob_ids(target, CONFIG_PATHS)
-    base_blobs = repo.read_blobs(base_cfg.values())
-    base_state = RepoState({p: (b, base_blobs.get(b, b"").decode("utf-8", "replace")) for p, b in base_cfg.items()})
-    approval = base_state.policy_dict().get("approval") or {}
-    listed = approval.get("approvers") if isinstance(approval, dict) else None
+    base_state = RepoState.of(base_cfg, repo.read_blobs(base_cfg.values()))
+    listed = base_state.policy().approval.approvers  # None: the CODEOWNERS owners
     owners = base_state.codeowners()
     validate = validator or spec_validator()
     held = _held(store)
     report = PlanReport(ref, branch, base, head)
 
     def who(path: str) -> list[str]:
-        return list(listed) if isinstance(listed, list) else list(owners_for(owners, path))
+        return list(listed) if listed is not None else list(owners_for(owners, path))
 
     for ch in changes:
         if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS:
             report.config_changes.append(ch.path)
             continue
-        if ch.status in ("D", "R") and is_spec_path(ch.old_path or ch.path):
+        if ch.status in ("D", "R") and is_job_path(ch.old_path or ch.path):
             old = ch.old_path or ch.path
             report.items.append(PlanItem("cancel", job_id_for(old), old, approvers=who(old)))
-        if ch.status == "D" or not is_spec_path(ch.path):
+        if ch.status == "D" or not is_job_path(ch.path):
             continue
         result = validate(blobs.get(ch.new_blob, b""), ch.path, state)
         jid = getattr(result, "job_id", None) or job_id_for(ch.path)

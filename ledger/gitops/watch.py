@@ -70,7 +70,7 @@ class Watcher:
 
     def run_once(self) -> IngestReport:
         if self.remote:
-            fetch_mirror(self.path)
+            fetch_mirror(self.repo)
         report = ingest(
             self.repo, self.store, self.branch,
             accept_rewrite=self.accept_rewrite, accepted_by=self.accepted_by,
@@ -103,6 +103,7 @@ class Watcher:
             if observer is not None:
                 observer.stop()
                 observer.join(timeout=5)
+            self.repo.close()
 
     # -- hints ----------------------------------------------------------------------------
     def _start_observer(self):

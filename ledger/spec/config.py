@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import tpu_types
-from ledger.spec.model import Message, RepoConfig
-from ledger.spec.schema import fill_defaults, problems
-from ledger.spec.yamlsafe import MAX_BYTES, LoadError, load
-
-ALIASES_PATH = ".ledger/aliases.yaml"
-POLICY_PATH = ".ledger/policy.yaml"
+from ledger.spec.document import check_document, read_bounded
+from ledger.spec.layout import ALIASES_PATH, POLICY_PATH
+from ledger.spec.model import Message
+from ledger.spec.policy import Policy, parse_policy
+from ledger.spec.schema import fill_defaults
 
 # The `tpu` tool's default config aliases; used when aliases.yaml does not list its own.
 DEFAULT_CONFIG_ALIASES: dict[str, str] = {
@@ -23,47 +23,25 @@ DEFAULT_CONFIG_ALIASES: dict[str, str] = {
     "ckpt": "config.training.checkpoint_per_epoch",
 }
 
-DEFAULT_POLICY: dict = {
-    "approval": {"mode": "either", "required": 1, "approvers": "codeowners"},
-    "notify": {"owners": {}, "webhook": None},
-    "defaults": {},
-    "limits": {},
-    "ignore": [],
-}
 
+@dataclass(frozen=True)
+class RepoConfig:
+    """Parsed `.ledger/aliases.yaml` and `.ledger/policy.yaml`, defaults filled.
 
-def _parse(text: str | bytes | None, file: str, schema: str, errors: list[Message]) -> dict:
-    if text is None:
-        return {}
-    try:
-        loaded = load(text)
-    except LoadError as exc:
-        if exc.message == "file is empty":
-            return {}  # an empty or all-comments file means "no settings": the defaults
-        errors.append(Message(file, exc.line, exc.column, "", exc.message, exc.hint, "error"))
-        return {}
-    if not isinstance(loaded.data, dict):
-        errors.append(Message(file, 1, 1, "", "the file must be a mapping", "see jobs-repo-template/.ledger/", "error"))
-        return {}
-    found = list(problems(schema, loaded.data))
-    for p in found:
-        line, column = loaded.position(p.pointer, key=p.at_key)
-        errors.append(Message(file, line, column, p.pointer, p.message, p.hint, "error"))
-    return {} if found else fill_defaults(schema, loaded.data)
+    `errors` lists what was wrong with those files. A broken aliases file is replaced by
+    its defaults, a broken policy block by its section's fallback, so that job validation
+    still runs (and CI still shows every problem).
+    """
 
-
-def _read(root: Path | None, rel: str) -> bytes | None:
-    if root is None:
-        return None
-    path = root / rel
-    if not path.is_file():
-        return None
-    with path.open("rb") as fh:
-        return fh.read(MAX_BYTES + 1)
+    aliases: dict
+    policy: Policy
+    errors: tuple[Message, ...] = ()
 
 
 def parse_aliases(text: str | bytes | None, errors: list[Message]) -> dict:
-    raw = _parse(text, ALIASES_PATH, "aliases", errors)
+    checked = check_document(text, ALIASES_PATH, "aliases")
+    errors.extend(checked.errors)
+    raw = {} if checked.errors else fill_defaults("aliases", checked.data)
     tpus = raw.get("tpus", {})
     for alias, entry in tpus.items():
         if tpu_types.lookup(entry["accelerator"]) is None:
@@ -82,17 +60,6 @@ def parse_aliases(text: str | bytes | None, errors: list[Message]) -> dict:
     }
 
 
-def parse_policy(text: str | bytes | None, errors: list[Message]) -> dict:
-    raw = _parse(text, POLICY_PATH, "policy", errors)
-    out = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in DEFAULT_POLICY.items()}
-    for key, value in raw.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = {**out[key], **value}
-        else:
-            out[key] = value
-    return out
-
-
 def load_repo_config(
     root: Path | None = None, *, aliases_text: str | bytes | None = None, policy_text: str | bytes | None = None
 ) -> RepoConfig:
@@ -100,9 +67,10 @@ def load_repo_config(
     root = Path(root) if root is not None else None
     errors: list[Message] = []
     if aliases_text is None:
-        aliases_text = _read(root, ALIASES_PATH)
+        aliases_text = read_bounded(root / ALIASES_PATH) if root is not None else None
     if policy_text is None:
-        policy_text = _read(root, POLICY_PATH)
+        policy_text = read_bounded(root / POLICY_PATH) if root is not None else None
     aliases = parse_aliases(aliases_text, errors)
-    policy = parse_policy(policy_text, errors)
+    policy, policy_errors = parse_policy(policy_text)
+    errors.extend(policy_errors)
     return RepoConfig(aliases=aliases, policy=policy, errors=tuple(errors))

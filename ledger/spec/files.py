@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import errno
-import fnmatch
 import os
 from pathlib import Path
 
-from ledger.spec.config import ALIASES_PATH, POLICY_PATH, load_repo_config
-from ledger.spec.model import Message, RepoConfig, SpecResult
-from ledger.spec.names import JOBS_DIR
+from ledger.spec.config import RepoConfig, load_repo_config
+from ledger.spec.layout import CONFIG_FILES, JOB_SUFFIXES, JOBS_DIR
+from ledger.spec.model import Message, SpecResult
 from ledger.spec.normalize import validate_text
 from ledger.spec.yamlsafe import MAX_BYTES
 
-JOB_SUFFIXES = (".yaml", ".yml")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -29,7 +27,7 @@ def find_repo_root(start: Path) -> Path:
 
 def is_ignored(path: str, config: RepoConfig) -> bool:
     """True for job files the policy marks as validate-only (e.g. jobs/examples/*): never run."""
-    return any(fnmatch.fnmatchcase(path, pattern) for pattern in (config.policy or {}).get("ignore") or [])
+    return config.policy.ignore.matches(path)
 
 
 def collect(paths: list[Path], root: Path) -> list[str]:
@@ -98,7 +96,7 @@ def validate_file(path: str | Path, root: Path, config: RepoConfig) -> SpecResul
 def config_results(config: RepoConfig) -> list[SpecResult]:
     """The repo config's own problems, one result per file that has any."""
     out = []
-    for file in (ALIASES_PATH, POLICY_PATH):
+    for file in CONFIG_FILES:
         errors = [m for m in config.errors if m.file == file]
         if errors:
             out.append(SpecResult(file, None, None, errors, []))
@@ -113,6 +111,6 @@ def validate_paths(paths: list[Path], repo_root: Path | None = None) -> list[Spe
         paths = [root / JOBS_DIR]
     config = load_repo_config(root)
     results = config_results(config)
-    config_files = {str(root / ALIASES_PATH), str(root / POLICY_PATH)}  # checked above, not jobs
+    config_files = {str(root / f) for f in CONFIG_FILES}  # checked above, not jobs
     results.extend(validate_file(p, root, config) for p in collect(paths, root) if p not in config_files)
     return results

@@ -1,4 +1,4 @@
-"""The values the spec package hands out: messages, results and the repository's config."""
+"""The values the spec package hands out: messages and results."""
 
 from __future__ import annotations
 
@@ -66,15 +66,3 @@ class SpecResult:
             "warnings": [m.to_dict() for m in self.warnings],
         }
 
-
-@dataclass(frozen=True)
-class RepoConfig:
-    """Parsed `.ledger/aliases.yaml` and `.ledger/policy.yaml`, defaults filled.
-
-    `errors` lists what was wrong with those files; a broken file is replaced by its
-    defaults so that job validation still runs (and CI still shows every problem).
-    """
-
-    aliases: dict
-    policy: dict
-    errors: tuple[Message, ...] = ()

@@ -12,7 +12,8 @@ import hashlib
 import re
 import unicodedata
 
-JOBS_DIR = "jobs"
+from ledger.spec.layout import JOB_SUFFIXES, JOBS_DIR
+
 OWNER_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
 OWNER_MAX = 39
@@ -48,10 +49,31 @@ def check_part(kind: str, text: str) -> str | None:
     return None
 
 
+def _job_parts(path: str) -> list[str] | None:
+    """[jobs, owner, file] of a path one folder below jobs/, else None."""
+    parts = path.split("/")
+    return parts if len(parts) == 3 and parts[0] == JOBS_DIR else None
+
+
+def job_id_for(path: str) -> str | None:
+    """`<owner>/<name>` of any jobs/<owner>/<name>.yaml (or .yml), the parts NOT checked.
+
+    The watcher files what happens to such a path under this id even when the name is
+    invalid (the rejection then says why); `job_id_from_path` is the check itself.
+    """
+    parts = _job_parts(path)
+    if parts is None or not parts[1]:
+        return None
+    for suffix in JOB_SUFFIXES:
+        if parts[2].endswith(suffix) and len(parts[2]) > len(suffix):
+            return f"{parts[1]}/{parts[2][: -len(suffix)]}"
+    return None
+
+
 def job_id_from_path(path: str) -> tuple[str | None, str | None, str]:
     """(job_id, problem, hint) for a repo-relative path; job_id None when the path is unusable."""
-    parts = path.split("/")
-    if len(parts) != 3 or parts[0] != JOBS_DIR:
+    parts = _job_parts(path)
+    if parts is None:
         return None, f"{path!r} is not at jobs/<owner>/<name>.yaml", (
             "move the file to jobs/<your-user>/<job-name>.yaml; the job id is <owner>/<name>"
         )
@@ -70,11 +92,6 @@ def job_id_from_path(path: str) -> tuple[str | None, str | None, str]:
             where = "the folder under jobs/" if kind == "owner" else "the file name"
             return None, problem, f"{hint} ({where})"
     return f"{owner}/{name}", None, ""
-
-
-def is_job_path(path: str) -> bool:
-    """True for repo-relative paths under jobs/ that look like job files (valid or not)."""
-    return path.startswith(JOBS_DIR + "/") and path.endswith((".yaml", ".yml"))
 
 
 def default_tpu_name(job_id: str) -> str:

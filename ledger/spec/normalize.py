@@ -15,9 +15,11 @@ from typing import Any
 
 from ledger import tpu_types
 from ledger.spec import recovery as rec
+from ledger.spec.config import RepoConfig
 from ledger.spec.interpolate import InterpolationError, interpolate
-from ledger.spec.model import Message, RepoConfig, SpecResult
+from ledger.spec.model import Message, SpecResult
 from ledger.spec.names import TPU_NAME_MAX, TPU_NAME_RE, default_tpu_name, job_id_from_path
+from ledger.spec.policy import Policy
 from ledger.spec.schema import close_match, fill_defaults, problems
 from ledger.spec.yamlsafe import Loaded, LoadError, escape, load
 
@@ -118,8 +120,8 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
 
 
 def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True) -> dict | None:
-    policy = config.policy or {}
-    merged = _with_policy_defaults(data, policy.get("defaults") or {}, report)
+    policy = config.policy
+    merged = _with_policy_defaults(data, policy.defaults.spec, report)
     found = list(problems("job", merged))
     for p in found:
         report.error(p.pointer, p.message, p.hint, at_key=p.at_key)
@@ -180,7 +182,7 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
     if report.errors:
         return None
     try:
-        if (refs or "${" in str(policy.get("defaults") or "")) and _has_reference(spec):
+        if (refs or "${" in str(dict(policy.defaults.spec))) and _has_reference(spec):
             spec = interpolate(spec, _SECTION_SET)
     except InterpolationError as exc:
         report.error(_input_pointer(exc.pointer), exc.message, exc.hint)
@@ -217,7 +219,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, policy: dict) -> dict:
+def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, policy: Policy) -> dict:
     aliases = config.aliases or {}
     shared_table: dict = aliases.get("tpus") or {}
     network_default = {"enable_external_ips": True, "can_ip_forward": False}
@@ -282,11 +284,11 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
     elif acc is not None and not tpu_types.zone_offers(zone, acc.family):
         report.warn("/tpu/zone", f"zone {zone!r} is not known to offer {acc.family} TPUs",
                     f"{acc.family} is offered in {', '.join(tpu_types.ZONES[acc.family])}; ignore this if Google added {zone}")
-    limits = policy.get("limits") or {}
-    if accelerator and limits.get("accelerators") and accelerator not in limits["accelerators"]:
-        report.error("/tpu/accelerator", f"the policy does not allow {accelerator!r}", f"allowed: {', '.join(limits['accelerators'])}")
-    if zone and limits.get("zones") and zone not in limits["zones"]:
-        report.error("/tpu/zone", f"the policy does not allow zone {zone!r}", f"allowed: {', '.join(limits['zones'])}")
+    limits = policy.limits
+    if accelerator and limits.accelerators and accelerator not in limits.accelerators:
+        report.error("/tpu/accelerator", f"the policy does not allow {accelerator!r}", f"allowed: {', '.join(limits.accelerators)}")
+    if zone and limits.zones and zone not in limits.zones:
+        report.error("/tpu/zone", f"the policy does not allow zone {zone!r}", f"allowed: {', '.join(limits.zones)}")
     pricing = t.get("pricing", "ondemand")
     if pricing == "reserved" and not t.get("reservation"):
         report.error("/tpu/reservation", "pricing is reserved but no `reservation` is named", "add `reservation: <name>`")
@@ -404,7 +406,7 @@ def _ssh(ssh: dict | None, report: _Report) -> dict | None:
     return out
 
 
-def _recovery(raw: dict, tpu: dict, report: _Report, policy: dict) -> dict:
+def _recovery(raw: dict, tpu: dict, report: _Report, policy: Policy) -> dict:
     section = raw.get("recovery") or {}
     out = rec.resolve(section, tpu.get("pricing"))
     for i, pattern in enumerate(out["error_patterns"]):
@@ -417,7 +419,7 @@ def _recovery(raw: dict, tpu: dict, report: _Report, policy: dict) -> dict:
         if NESTED_REPEAT.search(pattern):
             report.error(f"/recovery/error_patterns/{i}", f"error pattern {pattern!r} repeats a group that repeats (catastrophic backtracking)",
                          "match a fixed phrase from the error line instead, e.g. 'DEADLINE_EXCEEDED'")
-    limit = (policy.get("limits") or {}).get("max_restarts")
+    limit = policy.limits.max_restarts
     if limit is not None and out["max_restarts"] > limit:
         report.error("/recovery/max_restarts", f"max_restarts {out['max_restarts']} is above the policy limit of {limit}", f"use at most {limit}")
     if out["on_preempted"] in ("resume", "rerun") and not tpu.get("shared"):
@@ -448,7 +450,7 @@ def _args(args: dict, config: RepoConfig, report: _Report) -> dict:
     return out
 
 
-def _priority(raw: dict, report: _Report, policy: dict) -> int:
+def _priority(raw: dict, report: _Report, policy: Policy) -> int:
     def value(v: Any) -> int | None:
         if v is None:
             return None
@@ -459,7 +461,7 @@ def _priority(raw: dict, report: _Report, policy: dict) -> int:
     if inner is not None and outer is not None and inner != outer:
         report.error("/priority", f"`priority` ({outer}) and `job.priority` ({inner}) disagree", "give the priority once", at_key=True)
     result = inner if inner is not None else outer if outer is not None else DEFAULT_PRIORITY
-    limit = (policy.get("limits") or {}).get("max_priority")
+    limit = policy.limits.max_priority
     if limit is not None and result > limit:
         ptr = "/job/priority" if inner is not None else "/priority"
         report.error(ptr, f"priority {result} is above the policy limit of {limit}", f"use at most {limit}")

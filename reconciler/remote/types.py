@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-DEFAULT_USERNAME = os.environ.get("LEDGER_SSH_USER", "ledger")
+from ledger import defaults
+
+# The CLI resolves --ssh-user / LEDGER_SSH_USER and hands the runner its username.
+DEFAULT_USERNAME = defaults.SSH_USER
 
 State = Literal["running", "exited", "gone", "unknown"]
 

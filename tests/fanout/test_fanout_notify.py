@@ -13,11 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
 
 from emulator.pubsub import free_port
 from ledger.events import NewEvent
-from ledger.fanout.notifier import Notifier, load_policy
+from ledger.fanout.notifier import Notifier
+from ledger.spec.policy import NotifyPolicy, Policy, parse_policy
 from ledger.store import open_store
 from tests.fanout.conftest import REPO
 
@@ -79,16 +79,20 @@ def smtp() -> Iterator[tuple[Mailbox, tuple[str, int]]]:
         controller.stop()
 
 
-POLICY = {
-    "notify": {
-        "from": "ledger@lab.example",
-        "owners": {
-            "alice": {"email": "alice@lab.example"},
-            "bob": {"email": "bob@lab.example", "opt_out": True},
-            "carol": {"email": "carol@lab.example", "opt_out": ["email"]},
-        },
-    }
-}
+POLICY = """\
+notify:
+  from: ledger@lab.example
+  owners:
+    alice: {email: alice@lab.example}
+    bob: {email: bob@lab.example, opt_out: true}
+    carol: {email: carol@lab.example, opt_out: [email]}
+"""
+
+
+def notify_policy(text: str | None = POLICY) -> NotifyPolicy:
+    policy, errors = parse_policy(text)
+    assert errors == ()
+    return policy.notify
 
 
 def seed(store) -> None:
@@ -102,7 +106,7 @@ def test_notifies_once_per_event_with_opt_outs(tmp_path: Path, webhook: Webhook,
     box, smtp_addr = smtp
     store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
     seed(store)
-    notifier = Notifier(store, load_policy(POLICY), webhook=webhook.url, smtp=smtp_addr, from_start=True)
+    notifier = Notifier(store, notify_policy(), webhook=webhook.url, smtp=smtp_addr, from_start=True)
     report = notifier.run_once()
     assert [p["text"] for p in webhook.posts] == [
         "[tpu-ledger] alice/train: preempted (tpu: n1)",
@@ -115,9 +119,9 @@ def test_notifies_once_per_event_with_opt_outs(tmp_path: Path, webhook: Webhook,
     ]
     assert len(report.sent) == 5 and not report.failed and report.position == store.head()
     # run again, and as a new process would: nothing is sent twice
-    assert Notifier(store, load_policy(POLICY), webhook=webhook.url, smtp=smtp_addr).run_once().sent == []
+    assert Notifier(store, notify_policy(), webhook=webhook.url, smtp=smtp_addr).run_once().sent == []
     store.append("alice/train", [NewEvent("cancelled")])
-    again = Notifier(store, load_policy(POLICY), webhook=webhook.url, smtp=smtp_addr).run_once()
+    again = Notifier(store, notify_policy(), webhook=webhook.url, smtp=smtp_addr).run_once()
     assert [(e["type"], e["channel"]) for e in again.sent] == [("cancelled", "webhook"), ("cancelled", "email")]
     assert len(webhook.posts) == 4 and len(box.messages) == 3
     store.close()
@@ -126,9 +130,9 @@ def test_notifies_once_per_event_with_opt_outs(tmp_path: Path, webhook: Webhook,
 def test_a_new_notifier_starts_at_the_head(tmp_path: Path, webhook: Webhook) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
     seed(store)
-    assert Notifier(store, load_policy(None), webhook=webhook.url).run_once().sent == []
+    assert Notifier(store, Policy().notify, webhook=webhook.url).run_once().sent == []
     store.append("dave/x", [NewEvent("failed")])
-    assert [e["stream"] for e in Notifier(store, load_policy(None), webhook=webhook.url).run_once().sent] == ["dave/x"]
+    assert [e["stream"] for e in Notifier(store, Policy().notify, webhook=webhook.url).run_once().sent] == ["dave/x"]
     store.close()
 
 
@@ -137,12 +141,12 @@ def test_crash_after_the_marker_never_sends_twice(tmp_path: Path, webhook: Webho
     box, smtp_addr = smtp
     store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
     store.append("alice/train", [NewEvent("submitted")])
-    notifier = Notifier(store, load_policy(POLICY), webhook=webhook.url, smtp=smtp_addr)
+    notifier = Notifier(store, notify_policy(), webhook=webhook.url, smtp=smtp_addr)
     (seq,) = store.append("alice/train", [NewEvent("failed")]).positions
     store.append("alice/train", [NewEvent("finished")])
     # the state a crash leaves: webhook of `failed` (slot 0) marked, maybe sent; cursor not moved
     store.set_cursor(notifier.marker, seq * 64 + 0)
-    report = Notifier(store, load_policy(POLICY), webhook=webhook.url, smtp=smtp_addr).run_once()
+    report = Notifier(store, notify_policy(), webhook=webhook.url, smtp=smtp_addr).run_once()
     assert [(e["type"], e["channel"]) for e in report.uncertain] == [("failed", "webhook")]
     assert [(e["type"], e["channel"]) for e in report.sent] == [
         ("failed", "email"), ("finished", "webhook"), ("finished", "email")]
@@ -152,7 +156,7 @@ def test_crash_after_the_marker_never_sends_twice(tmp_path: Path, webhook: Webho
 
 def test_unreachable_peers_are_retried_then_reported(tmp_path: Path, webhook: Webhook) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
-    notifier = Notifier(store, load_policy(POLICY), webhook=webhook.url, smtp=("127.0.0.1", free_port()),
+    notifier = Notifier(store, notify_policy(), webhook=webhook.url, smtp=("127.0.0.1", free_port()),
                         attempts=2, backoff=0.05)
     store.append("alice/train", [NewEvent("failed")])
     webhook.status = 503
@@ -174,7 +178,7 @@ def test_cli_notify_and_tail(tmp_path: Path, webhook: Webhook, smtp) -> None:
     seed(store)
     store.close()
     policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(POLICY))
+    policy.write_text(POLICY)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = [sys.executable, "-m", "ledger", "--store", url]
     notify = subprocess.run([*run, "notify", "--webhook", webhook.url, "--smtp", f"{host}:{port}",
@@ -189,3 +193,9 @@ def test_cli_notify_and_tail(tmp_path: Path, webhook: Webhook, smtp) -> None:
     assert [(e["stream"], e["type"]) for e in lines] == [("bob/eval", "failed"), ("carol/sweep", "rejected")]
     bad = subprocess.run([*run, "notify"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: nothing to notify with")
+    # a policy file with a problem is refused whole, with its line, as `ledger validate` says it
+    policy.write_text(POLICY.replace("opt_out: [email]", "opt_out: [sms]"))
+    refused = subprocess.run([*run, "notify", "--webhook", webhook.url, "--policy", str(policy)],
+                             env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and refused.stderr.startswith(f"error: {policy}:6:")
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr

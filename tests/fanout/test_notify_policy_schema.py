@@ -1,38 +1,59 @@
-"""The notifier's documented `notify:` section is a valid policy, and what the schema refuses
-the notifier refuses too: one contract between .ledger/policy.yaml and `ledger notify`."""
+"""The notifier reads the one policy model: the documented `notify:` example is a valid policy,
+and whatever `ledger validate` refuses in a policy file, `ledger notify --policy` refuses too."""
 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
-import yaml
 
-from ledger.errors import UsageError
-from ledger.fanout import notify_plan
+from ledger.errors import LedgerError
 from ledger.spec import load_repo_config
+from ledger.spec.policy import NotifyPolicy, load_policy, parse_policy
 
 
 def documented_example() -> str:
-    doc = notify_plan.__doc__ or ""
-    block = doc[doc.index("    notify:"):doc.index("A job's owner")]
-    return textwrap.dedent(block)
+    doc = NotifyPolicy.__doc__ or ""
+    return textwrap.dedent(doc[doc.index("    notify:"):]).strip() + "\n"
 
 
 def test_the_documented_notify_section_validates_and_parses():
     text = documented_example()
-    config = load_repo_config(policy_text=text)
-    assert list(config.errors) == []
-    policy = notify_plan.parse_policy(yaml.safe_load(text))
-    assert policy.owners["carol"].opt_out == frozenset({"email"})
-    assert policy.sender == "tpu-ledger@example.org"
+    assert list(load_repo_config(policy_text=text).errors) == []
+    notify = parse_policy(text).policy.notify
+    assert notify.owners["carol"].opt_out == frozenset({"email"})
+    assert notify.owners["bob"].opt_out == frozenset({"webhook", "email"})
+    assert notify.sender == "tpu-ledger@example.org"
+    assert notify.webhook == "https://hooks.slack.com/services/..."
 
 
-@pytest.mark.parametrize("bad", [
-    "notify:\n  owners:\n    bob: {opt_out: [sms]}\n",
-    "notify:\n  events: [started]\n",
+@pytest.mark.parametrize(("bad", "line"), [
+    ("notify:\n  owners:\n    bob: {opt_out: [sms]}\n", 3),
+    ("notify:\n  events: [started]\n", 2),
+    ("notify:\n  owners:\n    a: {opt_out: sometimes}\n", 3),
+    ("notify: [webhook]\n", 1),
+    ("notify:\n  webhok: https://x.example/\n", 2),
 ])
-def test_what_the_schema_refuses_the_notifier_refuses(bad: str):
-    assert list(load_repo_config(policy_text=bad).errors)
-    with pytest.raises(UsageError):
-        notify_plan.parse_policy(yaml.safe_load(bad))
+def test_what_validate_refuses_the_notifier_refuses(tmp_path: Path, bad: str, line: int):
+    errors = load_repo_config(policy_text=bad).errors
+    assert errors and errors[0].line == line
+    path = tmp_path / "policy.yaml"
+    path.write_text(bad)
+    with pytest.raises(LedgerError, match=rf"^{path}:{line}:\d+: "):
+        load_policy(path)
+
+
+def test_the_notifier_reads_files_through_the_hardened_loader(tmp_path: Path):
+    bomb = tmp_path / "policy.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8)))
+    with pytest.raises(LedgerError, match=rf"^{bomb}:\d+:\d+: "):
+        load_policy(bomb)
+    python = tmp_path / "python.yaml"
+    python.write_text("notify: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(LedgerError, match=rf"^{python}:1:\d+: "):
+        load_policy(python)
+    with pytest.raises(LedgerError, match="no policy file"):
+        load_policy(tmp_path / "absent.yaml")

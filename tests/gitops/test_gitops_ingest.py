@@ -169,11 +169,11 @@ def test_a_watcher_with_a_stale_position_appends_nothing_twice(hub, store):
         IngestReport,
         _ingest_commits,
         _Liveness,
-        _spec_hash,
         spec_validator,
     )
     from ledger.gitops.position import Position
     from ledger.gitops.repo import GitRepo
+    from ledger.spec import spec_hash
 
     hub.bootstrap()
     hub.commit({"jobs/alice/a.yaml": spec()}, "a", approvers=(BOB,))
@@ -184,7 +184,7 @@ def test_a_watcher_with_a_stale_position_appends_nothing_twice(hub, store):
     repo = GitRepo(hub.bare)
     report = IngestReport("main")
     _ingest_commits(repo, store, "main", Position(), repo.first_parent_range(None, "main"),
-                    spec_validator(), _spec_hash(), _Liveness(store), report)
+                    spec_validator(), spec_hash, _Liveness(store), report)
     assert (report.commits, report.skipped) == (0, 2)
     assert [e.id for e in store.read_all()] == before
     assert len(job_events(store)) == 1

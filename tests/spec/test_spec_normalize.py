@@ -16,6 +16,8 @@ from ledger.spec import (
     spec_hash,
     validate_text,
 )
+from ledger.spec.names import job_id_for
+from ledger.spec.policy import ApprovalPolicy, NotifyOwner, Policy
 
 BASE = "tpu: {{accelerator: {acc}, zone: {zone}, pricing: {pricing}}}\ncommand: {{cmd: python train.py}}\n"
 
@@ -246,8 +248,8 @@ def test_error_from_a_policy_default_says_so():
 
 def test_repo_config_defaults_and_errors():
     empty = load_repo_config()
-    assert empty.policy["approval"] == {"mode": "either", "required": 1, "approvers": "codeowners"}
-    assert empty.policy["notify"] == {"owners": {}, "webhook": None}
+    assert empty.policy == Policy()
+    assert (empty.policy.approval.mode, empty.policy.approval.approvers) == ("either", None)
     assert empty.aliases["config"]["lr"] == "config.training.learning_rate" and empty.aliases["tpus"] == {}
     cfg = load_repo_config(
         aliases_text="tpus:\n  x: {name: Bad_Name, zone: us-central1-a, accelerator: v2-8}\n",
@@ -259,14 +261,14 @@ def test_repo_config_defaults_and_errors():
     assert all(m.line >= 1 for m in cfg.errors)
     good = load_repo_config(policy_text="approval: {mode: trailers, required: 2, approvers: [alice@lab.org]}\nnotify: {owners: {alice: {email: a@b.c, opt_out: true}}, webhook: 'https://hooks.example/x'}\n")
     assert good.errors == ()
-    assert good.policy["approval"] == {"mode": "trailers", "required": 2, "approvers": ["alice@lab.org"]}
-    assert good.policy["notify"]["owners"]["alice"] == {"email": "a@b.c", "opt_out": True}
+    assert good.policy.approval == ApprovalPolicy(mode="trailers", required=2, approvers=("alice@lab.org",))
+    assert good.policy.notify.owners["alice"] == NotifyOwner("a@b.c", frozenset({"webhook", "email"}))
 
 
 def test_empty_config_files_mean_defaults():
     cfg = load_repo_config(aliases_text="# nothing yet\n", policy_text=b"")
     assert cfg.errors == ()
-    assert cfg.policy["approval"]["mode"] == "either" and cfg.aliases["tpus"] == {}
+    assert cfg.policy == Policy() and cfg.aliases["tpus"] == {}
 
 
 def test_job_paths_and_ignored_examples(config):
@@ -274,6 +276,10 @@ def test_job_paths_and_ignored_examples(config):
 
     assert is_job_path("jobs/alice/x.yaml") and is_job_path("jobs/Alice/x.yml")
     assert not is_job_path("jobs/README.md") and not is_job_path(".ledger/policy.yaml")
+    # the watcher's stream for a path: the parts unchecked (a bad name is rejected under it)
+    assert job_id_for("jobs/Alice/x.yml") == "Alice/x" and job_id_for("jobs/alice/x.yaml") == "alice/x"
+    assert job_id_for("jobs/alice/deep/x.yaml") is None and job_id_for("jobs//x.yaml") is None
+    assert job_id_for("jobs/alice/.yaml") is None and job_id_for("jobs/alice/x.json") is None
     assert is_ignored("jobs/examples/pod.yaml", config) and not is_ignored("jobs/alice/pod.yaml", config)
 
 

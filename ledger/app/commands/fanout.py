@@ -11,14 +11,16 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from ledger import defaults
 from ledger.app.commands.common import console, print_json, store_from
 from ledger.errors import UsageError
 from ledger.fanout import pubsub
-from ledger.fanout.notifier import Notifier, load_policy, parse_smtp
+from ledger.fanout.notifier import Notifier, parse_smtp
 from ledger.fanout.publisher import OutboxPublisher
 from ledger.fanout.subscriber import PubSubSubscriber, StoreSubscriber, iter_events
+from ledger.spec.policy import Policy, load_policy
 
-PROJECT_HELP = "Google Cloud project of the topic [env: LEDGER_PROJECT; default: tpu-ledger-local]"
+PROJECT_HELP = f"Google Cloud project of the topic [env: LEDGER_PROJECT; default: {defaults.PROJECT}]"
 TOPIC_HELP = "Pub/Sub topic of the fan-out [env: LEDGER_PUBSUB_TOPIC; default: ledger-events]"
 
 
@@ -137,7 +139,8 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
     per event and channel, even across crashes (a crash mid-delivery can lose that one
     message; it is then reported as uncertain, never sent twice).
     """
-    policy = load_policy(policy_path)
+    # The same reading as `ledger validate` and the watcher; any problem refuses to start.
+    policy = load_policy(policy_path).notify if policy_path else Policy().notify
     if not (webhook or policy.webhook or smtp):
         raise UsageError("nothing to notify with", hint="pass --webhook URL and/or --smtp HOST:PORT")
     store = store_from(ctx)

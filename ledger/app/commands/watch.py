@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from ledger import defaults
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
 from ledger.errors import LedgerError, UsageError
 from ledger.gitops.hook import install_hook
@@ -47,7 +48,7 @@ def _summary(report) -> str:  # noqa: ANN001
               help="Where mirrors of remote repositories live [default: ~/.cache/tpu-ledger/mirrors].")
 @click.option("--no-watchdog", is_flag=True, help="Poll only; no file system hints.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per ingest.")
-@click.option("--project", envvar="LEDGER_PROJECT", default="tpu-ledger-local", show_default=True,
+@click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
               help="Google Cloud project of the Pub/Sub topic [env: LEDGER_PROJECT].")
 @topic_option
 @click.pass_context

@@ -1,5 +1,6 @@
 """Approval: does a commit carry the approval `.ledger/policy.yaml` asks for? Pure functions.
 
+The rules are the policy's `approval` section (`ledger.spec.policy.ApprovalPolicy`).
 Two kinds of evidence, chosen by `approval.mode`:
 - `merge-commit`: the host's branch protection is trusted; a merge commit (or a squash
   commit) whose message names a pull/merge request counts, and its number is recorded.
@@ -13,15 +14,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ledger.spec.layout import CODEOWNERS_PATHS, POLICY_PATH
+from ledger.spec.policy import ApprovalPolicy
 
 APPROVAL_TRAILERS = ("approved-by", "reviewed-by")
-MODES = ("trailers", "merge-commit", "either")
-DEFAULT_APPROVAL: dict[str, Any] = {"mode": "either", "required": 1, "approvers": "codeowners"}
-CODEOWNERS_PATHS = (".github/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS", ".gitlab/CODEOWNERS")
-POLICY_PATH = ".ledger/policy.yaml"
 # Files that decide who may approve: a change to them must itself be approved.
 GOVERNING_PATHS = (POLICY_PATH, *CODEOWNERS_PATHS)
 
@@ -58,37 +57,6 @@ class Approval:
     reason: str = ""
     would_approve: tuple[str, ...] = ()  # who could approve, when not approved
     via: str = ""  # "trailers" | "merge-commit"
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalPolicy:
-    mode: str = "either"
-    required: int = 1
-    approvers: tuple[str, ...] | None = None  # None = CODEOWNERS
-    problems: tuple[str, ...] = field(default=())
-
-
-def parse_policy(policy: Mapping[str, Any] | None) -> ApprovalPolicy:
-    """The approval section of a policy dict; unknown values fall back to the strict default."""
-    section = dict(DEFAULT_APPROVAL)
-    problems: list[str] = []
-    raw = (policy or {}).get("approval") or {}
-    if isinstance(raw, Mapping):
-        section.update(raw)
-    else:
-        problems.append("approval: expected a mapping")
-    mode = str(section.get("mode", "either"))
-    if mode not in MODES:
-        problems.append(f"approval.mode {mode!r} unknown; using 'trailers'")
-        mode = "trailers"
-    try:
-        required = max(1, int(section.get("required", 1)))
-    except (TypeError, ValueError):
-        problems.append("approval.required must be a number; using 1")
-        required = 1
-    approvers = section.get("approvers", "codeowners")
-    listed = None if approvers == "codeowners" or approvers is None else tuple(str(a).strip() for a in approvers)
-    return ApprovalPolicy(mode, required, listed, tuple(problems))
 
 
 def parse_trailers(message: str) -> list[tuple[str, str]]:

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from ledger.gitops.policy import (
+from ledger.gitops.approval import (
     evaluate,
     owners_for,
     parse_codeowners,
     parse_identity,
-    parse_policy,
     parse_trailers,
     pull_request_number,
 )
+from ledger.spec.policy import ApprovalPolicy, parse_policy
+
+
+def approval(text: str) -> ApprovalPolicy:
+    policy, errors = parse_policy(text)
+    assert errors == ()
+    return policy.approval
 
 RULES = parse_codeowners("* @admin\n/jobs/alice/ @bob carol@lab.org  # alice's reviewers\njobs/*/big.yaml @lead\n")
 
@@ -34,7 +40,7 @@ def test_identity_tokens_match_handles_names_and_emails():
 
 
 def test_evaluate_trailers_counts_distinct_non_author_owners():
-    policy = parse_policy({"approval": {"mode": "trailers", "required": 2}})
+    policy = approval("approval: {mode: trailers, required: 2}")
     msg = "x\n\nApproved-by: Bob <bob@lab.org>\nApproved-by: Bob <bob@lab.org>\nReviewed-by: Carol <carol@lab.org>"
     ok = evaluate(policy, message=msg, parents=1, authors={"alice@lab.org"}, path="jobs/alice/a.yaml", codeowners=RULES)
     assert ok.ok and ok.approvers == ("Bob <bob@lab.org>", "Carol <carol@lab.org>")
@@ -44,7 +50,7 @@ def test_evaluate_trailers_counts_distinct_non_author_owners():
 
 
 def test_merge_commit_mode_needs_a_pull_request_number():
-    policy = parse_policy({"approval": {"mode": "merge-commit"}})
+    policy = approval("approval: {mode: merge-commit}")
     gh = evaluate(policy, message="Merge pull request #7 from a/b\n\nx", parents=2, authors=set(), path="p", codeowners=[])
     assert gh.ok and gh.pr == 7
     assert pull_request_number("Add thing (#12)", 1) == 12
@@ -54,7 +60,13 @@ def test_merge_commit_mode_needs_a_pull_request_number():
     assert not plain.ok
 
 
-def test_unknown_policy_values_fall_back_to_the_strict_default():
-    p = parse_policy({"approval": {"mode": "yolo", "required": "two"}})
-    assert p.mode == "trailers" and p.required == 1 and len(p.problems) == 2
-    assert parse_policy({"approval": {"approvers": ["@x"]}}).approvers == ("@x",)
+def test_a_broken_approval_block_falls_back_to_trailers_only():
+    policy, errors = parse_policy("approval:\n  mode: yolo\n  required: two\n")
+    assert [(m.line, m.pointer) for m in errors] == [(2, "/approval/mode"), (3, "/approval/required")]
+    # the host's merge button is not trusted while the block is broken
+    rules = policy.approval
+    assert (rules.mode, rules.required, rules.approvers) == ("trailers", 1, None)
+    merged = evaluate(rules, message="Merge pull request #7 from a/b\n\nx", parents=2, authors=set(),
+                      path="jobs/alice/a.yaml", codeowners=RULES)
+    assert not merged.ok
+    assert approval("approval: {approvers: ['@x']}").approvers == ("@x",)

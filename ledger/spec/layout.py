@@ -1,0 +1,27 @@
+"""Where things live in a jobs repository: every path the product knows, defined once.
+
+    jobs/<owner>/<name>.yaml      one file per job; the job id is <owner>/<name>
+    .ledger/policy.yaml           who approves, notifications, defaults and limits
+    .ledger/aliases.yaml          named shared TPUs and config aliases
+    CODEOWNERS                    who reviews which paths (looked up in CODEOWNERS_PATHS)
+
+`ledger validate`, the watcher, `ledger plan` and the notifier all read these names from
+here; the checks of an owner's or a job's name are in `ledger.spec.names`.
+"""
+
+from __future__ import annotations
+
+JOBS_DIR = "jobs"
+JOB_SUFFIXES = (".yaml", ".yml")  # `.yml` is recognised, then refused with a hint to rename
+LEDGER_DIR = ".ledger"
+POLICY_PATH = f"{LEDGER_DIR}/policy.yaml"
+ALIASES_PATH = f"{LEDGER_DIR}/aliases.yaml"
+CONFIG_FILES = (ALIASES_PATH, POLICY_PATH)  # the repository's own settings, checked first
+# Where a host looks for CODEOWNERS; the first one present wins (GitHub: .github/, the root,
+# then docs/; GitLab also reads .gitlab/).
+CODEOWNERS_PATHS = (".github/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS", ".gitlab/CODEOWNERS")
+
+
+def is_job_path(path: str) -> bool:
+    """True for repo-relative paths under jobs/ that look like job files (valid or not)."""
+    return path.startswith(JOBS_DIR + "/") and path.endswith(JOB_SUFFIXES)
