@@ -328,7 +328,11 @@ class UsageFold:
             j.phase = SETUP
 
     def _setup_failed(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._failed(j, t, {"final": d.get("final")})
+        self._close(j, t)
+        if not d.get("final"):
+            _interrupted(j, t)
+        elif j.status == LIVE:  # as in the job fold, a cancel under way stays one
+            _stop(j, ENDED)
 
     def _started(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
         self._close(j, t)
@@ -346,7 +350,7 @@ class UsageFold:
     def _failed(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
         self._close(j, t)
         if d.get("final"):
-            if j.status == LIVE:
+            if j.status in (LIVE, CANCELLING):  # the job fold ends even a cancelling job here
                 _stop(j, ENDED)
             return
         lost = self._lost(j, t)
