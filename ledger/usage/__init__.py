@@ -18,11 +18,12 @@ from ledger.usage.report import (
     UsageReport,
     UsageRow,
     family_of,
+    job_usage,
     pricing_name,
     summarize,
 )
 
 __all__ = [
     "CATEGORIES", "GROUPINGS", "HELD", "AccountKey", "Interval", "Prices", "UsageFold", "UsageReport", "UsageRow",
-    "chips_of", "family_of", "from_us", "pricing_name", "summarize", "to_us",
+    "chips_of", "family_of", "from_us", "job_usage", "pricing_name", "summarize", "to_us",
 ]

@@ -9,8 +9,9 @@ report says which prices it missed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ledger import tpu_types
 from ledger.usage.fold import (
@@ -23,6 +24,7 @@ from ledger.usage.fold import (
     RUNNING,
     SLOTS,
     AccountKey,
+    UsageFold,
 )
 
 GROUPINGS = ("owner", "job", "accelerator", "zone", "pricing", "attempt")
@@ -164,3 +166,13 @@ class _Costed:
         v = self.values
         return UsageRow(group, tuple(v[: len(CATEGORIES)]), v[PREEMPTIONS], v[LOST], v[RECOVERIES], v[RECOVER_US],
                         self.cost, self.ondemand, tuple(sorted(self.missing)))
+
+
+def job_usage(events: Iterable[Any], now: int, prices: Prices | None = None) -> UsageRow | None:
+    """One job's usage up to `now` (us) from its own events (objects with stream, type, time,
+    data and seq, as `Store.read_stream` returns them); None when it never waited or held."""
+    fold = UsageFold()
+    for e in events:
+        fold.apply(e.stream, e.type, e.time, e.data, seq=e.seq)
+    rows = summarize(fold.figures(now), "job", prices).rows
+    return rows[0] if rows else None

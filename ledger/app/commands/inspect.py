@@ -8,11 +8,11 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.commands.usage import accounting_line, job_usage
+from ledger.app.commands.usage import accounting_line
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
 from ledger.store import store_errors
-from ledger.usage import to_us
+from ledger.usage import job_usage, to_us
 
 
 @click.command("inspect")

@@ -8,17 +8,17 @@ import sys
 from datetime import UTC, datetime
 
 import click
+from rich import box
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
 from ledger.errors import UsageError
-from ledger.events import Event, format_time
+from ledger.events import format_time
 from ledger.replay import fold_rows, resolve_until
 from ledger.store import Store, store_errors
 from ledger.usage import (
     CATEGORIES,
     GROUPINGS,
-    Prices,
     UsageFold,
     UsageReport,
     UsageRow,
@@ -27,8 +27,8 @@ from ledger.usage import (
     to_us,
 )
 
-# Table and CSV columns after the group: (header, CSV name, the row's value).
-_HOURS = [("held", "held")] + [(c.replace("_", " "), c) for c in ("running", "setup", "provisioning", "recovering", "after_end", "waiting")]
+# Chip-hour figures in the order people read them: held, then what the holding went to, then waiting.
+_HOURS = ("held", "running", "setup", "provisioning", "recovering", "after_end", "waiting")
 
 
 def _moment(text: str, option: str) -> datetime:
@@ -79,15 +79,6 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
     return fold, now
 
 
-def job_usage(events: list[Event], now: int, prices: Prices | None = None) -> UsageRow | None:
-    """One job's accounting from its own events (`ledger inspect`)."""
-    fold = UsageFold()
-    for e in events:
-        fold.apply(e.stream, e.type, e.time, e.data, seq=e.seq)
-    rows = summarize(fold.figures(now), "job", prices).rows
-    return rows[0] if rows else None
-
-
 # -- presentation -----------------------------------------------------------------------------
 def chip_hours(value: float) -> str:
     if value == 0:
@@ -121,7 +112,7 @@ def missing_text(missing: tuple[str, ...]) -> str:
 
 def accounting_line(row: UsageRow) -> str:
     """A job's usage in one line: `ledger inspect` ends with it."""
-    parts = ", ".join(f"{name} {chip_hours(row.chip_hours(c))}" for name, c in _HOURS[1:-1] if row.chip_hours(c))
+    parts = ", ".join(f"{c.replace('_', ' ')} {chip_hours(row.chip_hours(c))}" for c in _HOURS[1:-1] if row.chip_hours(c))
     preemptions = f"{row.preemptions} preemption{'s' if row.preemptions != 1 else ''}"
     if row.preemptions:
         preemptions += f" (lost {chip_hours(row.lost_chip_hours)} chip-h)"
@@ -133,31 +124,45 @@ def accounting_line(row: UsageRow) -> str:
 
 
 def _cells(row: UsageRow) -> list[str]:
+    h = row.chip_hours
     return [
-        row.group, *(chip_hours(row.chip_hours(c)) for _, c in _HOURS), percent(row.goodput), str(row.preemptions),
-        chip_hours(row.lost_chip_hours), duration(row.mttr_s), money(row.cost), money(row.ondemand_cost),
+        row.group, chip_hours(h("held")), chip_hours(h("running")), chip_hours(h("setup") + h("provisioning")),
+        chip_hours(h("recovering")), chip_hours(h("after_end")), chip_hours(h("waiting")), percent(row.goodput),
+        str(row.preemptions), chip_hours(row.lost_chip_hours), duration(row.mttr_s), money(row.cost),
+        money(row.ondemand_cost),
     ]
 
 
+_TABLE_HEADERS = ("held", "running", "setup", "recovering", "after end", "waiting", "goodput", "preempted", "lost",
+                  "MTTR", "cost", "on demand")
+
+
 def usage_table(report: UsageReport, title: str) -> Table:
-    table = Table(title=title, title_justify="left", show_footer=bool(report.rows))
-    headers = [report.by, *(h for h, _ in _HOURS), "goodput", "preempt.", "lost", "MTTR", "cost", "on demand"]
+    """The table fits a 120-column terminal for ordinary figures: setup includes provisioning
+    here (--json and --csv keep them apart). Figures are never cut; headers wrap at spaces."""
+    body = [_cells(row) for row in report.rows]
     total = _cells(report.total)
-    for i, name in enumerate(headers):
-        table.add_column(name, footer=total[i] if i else "total", justify="left" if i == 0 else "right",
-                         no_wrap=i > 0, overflow="fold")
-    for row in report.rows:
-        table.add_row(*_cells(row))
+    table = Table(title=title, title_justify="left", show_footer=bool(body), box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
+    for i, name in enumerate((report.by, *_TABLE_HEADERS)):
+        widest = max(len(cells[i]) for cells in (*body, total))
+        if i:
+            table.add_column(name, footer=total[i], justify="right", overflow="fold",
+                             min_width=max(widest, *(len(word) for word in name.split())))
+        else:
+            table.add_column(name, footer="total", overflow="fold", min_width=min(widest, 16))
+    for cells in body:
+        table.add_row(*cells)
     return table
 
 
 def _csv(report: UsageReport) -> None:
     out = csv.writer(sys.stdout, lineterminator="\n")
-    out.writerow([report.by, *(f"{c}_chip_hours" for _, c in _HOURS), "goodput", "preemptions", "lost_chip_hours",
+    out.writerow([report.by, *(f"{c}_chip_hours" for c in _HOURS), "goodput", "preemptions", "lost_chip_hours",
                   "recoveries", "mttr_s", "cost_usd", "ondemand_usd", "missing_prices"])
     for row in report.rows:
         d = row.to_dict()
-        out.writerow([row.group, *(d["chip_hours"][c] for _, c in _HOURS), d["goodput"], row.preemptions,
+        out.writerow([row.group, *(d["chip_hours"][c] for c in _HOURS), d["goodput"], row.preemptions,
                       d["lost_chip_hours"], row.recoveries, d["mttr_s"], d["cost_usd"], d["ondemand_usd"],
                       " ".join(row.missing)])
 
@@ -179,9 +184,10 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     how many ran, what setup, waiting and recovering took, goodput, preemptions and the work
     they lost, mean time to recover, and cost when a price is known.
 
-    Columns are chip-hours: time weighed by the TPU's chips (waiting: by the chips asked
-    for). Held = provisioning + setup + running + recovering + after end; goodput =
-    running / held. docs/usage.md explains every column.
+    Figures are chip-hours: time weighed by the TPU's chips (waiting: by the chips asked
+    for). Held = running + setup (provisioning included) + recovering + after end;
+    goodput = running / held. --json and --csv give provisioning apart. docs/usage.md
+    explains every column.
 
     \b
     ledger usage                                        # everything so far, by owner
