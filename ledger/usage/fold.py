@@ -25,7 +25,8 @@ TPU's accelerator, zone and pricing model (for waiting: the ones the spec asks f
 
 Times are integer microseconds since the epoch, so sums are exact. An event whose time is
 earlier than the job's previous event (clocks of two writers) counts as happening at that
-previous time: one job's intervals never overlap and never run backwards.
+previous time: one job's intervals never overlap and never run backwards. (Only times the
+fold uses are parsed; an event whose time is not used changes nothing that a time bounds.)
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def chips_of(accelerator: str) -> int:
 
 
 def _text(value: Any, default: str = "") -> str:
-    return value if isinstance(value, str) and value else default
+    return value if value and type(value) is str else default
 
 
 def _int(value: Any, default: int) -> int:
@@ -114,7 +115,7 @@ class _Job:
     categories need)."""
 
     __slots__ = (
-        "id", "life", "status", "phase", "recovering", "recover_since", "attempt", "since", "last",
+        "id", "life", "status", "phase", "recovering", "recover_since", "attempt", "open", "since", "last",
         "want", "want_chips", "want_key", "tpu_name", "held", "held_chips", "held_key", "run_start",
         "checkpoint", "step", "suspect", "per_attempt",
     )
@@ -128,7 +129,10 @@ class _Job:
         self.recovering = False
         self.recover_since = 0
         self.attempt = 0
-        self.since = 0  # start of the open interval
+        # The open interval: what the job has been doing since `since` (category, account,
+        # chips), or None while nothing is counted.
+        self.open: tuple[int, AccountKey, int] | None = None
+        self.since = 0
         self.last = 0  # time of the job's latest event (times never run backwards)
         self.want: tuple[str, str, str] = ("", "", "ondemand")  # accelerator, zone, pricing asked for
         self.want_chips = 0
@@ -154,6 +158,9 @@ class UsageFold:
     `per_attempt` keeps one account per attempt instead of one per job submission.
     `keep_intervals` also records every interval (memory grows with the ledger: for tests
     and single jobs).
+
+    An interval ends only when what the job does changes (its category, account or chips),
+    so intervals are as long as they can be: events that change nothing split nothing.
     """
 
     def __init__(self, since: int | None = None, until: int | None = None, *,
@@ -176,8 +183,8 @@ class UsageFold:
         yields them (`decoded`: data is already a dict). Types the accounting ignores are
         skipped before their time or data is even parsed, and data is decoded only for the
         types whose handler reads it."""
-        handlers, needs, jobs, per_attempt = _HANDLERS, _NEEDS_DATA, self.jobs, self.per_attempt
-        parse, epoch, us = datetime.fromisoformat, _EPOCH, _US
+        handlers, needs, timed, jobs, per_attempt = _HANDLERS, _NEEDS_DATA, _NEEDS_TIME, self.jobs, self.per_attempt
+        at, where_of, close = _at, _where, self._close
         loads = _as_is if decoded else _loads
         seq = 0
         try:
@@ -188,12 +195,16 @@ class UsageFold:
                 job = jobs.get(stream)
                 if job is None:
                     job = jobs[stream] = _Job(stream, per_attempt)
-                t = (parse(time_) - epoch) // us
-                if t < job.last:
-                    t = job.last
-                else:
-                    job.last = t
+                # An event's time is parsed only when it is used: by the handlers that note
+                # times, or to end an interval. Most events change neither.
+                t = at(job, time_) if type_ in timed else None
                 handler(self, job, t, loads(data) if type_ in needs else _NO_DATA)
+                where = where_of(job)
+                if where != job.open:
+                    if t is None:
+                        t = at(job, time_)
+                    close(job, t)
+                    job.open, job.since = where, t
         finally:
             if seq:
                 self.position = seq
@@ -219,11 +230,11 @@ class UsageFold:
         """The interval each job is in, as it would close at `now` (within the window)."""
         found = []
         for job in self.jobs.values():
-            where = self._where(job)
-            if where is not None and where[2]:
+            if job.open is not None and job.open[2]:
                 start, end = max(job.since, self.lo), min(now, self.hi)
                 if end > start:
-                    found.append(Interval(where[1], where[0], start, end, where[2]))
+                    category, key, chips = job.open
+                    found.append(Interval(key, category, start, end, chips))
         return found
 
     def checkpoint_of(self, job_id: str) -> tuple[int, int] | None:
@@ -233,33 +244,14 @@ class UsageFold:
             return None
         return job.attempt, job.step
 
-    # -- the categories ---------------------------------------------------------------------
-    def _where(self, j: _Job) -> tuple[int, AccountKey, int] | None:
-        """(category, account, chips) of what job `j` is doing now, or None (not counted)."""
-        if j.status != LIVE:
-            if j.tpu_name is None or j.status == NEW:
-                return None
-            return AFTER_END, _held_key(j), j.held_chips
-        if j.tpu_name is None or j.phase == WAITING:
-            return WAITING, _want_key(j), j.want_chips
-        return (RECOVERING if j.recovering else j.phase), _held_key(j), j.held_chips
-
-    def _account(self, key: AccountKey) -> list[int]:
-        values = self.accounts.get(key)
-        if values is None:
-            values = self.accounts[key] = [0] * SLOTS
-        return values
-
+    # -- intervals and counts -------------------------------------------------------------------
     def _close(self, j: _Job, t: int) -> None:
-        """End job `j`'s open interval at `t`: what it is doing is about to change."""
-        start, j.since = j.since, t
-        if t <= start:
+        """Count job `j`'s open interval, [since, t), inside the window."""
+        if j.open is None:
             return
-        where = self._where(j)
-        if where is None:
-            return
-        category, key, chips = where
-        a, b = max(start, self.lo), min(t, self.hi)
+        category, key, chips = j.open
+        a = j.since if j.since > self.lo else self.lo
+        b = t if t < self.hi else self.hi
         if b > a and chips:
             values = self.accounts.get(key)
             if values is None:
@@ -268,6 +260,12 @@ class UsageFold:
             if self.intervals is not None:
                 self.intervals.append(Interval(key, category, a, b, chips))
 
+    def _account(self, key: AccountKey) -> list[int]:
+        values = self.accounts.get(key)
+        if values is None:
+            values = self.accounts[key] = [0] * SLOTS
+        return values
+
     def _count(self, key: AccountKey, t: int, slot: int, amount: int, slot2: int, amount2: int) -> None:
         """Add to two of an account's counters for what happened at `t`, if inside the window."""
         if self.lo <= t <= self.hi:
@@ -275,32 +273,28 @@ class UsageFold:
             values[slot] += amount
             values[slot2] += amount2
 
-    # -- what each event means ----------------------------------------------------------------
-    def _submitted(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
+    # -- what each event means: each changes the job's state; apply_rows then closes the open
+    # -- interval if what the job does changed. They read the state as it was before the event.
+    def _submitted(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         # A new life, as the job fold starts one: a TPU still held by the previous life is
         # no longer the job's (the job fold forgets it too, and the planner collects it).
-        self._close(j, t)
         j.life += 1
         j.status, j.phase, j.recovering, j.attempt = LIVE, WAITING, False, 0
         j.tpu_name = j.held_key = j.run_start = j.checkpoint = j.step = j.suspect = None
         _want(j, d.get("spec"))
 
-    def _spec_updated(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._close(j, t)
+    def _spec_updated(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         _want(j, d.get("spec"))
 
-    def _cancel_requested(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
+    def _cancel_requested(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         if j.status == LIVE:
-            self._close(j, t)
             _stop(j, CANCELLING)
 
-    def _queued(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        if j.status == LIVE and j.phase != WAITING:
-            self._close(j, t)
+    def _queued(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
+        if j.status == LIVE:
             j.phase = WAITING
 
-    def _provisioning(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._close(j, t)
+    def _provisioning(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         attempt = _int(d.get("attempt"), j.attempt)
         if attempt != j.attempt:
             j.attempt, j.want_key, j.held_key = attempt, None, None
@@ -308,47 +302,40 @@ class UsageFold:
         if j.status == LIVE:
             j.phase = PROVISIONING
 
-    def _provisioned(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._close(j, t)
+    def _provisioned(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         _take(j, d.get("tpu"))
         if j.status == LIVE:
             j.phase = SETUP
 
-    def _provision_failed(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
+    def _provision_failed(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         if j.status == LIVE:
-            self._close(j, t)
             if d.get("final"):
                 _stop(j, ENDED)
             else:
                 j.phase = WAITING
 
-    def _setup(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        if j.status == LIVE and j.phase != SETUP:
-            self._close(j, t)
+    def _setup(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
+        if j.status == LIVE:
             j.phase = SETUP
 
     def _setup_failed(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._close(j, t)
         if not d.get("final"):
             _interrupted(j, t)
         elif j.status == LIVE:  # as in the job fold, a cancel under way stays one
             _stop(j, ENDED)
 
     def _started(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._close(j, t)
-        j.phase, j.run_start, j.checkpoint, j.step, j.suspect = RUNNING, t, None, None, None
         if j.status == LIVE and j.recovering:
             j.recovering = False
             self._count(_current_key(j), t, RECOVERIES, 1, RECOVER_US, t - j.recover_since)
+        j.phase, j.run_start, j.checkpoint, j.step, j.suspect = RUNNING, t, None, None, None
 
     def _preempted(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._close(j, t)
         self._count(_current_key(j), t, PREEMPTIONS, 1, LOST, self._lost(j, t))
         j.suspect = None
         _interrupted(j, t)
 
     def _failed(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._close(j, t)
         if d.get("final"):
             if j.status in (LIVE, CANCELLING):  # the job fold ends even a cancelling job here
                 _stop(j, ENDED)
@@ -365,42 +352,62 @@ class UsageFold:
         since = j.checkpoint if j.checkpoint is not None else j.run_start
         return max(0, min(t, self.hi) - max(since, self.lo)) * j.held_chips
 
-    def _recovery(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
+    def _recovery(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         # `resumed` / `rerun`: a new attempt begins, on the same TPU or (after the old one was
         # released) on a new one; or `ledger resume`/`rerun` revives an ended job.
-        self._close(j, t)
         if j.suspect is not None and d.get("kind") == "preempted":
             # The failure was the preemption, seen first from the host's side.
             when, lost, key = j.suspect
             self._count(key, when, PREEMPTIONS, 1, LOST, lost)
         j.suspect = None
-        j.attempt = _int(d.get("attempt"), j.attempt + 1)
-        j.want_key = j.held_key = None
+        attempt = _int(d.get("attempt"), j.attempt + 1)
+        if attempt != j.attempt:
+            j.attempt, j.want_key, j.held_key = attempt, None, None
         if j.status == ENDED:
             j.status, j.recovering = LIVE, False
         j.phase, j.run_start, j.checkpoint, j.step = SETUP, None, None, None
 
-    def _ended(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
+    def _ended(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         if j.status in (LIVE, CANCELLING):
-            self._close(j, t)
             _stop(j, ENDED)
 
-    def _released(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
+    def _released(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         tpu = d.get("tpu")
         name = tpu.get("name") if isinstance(tpu, Mapping) else d.get("name")
         if j.tpu_name is not None and (name is None or name == j.tpu_name):
-            self._close(j, t)
             j.tpu_name = j.held_key = None
 
     def _checkpointed(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        # No interval closes: a checkpoint changes what a preemption would lose, not what
-        # the job is doing.
+        # A checkpoint changes what a preemption would lose, not what the job is doing.
         if j.status == LIVE and j.phase == RUNNING and j.run_start is not None \
                 and _int(d.get("attempt"), j.attempt) == j.attempt:
             j.checkpoint, j.step = t, _int(d.get("step"), j.step or 0)
 
 
 # -- small pure helpers on one job's accounting state ---------------------------------------
+def _at(j: _Job, time: str) -> int:
+    """An event's time in us, never before the job's previous one."""
+    t = (_parse(time) - _EPOCH) // _US
+    if t < j.last:
+        return j.last
+    j.last = t
+    return t
+
+
+_parse = datetime.fromisoformat
+
+
+def _where(j: _Job) -> tuple[int, AccountKey, int] | None:
+    """(category, account, chips) of what job `j` is doing now, or None (not counted)."""
+    if j.status != LIVE:
+        if j.tpu_name is None or j.status == NEW:
+            return None
+        return AFTER_END, j.held_key or _held_key(j), j.held_chips
+    if j.tpu_name is None or j.phase == WAITING:
+        return WAITING, j.want_key or _want_key(j), j.want_chips
+    return (RECOVERING if j.recovering else j.phase), j.held_key or _held_key(j), j.held_chips
+
+
 def _held_key(j: _Job) -> AccountKey:
     key = j.held_key
     if key is None:
@@ -437,9 +444,14 @@ def _take(j: _Job, tpu: Any) -> None:
     if not isinstance(tpu, Mapping):
         return
     name = _text(tpu.get("name"), "?")
+    if name == j.tpu_name and tpu.get("accelerator", j.held[0]) == j.held[0] \
+            and tpu.get("zone", j.held[1]) == j.held[1] and "pricing" not in tpu:
+        return  # the TPU held, as known (provisioned after its provisioning)
     base = j.held if name == j.tpu_name else j.want
-    j.held = (_text(tpu.get("accelerator"), base[0]), _text(tpu.get("zone"), base[1]), _text(tpu.get("pricing"), base[2]))
-    j.tpu_name, j.held_chips, j.held_key = name, chips_of(j.held[0]), None
+    held = (_text(tpu.get("accelerator"), base[0]), _text(tpu.get("zone"), base[1]), _text(tpu.get("pricing"), base[2]))
+    j.tpu_name = name
+    if held != j.held:  # the account changes only with what the TPU is
+        j.held, j.held_chips, j.held_key = held, chips_of(held[0]), None
 
 
 def _interrupted(j: _Job, t: int) -> None:
@@ -493,3 +505,6 @@ _NEEDS_DATA = frozenset(_HANDLERS) - {
     "cancel_requested", "queued", "setup_started", "setup_done", "started", "preempted", "finished", "cancelled",
 }
 _NO_DATA: Mapping[str, Any] = {}
+# Types whose handler notes the event's time (the others get None; their time is parsed
+# only when the job's interval changes).
+_NEEDS_TIME = frozenset({"started", "preempted", "failed", "setup_failed", "checkpointed"})

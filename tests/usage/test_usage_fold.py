@@ -157,8 +157,7 @@ def test_per_attempt_accounts_and_intervals():
         (1, RUNNING, to_us(at("10:21")), to_us(at("11:00")), 16),
         (1, RECOVERING, to_us(at("11:00")), to_us(at("11:01")), 16),
         (2, WAITING, to_us(at("11:01")), to_us(at("11:05")), 16),
-        (2, RECOVERING, to_us(at("11:05")), to_us(at("11:08")), 16),
-        (2, RECOVERING, to_us(at("11:08")), to_us(at("11:13")), 16),
+        (2, RECOVERING, to_us(at("11:05")), to_us(at("11:13")), 16),  # provisioning, setup: one stretch
         (2, RUNNING, to_us(at("11:13")), to_us(at("12:13")), 16),
         (2, AFTER_END, to_us(at("12:13")), to_us(at("12:15")), 16),
     ]
