@@ -9,6 +9,7 @@ report says which prices it missed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +33,13 @@ US_PER_HOUR = 3_600_000_000
 Prices = Mapping[tuple[str, str], float]
 
 
+@functools.lru_cache(maxsize=256)
 def pricing_name(text: str) -> str:
     """One spelling per pricing model: 'on-demand', 'On_Demand' and 'ondemand' are one."""
     return "".join(c for c in text.lower() if c.isalnum())
 
 
+@functools.lru_cache(maxsize=256)
 def family_of(accelerator: str) -> str:
     kind = tpu_types.lookup(accelerator)
     if kind is not None:
