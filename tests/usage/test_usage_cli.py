@@ -69,6 +69,9 @@ def test_until_a_seq_and_since(ledger_file):
     # the same question asked as a time gives the same answer
     again = json.loads(run(ledger_file, "usage", "--since", "2026-03-02T10:30:00Z", "--until", "2026-03-02T11:00:00Z", "--json"))
     assert again["rows"] == out["rows"]
+    # a seq beyond the head is the head, standing at its last event's time
+    beyond = json.loads(run(ledger_file, "usage", "--until", "99999", "--json"))
+    assert (beyond["position"], beyond["until"]) == (len(EVENTS) - 2, at("12:15"))
 
 
 def test_table_csv_and_missing_prices(ledger_file):

@@ -66,8 +66,9 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
     if until is None:
         hi, now = None, to_us(datetime.now(UTC))
     elif until.isdigit():
-        last = next(iter(store.read_all(max(position - 1, 0), limit=1)), None) if position else None
-        hi = now = to_us(last.time) if last else 0
+        position = min(int(until), store.head())
+        last = next(iter(store.read_all(position - 1, limit=1)), None) if position else None
+        hi = now = to_us(last.time) if last else to_us(datetime.now(UTC))
     else:
         hi = to_us(_moment(until, "--until"))
         now = min(hi, to_us(datetime.now(UTC)))
