@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thr
 from ledger.fold import FINISHED, RUNNING, JobState, replay
 from ledger.gitops import Watcher
 from ledger.store import open_store
+from ledger.usage import UsageRow, job_usage, to_us
 from reconciler.remote import layout
 
 JOB_ID = "alice/demo-pod"
@@ -95,6 +97,7 @@ class DemoResult:
     pubsub: bool = False
     log_dir: Path | None = None
     store_url: str = ""
+    usage: UsageRow | None = None
 
 
 def _git(args: list[str], cwd: Path, who: tuple[str, str] = ("Alice Ng", "alice@lab.example")) -> str:
@@ -119,6 +122,14 @@ def _types(store_url: str, job_id: str) -> list[str]:
     store = open_store(store_url)
     try:
         return [e.type for e in store.read_stream(job_id) if e.type not in ("action_intent", "action_outcome")]
+    finally:
+        store.close()
+
+
+def _usage(store_url: str, job_id: str) -> UsageRow | None:
+    store = open_store(store_url)
+    try:
+        return job_usage(store.read_stream(job_id), to_us(datetime.now(UTC)))
     finally:
         store.close()
 
@@ -258,6 +269,10 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
     verify = _ledger(["verify"], store_url)
     if verify.returncode != 0:
         result.problems.append(f"ledger verify failed: {verify.stdout}{verify.stderr}")
+    # The accounting must show what the preemption cost: one preemption, and the work lost.
+    result.usage = _usage(store_url, JOB_ID)
+    if result.usage is None or result.usage.preemptions != 1 or not result.usage.lost_us:
+        result.problems.append(f"usage of {JOB_ID} should show 1 preemption and its lost work, got {result.usage}")
     result.ok = not result.problems
     return result
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "list": "list:list_cmd",
     "logs": "logs:logs",
     "tail": "fanout:tail_cmd",
+    "usage": "usage:usage_cmd",
     # the ledger's integrity and portability
     "verify": "verify:verify_cmd",
     "export": "export:export_cmd",

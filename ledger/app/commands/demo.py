@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ledger.app.commands.common import console
+from ledger.app.commands.usage import chip_hours
 from ledger.app.demo import EXPECTED, JOB_ID, _ledger, run_demo
 from ledger.errors import LedgerError
 
@@ -36,20 +37,27 @@ def demo(workdir: Path | None, pubsub: bool | None, timeout: float) -> None:
     except (RuntimeError, TimeoutError) as exc:
         raise LedgerError(f"demo stopped: {exc}", hint=f"everything it started was stopped; files are in {workdir}") from exc
     out.print()
-    for title, args in (("ledger inspect " + JOB_ID, ["inspect", JOB_ID]), ("ledger list", ["list"]), ("ledger verify", ["verify"])):
+
+    def show(title: str, args: list[str]) -> None:
         shown = _ledger(args, result.store_url)
         out.print(f"[bold]$ {title}[/]")
         click.echo(shown.stdout.rstrip() or shown.stderr.rstrip())
         out.print()
+
+    for title, args in (("ledger inspect " + JOB_ID, ["inspect", JOB_ID]), ("ledger list", ["list"]), ("ledger verify", ["verify"])):
+        show(title, args)
     out.print(f"ledger: {result.store_url}")
     out.print(f"logs:   {result.log_dir}/{JOB_ID}/<attempt>/")
-    out.print(f"        ledger --store {result.store_url} logs {JOB_ID} --attempt 2 --log-dir {result.log_dir}")
+    out.print(f"        ledger --store {result.store_url} logs {JOB_ID} --attempt 2 --log-dir {result.log_dir}\n")
+    # Last, what it all cost: chip-hours, the preemption and the work it lost.
+    show("ledger usage --by job", ["usage", "--by", "job"])
     if result.ok:
-        out.print(f"\n[bold green]demo passed[/] in {result.seconds:.0f} s: {len(EXPECTED)} events in order, "
-                  f"attempt {result.attempt} resumed from step {result.resumed_from}, unreviewed job rejected"
+        out.print(f"[bold green]demo passed[/] in {result.seconds:.0f} s: {len(EXPECTED)} events in order, "
+                  f"attempt {result.attempt} resumed from step {result.resumed_from}, unreviewed job rejected, "
+                  f"the preemption's lost work accounted ({chip_hours(result.usage.lost_chip_hours) if result.usage else '?'} chip-h)"
                   + (", fanned out over the Pub/Sub emulator" if result.pubsub else ""))
         return
-    out.print("\n[bold red]demo failed[/]:")
+    out.print("[bold red]demo failed[/]:")
     for problem in result.problems:
         out.print(f"  - {problem}")
     raise SystemExit(1)

@@ -1,0 +1,221 @@
+"""`ledger usage`: who used how many chip-hours, how much of it was useful, what preemptions
+cost, and what it would have cost on demand. docs/usage.md explains every column."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from datetime import UTC, datetime
+
+import click
+from rich import box
+from rich.table import Table
+
+from ledger.app.commands.common import console, print_json, store_from
+from ledger.errors import UsageError
+from ledger.events import format_time
+from ledger.replay import fold_rows, no_cyclic_gc, resolve_until
+from ledger.store import Store, store_errors
+from ledger.usage import (
+    CATEGORIES,
+    GROUPINGS,
+    UsageFold,
+    UsageReport,
+    UsageRow,
+    from_us,
+    summarize,
+    to_us,
+)
+
+# Chip-hour figures in the order people read them: held, then what the holding went to, then waiting.
+_HOURS = ("held", "running", "setup", "provisioning", "recovering", "after_end", "waiting")
+
+
+def _moment(text: str, option: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{option} {text!r} is not an ISO time", hint=f"e.g. {option} 2026-03-01T00:00:00Z") from None
+    if moment.tzinfo is None:
+        raise UsageError(f"{option} {text!r} has no time zone", hint=f"add Z for UTC, e.g. {option} 2026-03-01T00:00:00Z")
+    return moment
+
+
+def parse_prices(specs: tuple[str, ...]) -> dict[tuple[str, str], float]:
+    """`--price v4/spot=1.2` options as a price table."""
+    table: dict[tuple[str, str], float] = {}
+    for spec in specs:
+        key, _, usd = spec.partition("=")
+        family, _, pricing = key.partition("/")
+        try:
+            value = float(usd)
+        except ValueError:
+            value = -1.0
+        if not family or not pricing or not value >= 0:
+            raise UsageError(f"--price {spec!r} is not FAMILY/PRICING=USD", hint="e.g. --price v4/spot=1.2, in USD per chip-hour")
+        table[family, pricing] = value
+    return table
+
+
+def fold_usage(store: Store, since: str | None, until: str | None, *, per_attempt: bool = False) -> tuple[UsageFold, int]:
+    """The accounting fold over the ledger up to `until` (a seq or an ISO time, as
+    `ledger replay --until`), and the moment the report stands at (us): `until`'s time, the
+    time of event `until`, or now. The same ledger and options give the same report forever."""
+    position = resolve_until(store, until)
+    lo = to_us(_moment(since, "--since")) if since else None
+    if until is None:
+        hi, now = None, to_us(datetime.now(UTC))
+    elif until.isdigit():
+        position = min(int(until), store.head())
+        last = next(iter(store.read_all(position - 1, limit=1)), None) if position else None
+        hi = now = to_us(last.time) if last else to_us(datetime.now(UTC))
+    else:
+        hi = to_us(_moment(until, "--until"))
+        now = min(hi, to_us(datetime.now(UTC)))
+    if lo is not None and lo > now:
+        raise UsageError(f"--since {since} is after the report's end ({format_time(from_us(now))})",
+                         hint="--since must come before --until (and before now)")
+    fold = UsageFold(lo, hi, per_attempt=per_attempt)
+    with no_cyclic_gc():  # a million rows make no cycles, but set off collections of every job
+        fold.apply_rows(fold_rows(store, 0, position))
+    return fold, now
+
+
+# -- presentation -----------------------------------------------------------------------------
+def chip_hours(value: float) -> str:
+    if value == 0:
+        return "0"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}" if value >= 0.001 else "<0.001"  # a demo's seconds on a TPU
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def money(usd: float | None) -> str:
+    return "?" if usd is None else f"${usd:,.2f}"
+
+
+def percent(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.1f}%"
+
+
+def missing_text(missing: tuple[str, ...]) -> str:
+    return f"no price for {', '.join(missing)}"
+
+
+def accounting_line(row: UsageRow) -> str:
+    """A job's usage in one line: `ledger inspect` ends with it."""
+    parts = ", ".join(f"{c.replace('_', ' ')} {chip_hours(row.chip_hours(c))}" for c in _HOURS[1:-1] if row.chip_hours(c))
+    preemptions = f"{row.preemptions} preemption{'s' if row.preemptions != 1 else ''}"
+    if row.preemptions:
+        preemptions += f" (lost {chip_hours(row.lost_chip_hours)} chip-h)"
+    cost = (f"cost {money(row.cost)}, on demand {money(row.ondemand_cost)}" if not row.missing
+            else f"cost: {missing_text(row.missing)}")
+    return (f"usage: {chip_hours(row.chip_hours('held'))} chip-h held ({parts or 'nothing'}), "
+            f"waiting {chip_hours(row.chip_hours('waiting'))}; goodput {percent(row.goodput)}; {preemptions}; "
+            f"mean time to recover {duration(row.mttr_s)}; {cost}")
+
+
+def _cells(row: UsageRow) -> list[str]:
+    h = row.chip_hours
+    return [
+        row.group, chip_hours(h("held")), chip_hours(h("running")), chip_hours(h("setup") + h("provisioning")),
+        chip_hours(h("recovering")), chip_hours(h("after_end")), chip_hours(h("waiting")), percent(row.goodput),
+        str(row.preemptions), chip_hours(row.lost_chip_hours), duration(row.mttr_s), money(row.cost),
+        money(row.ondemand_cost),
+    ]
+
+
+_TABLE_HEADERS = ("held", "running", "setup", "recovering", "after end", "waiting", "goodput", "preempted", "lost",
+                  "MTTR", "cost", "on demand")
+
+
+def usage_table(report: UsageReport, title: str) -> Table:
+    """The table fits a 120-column terminal for ordinary figures: setup includes provisioning
+    here (--json and --csv keep them apart). Figures are never cut; headers wrap at spaces."""
+    body = [_cells(row) for row in report.rows]
+    total = _cells(report.total)
+    table = Table(title=title, title_justify="left", show_footer=bool(body), box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
+    for i, name in enumerate((report.by, *_TABLE_HEADERS)):
+        widest = max(len(cells[i]) for cells in (*body, total))
+        if i:
+            table.add_column(name, footer=total[i], justify="right", overflow="fold",
+                             min_width=max(widest, *(len(word) for word in name.split())))
+        else:
+            table.add_column(name, footer="total", overflow="fold", min_width=min(widest, 16))
+    for cells in body:
+        table.add_row(*cells)
+    return table
+
+
+def _csv(report: UsageReport) -> None:
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow([report.by, *(f"{c}_chip_hours" for c in _HOURS), "goodput", "preemptions", "lost_chip_hours",
+                  "recoveries", "mttr_s", "cost_usd", "ondemand_usd", "missing_prices"])
+    for row in report.rows:
+        d = row.to_dict()
+        out.writerow([row.group, *(d["chip_hours"][c] for c in _HOURS), d["goodput"], row.preemptions,
+                      d["lost_chip_hours"], row.recoveries, d["mttr_s"], d["cost_usd"], d["ondemand_usd"],
+                      " ".join(row.missing)])
+
+
+@click.command("usage")
+@click.option("--since", metavar="ISO-TIME", help="Count only what happened from this UTC time on (e.g. 2026-03-01T00:00:00Z).")
+@click.option("--until", metavar="SEQ|ISO-TIME",
+              help="The report as it stood at this seq or UTC time, from the ledger up to it (as `replay --until`): "
+                   "last month's report reads the same forever.")
+@click.option("--by", type=click.Choice(GROUPINGS), default="owner", show_default=True, help="One row per ...")
+@click.option("--price", "prices", multiple=True, metavar="FAMILY/PRICING=USD",
+              help="USD per chip-hour for an accelerator family and pricing model, e.g. --price v4/spot=1.2; repeat for more.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (chip-hours, seconds, USD).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV, for a spreadsheet.")
+@click.pass_context
+def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str, prices: tuple[str, ...],
+              as_json: bool, as_csv: bool) -> None:
+    """Chip-hours per owner (or job, accelerator, zone, pricing, attempt): how many were held,
+    how many ran, what setup, waiting and recovering took, goodput, preemptions and the work
+    they lost, mean time to recover, and cost when a price is known.
+
+    Figures are chip-hours: time weighed by the TPU's chips (waiting: by the chips asked
+    for). Held = running + setup (provisioning included) + recovering + after end;
+    goodput = running / held. --json and --csv give provisioning apart. docs/usage.md
+    explains every column.
+
+    \b
+    ledger usage                                        # everything so far, by owner
+    ledger usage --since 2026-03-01T00:00:00Z --until 2026-04-01T00:00:00Z --by job
+    ledger usage --by accelerator --price v4/spot=1.2 --price v4/ondemand=3.2
+    ledger usage --json | jq '.total.goodput'
+    """
+    if as_json and as_csv:
+        raise UsageError("--json and --csv are two ways to print the same report", hint="pick one")
+    table = parse_prices(prices)
+    store = store_from(ctx)
+    with store_errors(store.url):
+        fold, now = fold_usage(store, since, until, per_attempt=by == "attempt")
+    report = summarize(fold.figures(now), by, table)
+    span = (format_time(from_us(fold.lo)) if since else None, format_time(from_us(now)))
+    if as_json:
+        print_json({"by": by, "since": span[0], "until": span[1], "position": fold.position,
+                    "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
+                    "total": report.total.to_dict(), "missing_prices": list(report.missing)})
+        return
+    if as_csv:
+        _csv(report)
+        return
+    out = console()
+    title = f"usage by {by} in chip-hours, {span[0] or 'from the start'} .. {span[1]} (up to seq {fold.position})"
+    out.print(usage_table(report, title))
+    if report.missing:
+        out.print(f"{missing_text(report.missing)}: their costs show '?'. "
+                  f"Give them with --price FAMILY/PRICING=USD per chip-hour.")
