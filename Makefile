@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test demo bench lint schemas clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ledger_bench.py
+
+# The event schema is generated from the classes in ledger/events/ (never edited by hand).
+schemas: $(STAMP)
+	$(BIN)/python scripts/event_schema.py
 
 # ruff, and the layers as import contracts (.importlinter; docs/architecture.md).
 lint: $(STAMP)

@@ -2,8 +2,9 @@
 
 Checked for every event, in seq order: seq is contiguous from 1; prev_hash is the previous
 event's hash; hash is sha256(prev_hash + canonical(envelope without hash)), rebuilt from the
-stored columns; the stream's version is contiguous from 1; the envelope matches
-schemas/event.schema.json; and the transition is legal for the job (fold anomalies).
+stored columns; the stream's version is contiguous from 1; the envelope and its data fit the
+event classes (ledger/events; schemas/event.schema.json is generated from them); and the
+transition is legal for the job (fold anomalies).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from ledger import fold
 from ledger.events import GENESIS_HASH, body_text, row_hash
-from ledger.schema import RowChecker
+from ledger.events.schema import RowChecker
 
 PROGRESS_EVERY = 20_000
 
@@ -111,13 +112,6 @@ def verify_rows(
 def verify_store(store, **kwargs) -> Report:
     from ledger.replay import no_cyclic_gc
 
-    rows = store.raw_rows() if hasattr(store, "raw_rows") else (_row_of(e) for e in store.read_all())
+    rows = store.raw_rows() if hasattr(store, "raw_rows") else (e.row() for e in store.read_all())
     with no_cyclic_gc():
         return verify_rows(rows, **kwargs)
-
-
-def _row_of(event) -> tuple:
-    from ledger.events import dumps
-
-    return (event.seq, event.stream, event.version, event.type, event.time, dumps(event.actor), event.id,
-            event.causation, dumps(event.data), event.prev_hash, event.hash)

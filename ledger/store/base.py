@@ -33,7 +33,7 @@ def check_stream(stream: str) -> None:
 
 def check_type(type_: str) -> None:
     if type_ not in _KNOWN_TYPES:
-        raise UsageError(f"unknown event type {type_!r}", hint="add it to ledger.events.EVENT_TYPES and schemas/event.schema.json")
+        raise UsageError(f"unknown event type {type_!r}", hint="event types are the data classes in ledger/events/data.py")
 
 
 @dataclass(frozen=True, slots=True)

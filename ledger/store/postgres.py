@@ -29,14 +29,22 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from json.encoder import encode_basestring as _json_str  # json.dumps' own string escaping
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
 from ledger.errors import ConflictError, StoreError, UsageError
-from ledger.events import GENESIS_HASH, Event, NewEvent, body_text, dumps, now, row_hash
+from ledger.events import (
+    GENESIS_HASH,
+    Event,
+    NewEvent,
+    body_around,
+    body_text,
+    dumps,
+    now,
+    row_hash,
+)
 from ledger.store.base import (
     FORMAT_VERSION,
     AppendResult,
@@ -451,7 +459,6 @@ class PostgresStore:
             streams.append(stream)
             expected.append(exp)
             counts.append(len(events))
-            quoted_stream = _json_str(stream)
             first = len(ids)
             for new in events:
                 check_type(new.type)
@@ -462,7 +469,6 @@ class PostgresStore:
                     cached = encoded[id(new.actor)] = (new.actor, dumps(new.actor))
                 actor = cached[1]
                 data = dumps(new.data)
-                causation = "null" if new.causation is None else _json_str(new.causation)
                 ids.append(id_)
                 keyed.append(id_ if new.key is not None else None)
                 types.append(new.type)
@@ -471,8 +477,9 @@ class PostgresStore:
                 causations.append(new.causation)
                 datas.append(data)
                 # canonical(envelope) around prev_hash, seq and version; see append_batches.
-                pres.append(f'{{"actor":{actor},"causation":{causation},"data":{data},"id":{_json_str(id_)},"prev_hash":"')
-                posts.append(f',"stream":{quoted_stream},"time":{_json_str(time_)},"type":{_json_str(new.type)},"version":')
+                pre, post = body_around(stream, new.type, time_, actor, id_, new.causation, data)
+                pres.append(pre)
+                posts.append(post)
             if len(set(ids[first:])) != len(ids) - first:
                 raise UsageError(f"a batch for stream {stream!r} repeats an idempotency key")
         with self._lock:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ledger import fold
 from ledger.errors import UsageError
+from ledger.events.schema import validate_event
 from ledger.replay import (
     decode_state,
     encode_state,
@@ -19,7 +20,6 @@ from ledger.replay import (
     resolve_until,
     save_snapshot,
 )
-from ledger.schema import validate_event
 from tests.ledger.strategies import event_batches
 
 PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
