@@ -1,8 +1,8 @@
 """What each event type carries in `data`: one typed class per type, the one source of truth.
 
-Writers construct these classes; `NewEvent` checks and encodes them; `ledger verify` decodes
-each stored `data` with them (msgspec validates while it decodes, in C); the published
-`schemas/event.schema.json` is generated from them (`ledger.events.schema.event_schema`).
+Writers construct these classes; `NewEvent` checks and encodes them; `ledger verify` checks
+each stored `data` against them (msgspec, in C, once per distinct stored text); the
+published `schemas/event.schema.json` is generated from them (`ledger.events.schema`).
 So a writer cannot record what verify rejects, and the schema cannot drift from the code.
 
 Conventions:
@@ -14,10 +14,11 @@ Conventions:
   written is declared here.
 
 To add an event type: write its class below (a docstring, `event_type`, its fields), add it
-to `_CLASSES`, give the fold a handler if the type changes a job's state (`ledger.fold`),
-a line in `ledger.describe`, and run `make schemas`. To add a field: add it to the class
-(optional = `Opt[...] = UNSET` unless every writer always gives it) and run `make schemas`.
-"""
+to `_CLASSES`; if it changes a job's state, a handler and an `ALLOWED_FROM` entry in
+`ledger.fold`; a line in `ledger.describe.summarize`; construct it where it is appended (a
+new `NewEvent(...)` call is counted in tests/ledger/test_event_writers.py `APPEND_SITES`);
+then `make schemas` and commit the schema. To add a field: add it to its class (optional =
+`Opt[...] = UNSET` unless every writer always gives it), then `make schemas`."""
 
 from __future__ import annotations
 
