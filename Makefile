@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench lint clean
+.PHONY: install test test-fast demo bench lint schemas clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ledger_bench.py
+
+# The event schema is generated from the classes in ledger/events/ (never edited by hand).
+schemas: $(STAMP)
+	$(BIN)/python scripts/event_schema.py
 
 # ruff, and the layers as import contracts (.importlinter; docs/architecture.md).
 lint: $(STAMP)

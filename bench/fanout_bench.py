@@ -65,7 +65,7 @@ def throughput(workdir: Path, events: int, jobs: int, run: int) -> float:
 
     url = f"sqlite:///{workdir / f'throughput-{run}.db'}"
     store = open_store(url)
-    batches = [(f"user{i % jobs}/job{i % jobs}", [NewEvent("note", {"i": i, "step": "x" * 40})], None)
+    batches = [(f"user{i % jobs}/job{i % jobs}", [NewEvent("note", {"text": f"{i} " + "x" * 40})], None)
                for i in range(events)]
     for k in range(0, events, 5000):
         store.append_many(batches[k : k + 5000])
@@ -103,7 +103,7 @@ def latency(workdir: Path, count: int, via_pubsub: bool) -> list[float]:
         while got < 20 and time.monotonic() < warm_deadline:
             got += len(sub.receive(1.0))
         for i in range(count):
-            store.append(f"user{i % 10}/job", [NewEvent("note", {"i": i})])
+            store.append(f"user{i % 10}/job", [NewEvent("note", {"text": str(i)})])
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 received = sub.receive(1.0)

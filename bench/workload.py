@@ -32,7 +32,7 @@ def job_events(job: str, count: int, index: int) -> list[NewEvent]:
     """`count` events of one job's life, each with an idempotency key."""
     out: list[NewEvent] = []
     t = _T0 + timedelta(seconds=index)
-    tpu = {"name": f"tpu-{index}", "zone": "us-central2-b", "kind": "spot", "accelerator": "v4-32", "shared": False}
+    tpu = {"name": f"tpu-{index}", "zone": "us-central2-b", "kind": "node", "accelerator": "v4-32", "shared": False}
     spec = spec_for(job)
     spec_hash = hashlib.sha256(repr(spec).encode()).hexdigest()
     git = actor("git", "alice@example.com", approvers=["bob@example.com"])
@@ -47,16 +47,16 @@ def job_events(job: str, count: int, index: int) -> list[NewEvent]:
                       "approvers": ["bob@example.com"]}, git)
     add("queued", {"reason": "waiting for capacity"})
     add("provisioning", {"attempt": 1, "tpu": tpu})
-    add("provisioned", {"tpu": tpu, "hosts": [{"worker": w, "ip": f"10.0.{index % 250}.{w}"} for w in range(4)]})
-    add("setup_started", {"modules": ["conda", "gcsfuse"]})
+    add("provisioned", {"tpu": tpu, "hosts": [{"worker": w, "address": f"10.0.{index % 250}.{w}", "port": 22} for w in range(4)]})
+    add("setup_started", {"attempt": 1})
     add("setup_done", {})
-    add("started", {"attempt": 1, "workers": 4})
+    add("started", {"attempt": 1, "workers": [0, 1, 2, 3]})
     attempt = 1
     while len(out) < count - 2:
         step = _CYCLE[(len(out) - 7) % len(_CYCLE)]
         action_id = f"{job}:a{len(out)}"
         if step == "action_intent":
-            add(step, {"action_id": action_id, "action": "probe", "params": {"tpu": tpu["name"]}})
+            add(step, {"action_id": action_id, "action": "provision", "params": {"tpu": tpu["name"]}})
         elif step == "action_outcome":
             add(step, {"action_id": f"{job}:a{len(out) - 1}", "ok": True, "result": {"state": "PREEMPTED"}})
         elif step == "preempted":
@@ -64,8 +64,10 @@ def job_events(job: str, count: int, index: int) -> list[NewEvent]:
         elif step == "resumed":
             attempt += 1
             add(step, {"attempt": attempt, "restarts": attempt - 1, "rule": "reapply", "reapply": True})
-        elif step in ("provisioning", "provisioned"):
+        elif step == "provisioning":
             add(step, {"attempt": attempt, "tpu": tpu})
+        elif step == "provisioned":
+            add(step, {"tpu": tpu})
         else:
             add(step, {})
     add("finished", {"exit_code": 0})

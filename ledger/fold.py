@@ -264,9 +264,16 @@ def _preempted(j: JobState, d: Mapping[str, Any]) -> None:
         j.state = PREEMPTED
 
 
+# Before failure kinds were fixed, a final verdict recorded its rule as its kind.
+_LEGACY_VERDICT_KINDS = frozenset({"pass", "exhausted"})
+
+
 def _failed(j: JobState, d: Mapping[str, Any]) -> None:
-    j.last_error = {k: d[k] for k in ("kind", "message", "exit_code", "worker") if k in d}
-    if not d.get("final") or d.get("kind") not in ("pass", "exhausted"):
+    j.last_error = {k: d[k] for k in ("kind", "message", "exit_code", "worker", "rule") if k in d}
+    # A final failure with a `rule` is the verdict on the failure before it (its rule is
+    # `pass`, or the budget is spent), not another failed attempt.
+    verdict = d.get("final") and ("rule" in d or d.get("kind") in _LEGACY_VERDICT_KINDS)
+    if not verdict:
         j.failures = [*j.failures, {"kind": d.get("kind", ""), "attempt": j.attempt}]
     if d.get("final"):
         j.state = FAILED_FINAL

@@ -2,8 +2,9 @@
 
 Checked for every event, in seq order: seq is contiguous from 1; prev_hash is the previous
 event's hash; hash is sha256(prev_hash + canonical(envelope without hash)), rebuilt from the
-stored columns; the stream's version is contiguous from 1; the envelope matches
-schemas/event.schema.json; and the transition is legal for the job (fold anomalies).
+stored columns; the stream's version is contiguous from 1; the envelope and its data fit the
+event classes (ledger/events; schemas/event.schema.json is generated from them); and the
+transition is legal for the job (fold anomalies).
 Then `verify_snapshots` checks every stored snapshot against the chain and the events.
 """
 
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 
 from ledger import fold
 from ledger.events import GENESIS_HASH, body_text, row_hash
+from ledger.events.schema import RowChecker
 from ledger.fold import LedgerState
 from ledger.replay import decode_state, fold_into, no_cyclic_gc, snapshot_problem
-from ledger.schema import RowChecker
 from ledger.store.base import Reader, Snapshot, SnapshotReader
 
 PROGRESS_EVERY = 20_000

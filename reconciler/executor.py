@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from ledger.errors import ConflictError, LedgerError
 from ledger.events import NewEvent, actor, event_id
+from ledger.events import data as ev
 from ledger.fold import JobState
 from ledger.store import Recorder
 from reconciler import naming
@@ -35,7 +36,7 @@ def _crash_point(kind: str, point: str) -> None:
         log.warning("LEDGER_FAULT_CRASH: killing myself at %s:%s", kind, point)
         os.kill(os.getpid(), signal.SIGKILL)
 
-Events = list[tuple[str, dict[str, Any]]]
+Events = list[ev.EventData]
 
 
 class Runner(Protocol):
@@ -87,17 +88,17 @@ class Executor:
         if kind == "resolve":
             return self._resolve(job, action.params["intent"])
         effect = self._effect(kind, job, action.params)
-        extra: Events = [("setup_started", {"attempt": job.attempt})] if kind == "setup" else []
+        extra: Events = [ev.SetupStarted(attempt=job.attempt)] if kind == "setup" else []
         return self._with_intent(job, kind, action.params, action.reason, effect, extra)
 
     # -- recording ------------------------------------------------------------------------
     def _record(self, job: JobState, events: Events) -> str:
-        news = [NewEvent(t, d, self.actor, key=f"v{job.version}:{i}:{t}") for i, (t, d) in enumerate(events)]
+        news = [NewEvent(d.event_type, d, self.actor, key=f"v{job.version}:{i}:{d.event_type}") for i, d in enumerate(events)]
         try:
             res = self.store().append(job.id, news, expected_version=job.version)
         except ConflictError:
             return "skipped: the job moved on"
-        return "duplicate" if res.duplicate else "recorded " + ", ".join(t for t, _ in events)
+        return "duplicate" if res.duplicate else "recorded " + ", ".join(d.event_type for d in events)
 
     def _with_intent(
         self, job: JobState, kind: str, params: dict, reason: str,
@@ -107,10 +108,10 @@ class Executor:
         action_id = event_id(job.id, key)
         intent = NewEvent(
             "action_intent",
-            {"action_id": action_id, "action": kind, "params": params, "holder": self.holder, "reason": reason},
+            ev.ActionIntent(action_id=action_id, action=kind, params=params, holder=self.holder, reason=reason),
             self.actor, key=key,
         )
-        extras = [NewEvent(t, d, self.actor, key=f"{action_id}:pre:{t}") for t, d in extra]
+        extras = [NewEvent(d.event_type, d, self.actor, key=f"{action_id}:pre:{d.event_type}") for d in extra]
         try:
             res = self.store().append(job.id, [intent, *extras], expected_version=job.version)
         except ConflictError:
@@ -122,17 +123,17 @@ class Executor:
 
     def _complete(self, job_id: str, action_id: str, kind: str, effect: Callable[[], Events]) -> str:
         try:
-            events, outcome = effect(), {"action_id": action_id, "action": kind, "ok": True}
+            events, outcome = effect(), ev.ActionOutcome(action_id=action_id, action=kind, ok=True)
         except LedgerError as exc:
-            events, outcome = [], {"action_id": action_id, "action": kind, "ok": False, "error": str(exc)}
+            events, outcome = [], ev.ActionOutcome(action_id=action_id, action=kind, ok=False, error=str(exc))
         except Exception as exc:  # an adapter failed in a way we did not foresee: record it, go on
             log.exception("action %s on %s failed", kind, job_id)
-            events, outcome = [], {"action_id": action_id, "action": kind, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            events, outcome = [], ev.ActionOutcome(action_id=action_id, action=kind, ok=False, error=f"{type(exc).__name__}: {exc}")
         _crash_point(kind, "effect")
         news = [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")]
-        news += [NewEvent(t, d, self.actor, key=f"{action_id}:{i}:{t}") for i, (t, d) in enumerate(events)]
+        news += [NewEvent(d.event_type, d, self.actor, key=f"{action_id}:{i}:{d.event_type}") for i, d in enumerate(events)]
         self.store().append(job_id, news)
-        return ("done " if outcome["ok"] else "failed ") + (", ".join(t for t, _ in events) or outcome.get("error", ""))
+        return ("done " if outcome.ok else f"failed {outcome.error}") + ", ".join(d.event_type for d in events)
 
     # -- effects --------------------------------------------------------------------------
     def _effect(self, kind: str, job: JobState, p: dict) -> Callable[[], Events]:
@@ -164,10 +165,10 @@ class Executor:
         try:
             how = self.tpu.create(req)
         except CapacityError as exc:
-            return [("queued", {"reason": str(exc)})]
+            return [ev.Queued(reason=str(exc))]
         except PermanentTpuError as exc:
-            return [("provision_failed", {"reason": str(exc), "final": True})]
-        return [("provisioning", {"attempt": p["attempt"], "tpu": tpu, "how": how})]
+            return [ev.ProvisionFailed(reason=str(exc), final=True)]
+        return [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how=how)]
 
     def _provisioned(self, tpu: dict) -> Events:
         node = self.tpu.get_node(tpu["zone"], tpu["name"])
@@ -177,16 +178,16 @@ class Executor:
         hosts = [
             {**h, "host_key": keys[i] if i < len(keys) else None} for i, h in enumerate(node.hosts)
         ]
-        return [("provisioned", {"tpu": tpu, "hosts": hosts})]
+        return [ev.Provisioned(tpu=ev.tpu(tpu), hosts=ev.hosts(hosts))]
 
     def _setup(self, job: JobState) -> Events:
         report = self.runner.setup(job.id, job.attempt, self.hosts_of(job), job.spec)
         if getattr(report, "ok", False):
-            return [("setup_done", {"attempt": job.attempt})]
+            return [ev.SetupDone(attempt=job.attempt)]
         failures = list(getattr(report, "failures", []) or [])
         worker, module, message = failures[0] if failures else (None, "", "setup failed")
-        return [("setup_failed", {"attempt": job.attempt, "worker": worker, "module": module,
-                                  "reason": str(message)[:2000], "final": False})]
+        return [ev.SetupFailed(attempt=job.attempt, worker=worker, module=module,
+                               reason=str(message)[:2000], final=False)]
 
     def _start(self, job: JobState, p: dict) -> Events:
         try:
@@ -195,9 +196,9 @@ class Executor:
                 extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
             )
         except RemoteError as exc:  # the runner already retried what was transient
-            return [("failed", {"kind": "failure", "message": f"could not start: {exc}"[:2000], "attempt": job.attempt})]
-        return [("started", {"attempt": job.attempt, "workers": sorted(pids), "pids": {str(w): pid for w, pid in pids.items()},
-                             "resume": bool(p.get("resume")), "spec_hash": job.spec_hash})]
+            return [ev.Failed(kind="failure", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
+        return [ev.Started(attempt=job.attempt, workers=sorted(pids), pids={str(w): pid for w, pid in pids.items()},
+                           resume=bool(p.get("resume")), spec_hash=job.spec_hash)]
 
     def _stop(self, job: JobState, p: dict) -> None:
         if not p.get("stop"):
@@ -216,9 +217,9 @@ class Executor:
         self._stop(job, p)
         tpu = p["tpu"]
         self._delete(tpu)
-        events: Events = [("released", {"tpu": tpu, "reason": p.get("next") or "job ended", "deleted": not tpu.get("shared")})]
+        events: Events = [ev.Released(tpu=ev.tpu(tpu), reason=p.get("next") or "job ended", deleted=not tpu.get("shared"))]
         if p.get("next") == "retry":
-            events.append(("queued", {"reason": "retrying on a new TPU"}))
+            events.append(ev.Queued(reason="retrying on a new TPU"))
         return events
 
     def _cancel(self, job: JobState, p: dict) -> Events:
@@ -226,8 +227,8 @@ class Executor:
         events: Events = []
         if p.get("tpu"):
             self._delete(p["tpu"])
-            events.append(("released", {"tpu": p["tpu"], "reason": "cancelled", "deleted": not p["tpu"].get("shared")}))
-        events.append(("cancelled", {"reason": "cancel requested"}))
+            events.append(ev.Released(tpu=ev.tpu(p["tpu"]), reason="cancelled", deleted=not p["tpu"].get("shared")))
+        events.append(ev.Cancelled(reason="cancel requested"))
         return events
 
     def _recover(self, job: JobState, p: dict) -> Events:
@@ -235,19 +236,18 @@ class Executor:
         events: Events = []
         if p.get("reapply") and p.get("tpu"):
             self._delete(p["tpu"])
-            events.append(("released", {"tpu": p["tpu"], "reason": "reapply", "deleted": not p["tpu"].get("shared")}))
+            events.append(ev.Released(tpu=ev.tpu(p["tpu"]), reason="reapply", deleted=not p["tpu"].get("shared")))
         rule = p["rule"]
-        data = {"attempt": p["attempt"], "restarts": p.get("restarts", job.restarts), "rule": rule,
-                "reapply": bool(p.get("reapply")), "kind": p.get("kind", rule)}
-        events.append(("rerun" if rule == "rerun" else "resumed", data))
+        again = ev.Rerun if rule == "rerun" else ev.Resumed
+        events.append(again(attempt=p["attempt"], restarts=p.get("restarts", job.restarts), rule=rule,
+                            reapply=bool(p.get("reapply")), kind=p.get("kind", rule)))
         return events
 
     def _collect_orphan(self, action: Action) -> str:
         tpu = action.params["tpu"]
         self.tpu.delete(tpu["zone"], tpu["name"])
-        ev = NewEvent("released", {"tpu": tpu, "reason": "orphan", "labels": action.params.get("labels", {}), "deleted": True},
-                      self.actor, key=f"orphan:{tpu['zone']}:{tpu['name']}")
-        self.store().append(action.job_id, [ev])
+        released = ev.Released(tpu=ev.tpu(tpu), reason="orphan", labels=action.params.get("labels", {}), deleted=True)
+        self.store().append(action.job_id, [NewEvent("released", released, self.actor, key=f"orphan:{tpu['zone']}:{tpu['name']}")])
         return f"collected orphan {tpu['name']}"
 
     # -- crash repair ---------------------------------------------------------------------
@@ -259,14 +259,14 @@ class Executor:
             exists = (self.tpu.queued_exists(tpu["zone"], tpu["name"]) if tpu["kind"] == "queued_resource"
                       else self.tpu.get_node(tpu["zone"], tpu["name"]) is not None)
             if exists:
-                return self._complete(job.id, action_id, kind, lambda: [("provisioning", {"attempt": p["attempt"], "tpu": tpu, "how": "adopted"})])
+                return self._complete(job.id, action_id, kind, lambda: [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how="adopted")])
             return self._interrupted(job.id, action_id, kind, "the TPU was never created")
         if kind == "start":
             status = self.runner.probe(job.id, job.attempt, self.hosts_of(job))
             if any(getattr(s, "state", "") in ("running", "exited") for s in status.values()):
-                return self._complete(job.id, action_id, kind, lambda: [("started", {
-                    "attempt": job.attempt, "workers": sorted(status), "resume": bool(p.get("resume")),
-                    "spec_hash": job.spec_hash, "how": "found running after a restart"})])
+                return self._complete(job.id, action_id, kind, lambda: [ev.Started(
+                    attempt=job.attempt, workers=sorted(status), resume=bool(p.get("resume")),
+                    spec_hash=job.spec_hash, how="found running after a restart")])
             return self._interrupted(job.id, action_id, kind, "the command never started")
         if kind == "setup":
             # Setup modules check before they act, so running them again is safe.
@@ -275,6 +275,6 @@ class Executor:
         return self._complete(job.id, action_id, kind, self._effect(kind, job, p))
 
     def _interrupted(self, job_id: str, action_id: str, kind: str, why: str) -> str:
-        outcome = {"action_id": action_id, "action": kind, "ok": False, "interrupted": True, "error": why}
+        outcome = ev.ActionOutcome(action_id=action_id, action=kind, ok=False, interrupted=True, error=why)
         self.store().append(job_id, [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")])
         return f"resolved {kind}: {why}"

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger import fold
+from ledger.events import data as ev
 from ledger.events import format_time, parse_time
 from ledger.fold import JobState
 from reconciler import naming
@@ -98,7 +99,7 @@ def plan_job(
     if s in (fold.PENDING, fold.QUEUED) and job.tpu is None or s == fold.RECOVERING and job.tpu is None:
         return _acquire(job, obs, holders, jobs, config)
     if job.tpu is None:
-        return _record(job, "failed", {"kind": "lost_host", "message": f"no TPU held in state {s}", "final": True})
+        return _record(job, ev.Failed(kind="lost_host", message=f"no TPU held in state {s}", final=True))
     zone = job.tpu.get("zone", "")
     if zone not in obs.zones:
         return None  # that zone was not observed this pass: decide nothing blind
@@ -111,7 +112,7 @@ def plan_job(
         if s == fold.RECOVERING:
             return _release(job, "TPU lost during recovery", next_step="reapply")
         state = node.state if node else "DELETED"
-        return _record(job, "preempted", {"tpu_state": state, "reason": f"TPU {job.tpu['name']} is {state}", "attempt": job.attempt})
+        return _record(job, ev.Preempted(tpu_state=state, reason=f"TPU {job.tpu['name']} is {state}", attempt=job.attempt))
     if node.state != NODE_READY:
         return None  # stopping, repairing, restarting: look again next pass
     if s == fold.PROVISIONED or s == fold.SETTING_UP or s == fold.RECOVERING and job.recovery:
@@ -134,12 +135,12 @@ def _acquire(
         holder = holders.get(want["name"])
         if holder and holder != job.id:
             reason = f"shared TPU {want['name']} is held by {holder}"
-            return None if job.queued_reason == reason else _record(job, "queued", {"reason": reason})
+            return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
         first = _first_in_line(want["name"], jobs)
         if first != job.id:
             reason = f"shared TPU {want['name']} goes to {first} first"
-            return None if job.queued_reason == reason else _record(job, "queued", {"reason": reason})
-        return _record(job, "provisioning", {"attempt": max(job.attempt, 1), "tpu": want})
+            return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
+        return _record(job, ev.Provisioning(attempt=max(job.attempt, 1), tpu=ev.tpu(want)))
     if job.state == fold.QUEUED and job.queued_count:
         delay = min(config.queued_retry_s * 2 ** (job.queued_count - 1), config.queued_retry_max_s)
         since = _age(job, "queued", obs.now)
@@ -165,10 +166,10 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
         if qr is not None and qr.state in QR_LOST_STATES:
             if qr.state == "FAILED":
                 return _release(job, f"queued resource failed: {qr.message or 'no reason given'}", next_step="retry")
-            return _record(job, "preempted", {"tpu_state": qr.state, "reason": f"queued resource {name} is {qr.state}", "attempt": job.attempt})
+            return _record(job, ev.Preempted(tpu_state=qr.state, reason=f"queued resource {name} is {qr.state}", attempt=job.attempt))
         if qr is not None and qr.state != "ACTIVE":
             reason = f"queued resource {name} is {qr.state}" + (f": {qr.message}" if qr.message else "")
-            return None if job.queued_reason == reason else _record(job, "queued", {"reason": reason})
+            return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
         if qr is None and node is None:
             return _vanished(job, obs, config)
     if node is None:
@@ -176,7 +177,7 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
     if node.state == NODE_READY:
         return Action("mark_provisioned", job.id, {"tpu": job.tpu}, "TPU is READY")
     if node.state in NODE_GONE_STATES:
-        return _record(job, "preempted", {"tpu_state": node.state, "reason": f"TPU {name} is {node.state} before it was used", "attempt": job.attempt})
+        return _record(job, ev.Preempted(tpu_state=node.state, reason=f"TPU {name} is {node.state} before it was used", attempt=job.attempt))
     age = _age(job, "provisioning", obs.now)
     if age is not None and age > config.provision_timeout_s:
         return _release(job, f"TPU {name} still {node.state} after {int(age)} s", next_step="retry")
@@ -190,8 +191,8 @@ def _vanished(job: JobState, obs: Observed, config: PlanConfig) -> Action | None
         return None
     assert job.tpu is not None
     return _record(
-        job, "released", {"tpu": job.tpu, "reason": "vanished while provisioning"},
-        ("queued", {"reason": f"TPU {job.tpu['name']} vanished while provisioning; retrying"}),
+        job, ev.Released(tpu=ev.tpu(job.tpu), reason="vanished while provisioning"),
+        ev.Queued(reason=f"TPU {job.tpu['name']} vanished while provisioning; retrying"),
     )
 
 
@@ -208,22 +209,22 @@ def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | 
     seen = {w: hosts[w] for w in workers if w in hosts}
     matches = {m for h in hosts.values() for m in h.matches}
     if "preempted" in matches or node.health == "UNHEALTHY_MAINTENANCE":
-        return _record(job, "preempted", {"tpu_state": node.state, "reason": "maintenance or preemption announced in the job's output", "attempt": job.attempt})
+        return _record(job, ev.Preempted(tpu_state=node.state, reason="maintenance or preemption announced in the job's output", attempt=job.attempt))
     if "grpc" in matches:
-        return _record(job, "failed", {"kind": "grpc", "message": "GRPC error in the job's output", "attempt": job.attempt})
+        return _record(job, ev.Failed(kind="grpc", message="GRPC error in the job's output", attempt=job.attempt))
     gone = sorted(w for w, h in hosts.items() if h.state == "gone")
     if gone:
-        return _record(job, "failed", {"kind": "lost_host", "worker": gone[0], "message": f"worker {gone[0]} lost: {hosts[gone[0]].error or 'process or host gone'}", "attempt": job.attempt})
+        return _record(job, ev.Failed(kind="lost_host", worker=gone[0], message=f"worker {gone[0]} lost: {hosts[gone[0]].error or 'process or host gone'}", attempt=job.attempt))
     bad = sorted(w for w, h in seen.items() if h.state == "exited" and h.exit_code not in (0, None))
     if bad:
         code = seen[bad[0]].exit_code
-        return _record(job, "failed", {"kind": "exit", "worker": bad[0], "exit_code": code, "message": f"worker {bad[0]} exited with code {code}", "attempt": job.attempt})
+        return _record(job, ev.Failed(kind="exit", worker=bad[0], exit_code=code, message=f"worker {bad[0]} exited with code {code}", attempt=job.attempt))
     if "failure" in matches:
-        return _record(job, "failed", {"kind": "failure", "message": "a failure pattern appeared in the job's output", "attempt": job.attempt})
+        return _record(job, ev.Failed(kind="failure", message="a failure pattern appeared in the job's output", attempt=job.attempt))
     if seen and len(seen) == len(workers) and all(h.state == "exited" and h.exit_code == 0 for h in seen.values()):
         if (job.spec.get("job") or {}).get("loop"):
             return Action("restart", job.id, {"attempt": job.attempt + 1, "rule": "loop", "reapply": False, "tpu": job.tpu, "stop": False}, "job.loop: run again")
-        return _record(job, "finished", {"attempt": job.attempt, "exit_codes": {str(w): 0 for w in workers}})
+        return _record(job, ev.Finished(attempt=job.attempt, exit_codes={str(w): 0 for w in workers}))
     return None
 
 
@@ -247,13 +248,16 @@ def _cause_when_tpu_gone(job: JobState) -> str | None:
 
 
 def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None) -> Action:
-    kind = cause or (job.last_error or {}).get("kind", "failure")
+    # The failure being answered is the last one recorded (`last_error` may since have been
+    # replaced by a rejected spec update, which is no failure of the attempt).
+    kind = cause or (job.failures[-1]["kind"] if job.failures else "failure")
     d = decide(job.spec, kind, job.restarts, tpu_usable=tpu_usable)
     if d.rule in ("pass", "exhausted"):
-        return _record(job, "failed", {
-            "kind": d.rule, "final": True, "message": d.message,
-            "history": list(job.failures), "attempt": job.attempt,
-        })
+        # Final: the event says what ended the job (`kind`) and why nothing follows (`rule`).
+        return _record(job, ev.Failed(
+            kind=kind, final=True, rule=d.rule, message=d.message,
+            history=ev.history(job.failures), attempt=job.attempt,
+        ))
     return Action("recover", job.id, {
         "kind": kind, "rule": d.rule, "reapply": d.reapply, "resume": d.resume,
         "attempt": job.attempt + 1, "restarts": job.restarts + 1, "tpu": job.tpu,
@@ -275,9 +279,9 @@ def _may_run(job: JobState) -> bool:
     return (job.last_error or {}).get("kind") != "preempted"
 
 
-def _record(job: JobState, type_: str, data: dict[str, Any], *more: tuple[str, dict[str, Any]]) -> Action:
+def _record(job: JobState, *events: ev.EventData) -> Action:
     """An action that only appends what was observed or decided: no effect outside the ledger."""
-    return Action("record", job.id, {"events": [(type_, data), *more]}, type_)
+    return Action("record", job.id, {"events": list(events)}, events[0].event_type)
 
 
 def _resolve(job: JobState, obs: Observed, config: PlanConfig, adopted: bool = False) -> Action | None:

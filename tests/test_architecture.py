@@ -66,14 +66,6 @@ ALLOWED = {
         "only a postgresql:// URL loads the PostgreSQL backend: SQLite users never import psycopg",
 }
 
-# TEMPORARY: function-level imports still in files that other branches are rewriting
-# (typed events, the store split, the gitops work). Each is a cycle dodge or has no reason;
-# the lead empties this list as those branches land. An entry that no longer exists fails
-# `test_the_allow_lists_have_no_stale_entries`, so the list only shrinks.
-TEMPORARY = {
-    ("ledger/spec/schema.py", "fast_check", "ledger.spec.fastcheck"),
-}
-
 
 def _absolute(module: str | None, level: int, rel: str) -> str:
     if not level:
@@ -120,7 +112,7 @@ def function_level_imports(root: Path = ROOT) -> frozenset[tuple[str, str, str]]
 
 
 def test_no_function_level_import_of_the_product_dodges_a_cycle():
-    hidden = function_level_imports() - ALLOWED.keys() - TEMPORARY
+    hidden = function_level_imports() - ALLOWED.keys()
     assert not hidden, (
         "imports of the product's own modules inside functions (move them to the top of the "
         "module and break the cycle, or add them to ALLOWED with the reason): "
@@ -129,7 +121,7 @@ def test_no_function_level_import_of_the_product_dodges_a_cycle():
 
 def test_the_allow_lists_have_no_stale_entries():
     found = function_level_imports()
-    stale = (ALLOWED.keys() | TEMPORARY) - found
+    stale = ALLOWED.keys() - found
     assert not stale, f"no longer imported inside a function: delete from the allow-list: {sorted(stale)}"
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from ledger.events import NewEvent, actor
+from ledger.events import data as ev
 from ledger.gitops.approval import GOVERNING_PATHS, Approval, evaluate, parse_codeowners
 from ledger.gitops.position import stream_for
 from ledger.gitops.repo import Change, Commit
@@ -96,6 +97,11 @@ def _message_dict(m: Any) -> dict[str, Any]:
     return {"message": str(m)}
 
 
+def _findings(messages: Any) -> list[ev.Finding]:
+    """Spec messages (ledger.spec.Message, or mappings, or text) as recorded findings."""
+    return ev.check([_message_dict(m) for m in messages], list[ev.Finding], "spec findings")
+
+
 def decide(
     step: StepInput,
     state: RepoState,
@@ -127,14 +133,18 @@ def decide(
             extra["pr"] = appr.pr
         return actor("git", c.author_name, **extra)
 
-    def emit(stream: str, type_: str, path: str, blob: str, data: dict[str, Any], appr: Approval) -> None:
-        body = {"commit": c.sha, "path": path, "blob": blob, **data}
+    def at(path: str, blob: str) -> dict[str, str]:
+        """Where a change comes from: every event of a file's change records it."""
+        return {"commit": c.sha, "path": path, "blob": blob}
+
+    def emit(stream: str, path: str, blob: str, data: ev.EventData, appr: Approval) -> None:
         # The id depends on git alone (commit, path, blob, and whether the file came or
         # went), never on what the ledger held when deciding: two watchers that read the
         # ledger at different moments still produce the same id, and one of them is a no-op.
-        role = "remove" if type_ == "cancel_requested" or data.get("removal") else "add"
+        removal = isinstance(data, ev.CancelRequested) or isinstance(data, ev.Rejected) and data.removal is True
+        role = "remove" if removal else "add"
         out.append((stream, NewEvent(
-            type=type_, data=body, actor=who(appr), key=f"{c.sha}:{path}:{blob}:{role}",
+            type=data.event_type, data=data, actor=who(appr), key=f"{c.sha}:{path}:{blob}:{role}",
             causation=f"git:{c.sha}",
         )))
 
@@ -143,11 +153,10 @@ def decide(
 
     def reject(stream: str, path: str, blob: str, reason: str, appr: Approval, errors: list[Any] = (),
                removal: bool = False) -> None:
-        extra = {"removal": True} if removal else {}
-        emit(stream, "rejected", path, blob, {
-            **extra, "reason": reason, "errors": [_message_dict(e) for e in errors],
-            "would_approve": list(appr.would_approve), "author": c.author_email or c.author_name,
-        }, appr)
+        emit(stream, path, blob, ev.Rejected(
+            **at(path, blob), removal=True if removal else ev.UNSET, reason=reason, errors=_findings(errors),
+            would_approve=list(appr.would_approve), author=c.author_email or c.author_name,
+        ), appr)
 
     def removed(path: str, blob: str) -> None:
         jid = job_id_for(path)
@@ -158,7 +167,7 @@ def decide(
         if not appr.ok:
             reject(jid, path, blob, f"deletion {appr.reason}", appr, removal=True)
             return
-        emit(jid, "cancel_requested", path, blob, {"reason": "spec deleted"}, appr)
+        emit(jid, path, blob, ev.CancelRequested(**at(path, blob), reason="spec deleted"), appr)
         live[jid] = False
 
     def added(path: str, blob: str) -> None:
@@ -176,19 +185,14 @@ def decide(
             reject(stream, path, blob, appr.reason, appr)
             return
         owner, _, name = (jid or "/").partition("/")
-        data: dict[str, Any] = {
-            "spec": result.spec, "spec_hash": spec_hash(result.spec),
-            "author": c.author_email or c.author_name, "author_name": c.author_name,
-            "approvers": list(appr.approvers), "owner": owner, "name": name,
-            "committed_at": c.time,
-        }
-        if appr.pr is not None:
-            data["pr"] = appr.pr
         warnings = list(getattr(result, "warnings", []) or [])
-        if warnings:
-            data["warnings"] = [_message_dict(w) for w in warnings]
-        type_ = "spec_updated" if current(stream) else "submitted"
-        emit(stream, type_, path, blob, data, appr)
+        arrived = ev.SpecUpdated if current(stream) else ev.Submitted
+        emit(stream, path, blob, arrived(
+            **at(path, blob), spec=result.spec, spec_hash=spec_hash(result.spec),
+            author=c.author_email or c.author_name, author_name=c.author_name,
+            approvers=list(appr.approvers), owner=owner, name=name, committed_at=c.time,
+            pr=ev.UNSET if appr.pr is None else appr.pr, warnings=_findings(warnings) if warnings else ev.UNSET,
+        ), appr)
         live[stream] = True
 
     governing = [ch for ch in step.changes if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS]

@@ -17,6 +17,7 @@ from typing import Any
 
 from ledger.errors import ConflictError
 from ledger.events import NewEvent, actor
+from ledger.events.data import HistoryRewritten, Note, RewriteAccepted
 from ledger.fold import LIVE, replay
 from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, decide
 from ledger.gitops.position import Position, fold_position, stream_for
@@ -173,7 +174,7 @@ def ingest(
                     break
                 old = pos.rewritten["old_head"]
                 store.append(stream, [NewEvent(
-                    "rewrite_accepted", {"old_head": old, "new_head": head, "by": accepted_by},
+                    "rewrite_accepted", RewriteAccepted(old_head=old, new_head=head, by=accepted_by),
                     actor("cli", accepted_by, branch=branch), key=f"accepted:{old}:{head}",
                 )], expected_version=pos.version)
                 continue
@@ -188,7 +189,7 @@ def ingest(
             else:
                 commits = _new_commits(repo, pos.commit, head)
             if commits is None:
-                data = {"old_head": pos.commit, "new_head": head, "old_head_exists": repo.exists(pos.commit)}
+                data = HistoryRewritten(old_head=pos.commit, new_head=head, old_head_exists=repo.exists(pos.commit))
                 store.append(stream, [NewEvent(
                     "history_rewritten", data, _watcher_actor(branch), key=f"rewritten:{pos.commit}:{head}",
                 )], expected_version=pos.version)
@@ -330,8 +331,7 @@ def _append_steps(
             n_events += 1
         marker = NewEvent(
             "note",
-            {"kind": "ingested", "commit": step.commit.sha, "base": step.base, "governing": state.blobs(),
-             "events": len(events)},
+            Note(kind="ingested", commit=step.commit.sha, base=step.base, governing=state.blobs(), events=len(events)),
             _watcher_actor(branch), key=f"ingested:{step.base}:{step.commit.sha}", causation=f"git:{step.commit.sha}",
         )
         markers.append(len(batches))

@@ -56,19 +56,13 @@ def check_stream(stream: str) -> None:
 
 def check_type(type_: str) -> None:
     if type_ not in _KNOWN_TYPES:
-        raise UsageError(f"unknown event type {type_!r}", hint="add it to ledger.events.EVENT_TYPES and schemas/event.schema.json")
+        raise UsageError(f"unknown event type {type_!r}", hint="event types are the data classes in ledger/events/data.py")
 
 
 def event_from_row(row: tuple) -> Event:
     """An Event from a row in COLUMNS order (actor and data as stored JSON text)."""
     seq, stream, version, type_, time_, actor, id_, causation, data, prev_hash, hash_ = row
     return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
-
-
-def row_from_event(ev: Event) -> tuple:
-    """The stored row (COLUMNS order) of a sealed envelope: what import writes."""
-    return (ev.seq, ev.stream, ev.version, ev.type, ev.time, dumps(ev.actor), ev.id,
-            ev.causation, dumps(ev.data), ev.prev_hash, ev.hash)
 
 
 def chained_rows(events: Sequence[Event], head: int, head_hash: str) -> list[tuple]:
@@ -78,7 +72,7 @@ def chained_rows(events: Sequence[Event], head: int, head_hash: str) -> list[tup
     rows = []
     seq, prev_hash = head, head_hash
     for ev in events:
-        row = row_from_event(ev)
+        row = ev.row()
         if ev.seq != seq + 1 or ev.prev_hash != prev_hash or row_hash(ev.prev_hash, body_text(*row[:10])) != ev.hash:
             raise StoreError(f"event seq {ev.seq} does not continue the chain at seq {seq}")
         seq, prev_hash = ev.seq, ev.hash

@@ -16,10 +16,10 @@ def make(seq: int, stream: str = "alice/train", version: int | None = None, type
 
 
 def test_envelope_round_trips_with_attributes_and_ordering_key() -> None:
-    event = make(7, value=1.5, name="ü")
+    event = make(7, type_="action_intent", action_id="a1", action="provision", params={"value": 1.5, "name": "ü"})
     msg = encode(event)
     assert msg.ordering_key == "alice/train"
-    assert msg.attributes == {"type": "note", "stream": "alice/train", "seq": "7", "id": event.id}
+    assert msg.attributes == {"type": "action_intent", "stream": "alice/train", "seq": "7", "id": event.id}
     back = decode(msg.data, msg.attributes)
     assert back == event and back.expected_hash() == back.hash
 
@@ -43,7 +43,7 @@ def test_deduper_drops_repeated_ids_and_republished_suffixes() -> None:
 
 
 def test_matches_filters_by_type_and_job() -> None:
-    event = make(1, type_="failed")
+    event = make(1, type_="failed", kind="exit")
     assert matches(event, None, None)
     assert matches(event, frozenset({"failed"}), frozenset({"alice/train"}))
     assert not matches(event, frozenset({"finished"}), None)
@@ -62,7 +62,7 @@ notify:
 
 def test_plan_follows_types_owners_and_opt_outs() -> None:
     policy = parse_policy(POLICY).policy.notify
-    failed = make(3, stream="alice/train", type_="failed", exit_code=1)
+    failed = make(3, stream="alice/train", type_="failed", kind="exit", exit_code=1)
     channels = [(d.channel, d.target) for d in plan(failed, policy, webhook=policy.webhook, email=True)]
     assert channels == [("webhook", "http://hooks.example/1"), ("email", "alice@example.org")]
     assert plan(make(4, stream="alice/train", type_="started"), policy, webhook=policy.webhook, email=True) == []
@@ -74,6 +74,6 @@ def test_plan_follows_types_owners_and_opt_outs() -> None:
 
 
 def test_slack_payload_has_text_and_names_the_job() -> None:
-    payload = slack_payload(make(9, stream="alice/train", type_="preempted", tpu="node-1", attempt=2))
-    assert payload["text"] == "[tpu-ledger] alice/train: preempted (attempt: 2, tpu: node-1)"
+    payload = slack_payload(make(9, stream="alice/train", type_="preempted", reason="TPU node-1 is PREEMPTED", attempt=2))
+    assert payload["text"] == "[tpu-ledger] alice/train: preempted (reason: TPU node-1 is PREEMPTED, attempt: 2)"
     assert payload["blocks"][0]["type"] == "section"

@@ -95,10 +95,14 @@ def notify_policy(text: str | None = POLICY) -> NotifyPolicy:
     return policy.notify
 
 
+def submitted(job_id: str) -> NewEvent:
+    return NewEvent("submitted", {"spec": {}, "spec_hash": "ab" * 32, "commit": "c0ffee", "path": f"jobs/{job_id}.yaml"})
+
+
 def seed(store) -> None:
-    store.append("alice/train", [NewEvent("submitted"), NewEvent("started"), NewEvent("preempted", {"tpu": "n1"}),
+    store.append("alice/train", [submitted("alice/train"), NewEvent("started"), NewEvent("preempted", {"reason": "n1"}),
                                  NewEvent("finished")])
-    store.append("bob/eval", [NewEvent("submitted"), NewEvent("failed", {"exit_code": 2})])
+    store.append("bob/eval", [submitted("bob/eval"), NewEvent("failed", {"kind": "exit", "exit_code": 2})])
     store.append("carol/sweep", [NewEvent("rejected", {"reason": "missing approval"})])
 
 
@@ -109,7 +113,7 @@ def test_notifies_once_per_event_with_opt_outs(tmp_path: Path, webhook: Webhook,
     notifier = Notifier(store, notify_policy(), webhook=webhook.url, smtp=smtp_addr, from_start=True)
     report = notifier.run_once()
     assert [p["text"] for p in webhook.posts] == [
-        "[tpu-ledger] alice/train: preempted (tpu: n1)",
+        "[tpu-ledger] alice/train: preempted (reason: n1)",
         "[tpu-ledger] alice/train: finished",
         "[tpu-ledger] carol/sweep: rejected (reason: missing approval)",
     ]
@@ -131,7 +135,7 @@ def test_a_new_notifier_starts_at_the_head(tmp_path: Path, webhook: Webhook) -> 
     store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
     seed(store)
     assert Notifier(store, Policy().notify, webhook=webhook.url).run_once().sent == []
-    store.append("dave/x", [NewEvent("failed")])
+    store.append("dave/x", [NewEvent("failed", {"kind": "exit"})])
     assert [e["stream"] for e in Notifier(store, Policy().notify, webhook=webhook.url).run_once().sent] == ["dave/x"]
     store.close()
 
@@ -140,9 +144,9 @@ def test_crash_after_the_marker_never_sends_twice(tmp_path: Path, webhook: Webho
     """A notifier killed after recording its marker but before advancing its cursor."""
     box, smtp_addr = smtp
     store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
-    store.append("alice/train", [NewEvent("submitted")])
+    store.append("alice/train", [submitted("alice/train")])
     notifier = Notifier(store, notify_policy(), webhook=webhook.url, smtp=smtp_addr)
-    (seq,) = store.append("alice/train", [NewEvent("failed")]).positions
+    (seq,) = store.append("alice/train", [NewEvent("failed", {"kind": "exit"})]).positions
     store.append("alice/train", [NewEvent("finished")])
     # the state a crash leaves: webhook of `failed` (slot 0) marked, maybe sent; cursor not moved
     store.set_cursor(notifier.marker, seq * 64 + 0)
@@ -158,7 +162,7 @@ def test_unreachable_peers_are_retried_then_reported(tmp_path: Path, webhook: We
     store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
     notifier = Notifier(store, notify_policy(), webhook=webhook.url, smtp=("127.0.0.1", free_port()),
                         attempts=2, backoff=0.05)
-    store.append("alice/train", [NewEvent("failed")])
+    store.append("alice/train", [NewEvent("failed", {"kind": "exit"})])
     webhook.status = 503
     report = notifier.run_once()
     assert [(e["channel"], e["error"]) for e in report.failed] == [

@@ -25,7 +25,7 @@ from tests.fanout.conftest import REPO
 def append_interleaved(url: str, n: int, jobs: int, start: int = 0) -> None:
     store = open_store(url)
     try:
-        batches = [(f"user{i % jobs}/job{i % jobs}", [NewEvent("note", {"i": i}, key=f"e{i}")], None)
+        batches = [(f"user{i % jobs}/job{i % jobs}", [NewEvent("note", {"text": str(i)}, key=f"e{i}")], None)
                    for i in range(start, start + n)]
         for k in range(0, len(batches), 2000):
             store.append_many(batches[k : k + 2000])
@@ -62,7 +62,7 @@ def test_events_arrive_in_per_job_order_with_attributes(emulator, names, store_u
         assert_per_job_order(got)
         assert all(e.expected_hash() == e.hash for e in got)
         # the raw messages carry the attributes and the job as ordering key
-        store.append("user1/job1", [NewEvent("failed", {"exit_code": 3})])
+        store.append("user1/job1", [NewEvent("failed", {"kind": "exit", "exit_code": 3})])
         raw_name = sub_name + "-raw"
         pubsub.ensure_all(pubsub.config_from_env(None, topic), (raw_name,))
         drain(store, topic=topic)
@@ -162,7 +162,7 @@ def test_backlog_drains_after_the_emulator_restarts(own_emulator, names, store_u
         time.sleep(1.0)  # let the publisher and subscriber hit the outage
         own_emulator.start()
         got = collect(sub, 300, timeout=90)
-        assert len(got) == 300 and {e.data["i"] for e in got} == set(range(200, 500))
+        assert len(got) == 300 and {int(e.data["text"]) for e in got} == set(range(200, 500))
         for stream in {e.stream for e in got}:
             versions = [e.version for e in got if e.stream == stream]
             assert versions == sorted(versions)
@@ -186,7 +186,7 @@ def test_wait_for_event_wakes_on_append_or_times_out(emulator, names, store_url)
         started = time.monotonic()
         assert wait_for_event(tailer, 0.3) is False
         assert time.monotonic() - started >= 0.3
-        timer = threading.Timer(0.3, lambda: open_store(store_url).append("a/b", [NewEvent("submitted")]))
+        timer = threading.Timer(0.3, lambda: open_store(store_url).append("a/b", [NewEvent("queued")]))
         timer.start()
         # an hour's timeout: returning True at all means the append woke it (how soon is a
         # figure: bench/fanout_bench.py, append -> receipt latency)
@@ -208,8 +208,8 @@ def test_wait_for_event_wakes_on_append_or_times_out(emulator, names, store_url)
 
 def test_store_subscriber_filters_and_resumes(store_url) -> None:
     store = open_store(store_url)
-    store.append("alice/a", [NewEvent("submitted"), NewEvent("started"), NewEvent("failed")])
-    store.append("bob/b", [NewEvent("submitted"), NewEvent("failed")])
+    store.append("alice/a", [NewEvent("queued"), NewEvent("started"), NewEvent("failed", {"kind": "exit"})])
+    store.append("bob/b", [NewEvent("queued"), NewEvent("failed", {"kind": "exit"})])
     sub = StoreSubscriber(store, after=0, types=["failed"])
     assert [(e.stream, e.type) for e in sub.receive(1.0)] == [("alice/a", "failed"), ("bob/b", "failed")]
     assert sub.receive(0.1) == []
@@ -236,7 +236,7 @@ def test_a_100k_backlog_drains_in_bounded_memory(emulator, names, store_url) -> 
     store = open_store(store_url)
     pad = "x" * 300  # ~100k x 0.8 kB envelopes: ~80 MB as bytes, several times that as objects
     for k in range(0, total, 10_000):
-        store.append_many([(f"user{i % 500}/job", [NewEvent("note", {"i": i, "pad": pad})], None)
+        store.append_many([(f"user{i % 500}/job", [NewEvent("note", {"text": f"{i} {pad}"})], None)
                            for i in range(k, k + 10_000)])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "ledger", "--store", store_url, "fanout", "--once",

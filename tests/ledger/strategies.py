@@ -1,49 +1,65 @@
-"""Hypothesis strategies for schema-valid events of any type."""
+"""Hypothesis strategies for valid events of any type, drawn from the event classes themselves
+(ledger/events/data.py): every field, every Literal value, every constraint they declare."""
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
+import functools
 
-from ledger.events import EVENT_TYPES, NewEvent, actor
+import msgspec
+from hypothesis import strategies as st
+from msgspec import inspect as mi
+
+from ledger.events import DATA_TYPES, EVENT_TYPES, NewEvent, actor
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
-small = st.integers(min_value=0, max_value=50)
-tpu = st.fixed_dictionaries(
-    {"name": st.sampled_from(["tpu-a", "tpu-b"])},
-    optional={"zone": st.just("us-central2-b"), "kind": st.sampled_from(["spot", "on-demand"]),
-              "accelerator": st.just("v4-32"), "shared": st.booleans()},
-)
 json_leaf = st.none() | st.booleans() | st.integers(-(2**60), 2**60) | text | st.floats(allow_nan=False, allow_infinity=False)
 json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=8)
 
-DATA = {
-    "submitted": st.fixed_dictionaries({
-        "spec": st.dictionaries(text, json_value, max_size=3), "spec_hash": st.just("ab12cd34ef56"),
-        "commit": st.just("c0ffee"), "path": st.just("jobs/a/b.yaml"),
-    }, optional={"author": text, "approvers": st.lists(text, max_size=2)}),
-    "rejected": st.fixed_dictionaries({"reason": text.filter(bool)}),
-    "spec_updated": st.fixed_dictionaries({"spec": st.dictionaries(text, json_value, max_size=2), "spec_hash": st.just("ff00")}),
-    "provisioning": st.fixed_dictionaries({"attempt": small}, optional={"tpu": tpu}),
-    "provisioned": st.fixed_dictionaries({}, optional={"tpu": tpu, "hosts": st.lists(st.fixed_dictionaries({"worker": small}), max_size=2)}),
-    "provision_failed": st.fixed_dictionaries({"reason": text}, optional={"final": st.booleans()}),
-    "setup_failed": st.fixed_dictionaries({}, optional={"module": text, "reason": text, "final": st.booleans()}),
-    "failed": st.fixed_dictionaries(
-        {"kind": st.sampled_from(["grpc", "exit", "lost_host", "setup", "provision", "budget"])},
-        optional={"message": text, "exit_code": st.none() | small, "worker": st.none() | small, "final": st.booleans()},
-    ),
-    "resumed": st.fixed_dictionaries({"attempt": small, "restarts": small}, optional={"rule": text, "reapply": st.booleans()}),
-    "rerun": st.fixed_dictionaries({"attempt": small, "restarts": small}, optional={"rule": text, "reapply": st.booleans()}),
-    "released": st.fixed_dictionaries({}, optional={"tpu": tpu, "reason": text}),
-    "history_rewritten": st.fixed_dictionaries({"old_head": st.just("aaa"), "new_head": st.just("bbb")}),
-    "action_intent": st.fixed_dictionaries({"action_id": st.sampled_from(["a1", "a2"]), "action": st.just("create_tpu")},
-                                           optional={"params": st.dictionaries(text, json_value, max_size=2)}),
-    "action_outcome": st.fixed_dictionaries({"action_id": st.sampled_from(["a1", "a2"]), "ok": st.just(True)},
-                                            optional={"result": json_value}),
-}
+
+def of_type(t: mi.Type) -> st.SearchStrategy:
+    """Values of one msgspec type (as `msgspec.inspect` describes it), within its constraints."""
+    if isinstance(t, mi.Metadata):  # a description around the type
+        return of_type(t.type)
+    if isinstance(t, mi.StructType):
+        required = {f.name: of_type(f.type) for f in t.fields if f.required}
+        optional = {f.name: of_type(f.type) for f in t.fields if not f.required}
+        return st.fixed_dictionaries(required, optional=optional)
+    if isinstance(t, mi.LiteralType):
+        return st.sampled_from(t.values)
+    if isinstance(t, mi.StrType):
+        if t.pattern:
+            return st.from_regex(t.pattern, fullmatch=True)
+        return st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=t.min_length or 0, max_size=12)
+    if isinstance(t, mi.IntType):
+        return st.integers(t.ge if t.ge is not None else -(2**40), 2**40)
+    if isinstance(t, mi.BoolType):
+        return st.booleans()
+    if isinstance(t, mi.NoneType):
+        return st.none()
+    if isinstance(t, mi.AnyType):
+        return json_value
+    if isinstance(t, mi.ListType):
+        return st.lists(of_type(t.item_type), max_size=3)
+    if isinstance(t, mi.DictType):
+        return st.dictionaries(of_type(t.key_type), of_type(t.value_type), max_size=3)
+    if isinstance(t, mi.UnionType):
+        return st.one_of(*(of_type(sub) for sub in t.types))
+    raise TypeError(f"no strategy for {t}")
 
 
-def data_for(type_: str):
-    return DATA.get(type_, st.fixed_dictionaries({}, optional={"reason": text, "text": text}))
+def _fits(cls: type, value: dict) -> bool:
+    try:
+        msgspec.convert(value, cls)  # rules beyond the fields' types (ActionOutcome's error)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+@functools.cache
+def data_for(type_: str) -> st.SearchStrategy:
+    """Valid `data` of one event type, as a writer could give it."""
+    cls = DATA_TYPES[type_]
+    return of_type(mi.type_info(cls)).filter(functools.partial(_fits, cls))
 
 
 @st.composite

@@ -33,7 +33,7 @@ def ledger_file(tmp_path) -> Path:
     store.append("alice/a", [NewEvent("submitted", SUBMIT, GIT, time="2026-01-01T10:00:00.000000Z")])
     store.append("bob/b", [NewEvent("submitted", {**SUBMIT, "path": "jobs/bob/b.yaml"}, GIT, time="2026-01-01T10:30:00.000000Z")])
     store.append("alice/a", [
-        NewEvent("provisioning", {"attempt": 1, "tpu": {"name": "tpu-1", "accelerator": "v4-8", "zone": "us-central2-b", "kind": "spot"}},
+        NewEvent("provisioning", {"attempt": 1, "tpu": {"name": "tpu-1", "accelerator": "v4-8", "zone": "us-central2-b", "kind": "node"}},
                  BOT, time="2026-01-01T11:00:00.000000Z"),
         NewEvent("provisioned", {"tpu": {"name": "tpu-1"}, "hosts": [{"worker": 0}]}, BOT, time="2026-01-01T11:05:00.000000Z"),
         NewEvent("setup_started", {}, BOT, time="2026-01-01T11:06:00.000000Z"),

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ledger import fold
 from ledger.errors import UsageError
+from ledger.events.schema import validate_event
 from ledger.replay import (
     decode_state,
     encode_state,
@@ -22,7 +23,6 @@ from ledger.replay import (
     resolve_until,
     save_snapshot,
 )
-from ledger.schema import validate_event
 from ledger.store.base import Snapshot
 from ledger.verify import verify_snapshots
 from tests.ledger.strategies import event_batches

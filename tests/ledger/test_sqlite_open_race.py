@@ -21,7 +21,7 @@ def _append_some(url: str, errors: list[Exception]) -> None:
     try:
         store = open_store(url)
         for i in range(10):
-            store.append("alice/a", [NewEvent("note", {"i": i})])
+            store.append("alice/a", [NewEvent("note", {"text": str(i)})])
         store.close()
     except Exception as exc:  # noqa: BLE001
         errors.append(exc)

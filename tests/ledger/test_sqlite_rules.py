@@ -21,8 +21,8 @@ COLUMNS = "seq, stream, version, type, time, actor, id, causation, data, prev_ha
 @pytest.fixture
 def ledger(tmp_path):
     store = SQLiteStore(tmp_path / "ledger.db")
-    store.append("alice/a", [NewEvent("note", {"n": i}, WHO) for i in range(2)])
-    store.append("bob/b", [NewEvent("note", {"n": 2}, WHO)])
+    store.append("alice/a", [NewEvent("note", {"text": str(i)}, WHO) for i in range(2)])
+    store.append("bob/b", [NewEvent("note", {"text": "2"}, WHO)])
     rows = list(store.raw_rows())
     store.close()
     return tmp_path / "ledger.db", rows

@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 WHO = actor("cli", "tester")
 
 
-def note(text: str, key: str | None = None, **extra) -> NewEvent:
-    return NewEvent("note", {"text": text, **extra}, WHO, key=key)
+def note(text: str, key: str | None = None) -> NewEvent:
+    return NewEvent("note", {"text": text}, WHO, key=key)
 
 
 def spawn_writer(url: str, name: str, count: int, batch: int, mode: str) -> subprocess.Popen:
@@ -86,8 +86,9 @@ def test_append_assigns_contiguous_positions_and_chains_hashes(store_factory):
 
 def test_stored_event_reads_back_exactly(store_factory):
     store = store_factory()
-    data = {"text": "héllo \"quoted\" \n", "nested": {"b": [1, 2.5, None, True], "a": {}}, "big": 2**53 + 1}
-    store.append("alice/a", [NewEvent("note", data, actor("git", "ålice", approvers=["bob"]), causation="c0ffee")])
+    spec = {"text": "héllo \"quoted\" \n", "nested": {"b": [1, 2.5, None, True], "a": {}}, "big": 2**53 + 1}
+    data = {"spec": spec, "spec_hash": "ab" * 32, "commit": "c0ffee", "path": "jobs/alice/a.yaml"}
+    store.append("alice/a", [NewEvent("submitted", data, actor("git", "ålice", approvers=["bob"]), causation="c0ffee")])
     event = next(store.read_all())
     assert event.data == data and event.actor["approvers"] == ["bob"] and event.causation == "c0ffee"
     check_sound(store)
@@ -187,7 +188,7 @@ def test_concurrent_appends_from_processes_leave_no_gap_or_duplicate(store_facto
     # A batch is contiguous in seq: appends from other processes never interleave inside it.
     batches: dict[tuple[str, int], list[int]] = {}
     for e in events:
-        batches.setdefault((e.actor["name"], e.data["batch"]), []).append(e.seq)
+        batches.setdefault((e.actor["name"], int(e.data["text"].split()[1])), []).append(e.seq)
     assert len(batches) == 120
     assert all(seqs == list(range(seqs[0], seqs[0] + 3)) for seqs in batches.values())
     check_sound(store)
@@ -228,7 +229,7 @@ def test_kill_9_mid_append_loses_nothing_acknowledged(store_factory):
     events = reopened.read_stream("k/own")
     by_batch: dict[int, list[int]] = {}
     for e in events:
-        by_batch.setdefault(e.data["batch"], []).append(e.seq)
+        by_batch.setdefault(int(e.data["text"].split()[1]), []).append(e.seq)
     for n, first, last in acked:  # everything acknowledged is there, where it was reported
         assert by_batch[n] == list(range(first, last + 1))
     assert all(len(seqs) == 40 for seqs in by_batch.values())  # no batch half-written
@@ -287,7 +288,7 @@ def test_fold_and_raw_rows_agree_with_read_all(store_factory):
     from ledger.events import body_text, dumps, row_hash
 
     store = store_factory()
-    store.append("alice/a", [note("x", n=1), note("y")])
+    store.append("alice/a", [note("x"), note("y")])
     store.append("bob/b", [note("z")])
     events = list(store.read_all())
     rows = list(store.raw_rows())

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ledger.events import NewEvent
+import dataclasses
+
+from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
 from ledger.verify import verify_rows, verify_store
 
 SUBMIT = {"spec": {}, "spec_hash": "ab12cd34", "commit": "c0ffee", "path": "jobs/alice/a.yaml"}
@@ -14,6 +16,14 @@ def sample(store_factory):
     store.append("bob/b", [NewEvent("submitted", SUBMIT)])
     store.append("alice/a", [NewEvent("provisioning", {"attempt": 1, "tpu": {"name": "t1"}})])
     return store
+
+
+def forged(type_: str, data: dict, *, seq: int = 1, version: int = 1, prev_hash: str = GENESIS_HASH) -> Event:
+    """An event no writer could make (NewEvent refuses its data), hashed as stored ones are:
+    what a buggy older version or a hand-written import could have put in a ledger."""
+    event = Event(seq, "alice/a", version, type_, "2026-01-01T00:00:00.000000Z", {"kind": "cli", "name": "x"},
+                  random_id("alice/a"), None, data, prev_hash, "")
+    return dataclasses.replace(event, hash=event.expected_hash())
 
 
 def rows(store):
@@ -51,8 +61,19 @@ def test_version_gap_and_schema_and_transition(store_factory):
     assert verify_store(store, transitions=False).ok
 
     bad = store_factory()
-    bad.append("alice/a", [NewEvent("failed", {"kind": "gremlins"})])
-    assert "schema" in verify_store(bad).problem.reason
+    bad.import_events([forged("failed", {"kind": "gremlins"})])
+    assert "schema" in verify_store(bad).problem.reason and "kind" in verify_store(bad).problem.reason
+
+
+def test_final_failures_written_before_the_kinds_were_fixed_still_verify(store_factory):
+    """0.1.0 recorded a final failure's rule as its kind ("pass", "exhausted"); such a ledger
+    stays sound, though no writer can record those kinds any more."""
+    store = store_factory()
+    first = forged("submitted", SUBMIT)
+    store.import_events([first, forged("failed", {"kind": "grpc"}, seq=2, version=2, prev_hash=first.hash)])
+    last = store.get_event(next(store.read_all(after=1)).id)
+    store.import_events([forged("failed", {"kind": "exhausted", "final": True}, seq=3, version=3, prev_hash=last.hash)])
+    assert verify_store(store).ok
 
 
 def test_rewritten_suffix_with_valid_hashes_is_caught_by_version_check(store_factory):

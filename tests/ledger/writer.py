@@ -35,7 +35,7 @@ def main() -> None:
                     continue
         else:
             stream = f"{name}/own" if mode == "forever" or n % 2 == 0 else "shared/stream"
-            events = [NewEvent("note", {"text": f"{name} {n} {i}", "batch": n}, who, key=f"{name}-{n}-{i}") for i in range(batch)]
+            events = [NewEvent("note", {"text": f"{name} {n} {i}"}, who, key=f"{name}-{n}-{i}") for i in range(batch)]
             result = store.append(stream, events)
         print(f"ack {n} {result.positions[0]} {result.positions[-1]}", flush=True)
         n += 1

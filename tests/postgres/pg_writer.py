@@ -24,12 +24,12 @@ def main() -> None:
     version, conflicts, done_increments = 0, 0, 0
     every = max(1, total // max(1, increments))
     for start in range(0, total, batch):
-        events = [NewEvent("note", {"i": i, "by": name}, who, key=f"{name}:{i}") for i in range(start, min(total, start + batch))]
+        events = [NewEvent("note", {"text": str(i)}, who, key=f"{name}:{i}") for i in range(start, min(total, start + batch))]
         version = store.append(stream, events, expected_version=version).version
         while done_increments < increments and (start + batch) // every > done_increments:
             current = store.stream_version("shared/counter")
             try:
-                store.append("shared/counter", [NewEvent("note", {"by": name, "n": current + 1}, who)], expected_version=current)
+                store.append("shared/counter", [NewEvent("note", {"text": str(current + 1)}, who)], expected_version=current)
                 done_increments += 1
             except ConflictError:
                 conflicts += 1

@@ -80,7 +80,7 @@ def test_four_processes_append_at_once_without_gap_duplicate_or_broken_chain(pg_
     ids = [row[6] for row in store.raw_rows(0)]
     assert len(set(ids)) == total
     for i in range(WRITERS):
-        assert [e.data["i"] for e in store.read_stream(f"writer/w{i}")] == list(range(EVENTS))
+        assert [int(e.data["text"]) for e in store.read_stream(f"writer/w{i}")] == list(range(EVENTS))
     counter = store.read_stream("shared/counter")
-    assert [e.data["n"] for e in counter] == list(range(1, WRITERS * INCREMENTS + 1))
+    assert [int(e.data["text"]) for e in counter] == list(range(1, WRITERS * INCREMENTS + 1))
     store.close()

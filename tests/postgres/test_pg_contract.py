@@ -16,6 +16,10 @@ def ev(type_: str = "note", key: str | None = None, **data) -> NewEvent:
     return NewEvent(type_, data, key=key)
 
 
+def submitted(spec: dict) -> NewEvent:
+    return ev("submitted", spec=spec, spec_hash="ab" * 32, commit="c0ffee", path="jobs/a/b.yaml")
+
+
 def chain_ok(store) -> int:
     seq, prev = 0, GENESIS_HASH
     for row in store.raw_rows(0):
@@ -27,9 +31,9 @@ def chain_ok(store) -> int:
 
 
 def test_append_assigns_positions_versions_and_a_verifiable_chain(store):
-    r1 = store.append("alice/a", [ev("submitted", n=1), ev(n=2)], expected_version=0)
-    r2 = store.append("bob/b", [ev("submitted", text="é\n\"日本\"\x01", f=0.1, big=10**20)])
-    r3 = store.append("alice/a", [ev(n=3)], expected_version=2)
+    r1 = store.append("alice/a", [submitted({}), ev(text="2")], expected_version=0)
+    r2 = store.append("bob/b", [submitted({"text": "é\n\"日本\"\x01", "f": 0.1, "big": 10**20})])
+    r3 = store.append("alice/a", [ev(text="3")], expected_version=2)
     assert (r1.positions, r1.version, r1.duplicate) == ((1, 2), 2, False)
     assert (r2.positions, r2.version) == ((3,), 1)
     assert (r3.positions, r3.version) == ((4,), 3)
@@ -37,7 +41,7 @@ def test_append_assigns_positions_versions_and_a_verifiable_chain(store):
     assert chain_ok(store) == 4
     events = list(store.read_all())
     assert [e.seq for e in events] == [1, 2, 3, 4]
-    assert events[2].data == {"text": "é\n\"日本\"\x01", "f": 0.1, "big": 10**20}
+    assert events[2].data["spec"] == {"text": "é\n\"日本\"\x01", "f": 0.1, "big": 10**20}
     assert all(e.expected_hash() == e.hash for e in events)
     assert events[0].prev_hash == GENESIS_HASH and events[1].prev_hash == events[0].hash
     assert [e.version for e in store.read_stream("alice/a")] == [1, 2, 3]
@@ -92,13 +96,13 @@ def test_append_many_is_one_transaction(store):
 
 def test_reads_after_limit_until_and_counts(store):
     for i in range(25):
-        store.append(f"u/j{i % 4}", [ev(i=i, type_="note")])
+        store.append(f"u/j{i % 4}", [ev(text=str(i), type_="note")])
     assert [e.seq for e in store.read_all(after=20)] == [21, 22, 23, 24, 25]
     assert [e.seq for e in store.read_all(after=3, limit=4)] == [4, 5, 6, 7]
     assert [r[0] for r in store.raw_rows(10, 13)] == [11, 12, 13]
     folds = list(store.fold_rows(0, 2))
     assert [r[:4] for r in folds] == [(1, "u/j0", 1, "note"), (2, "u/j1", 1, "note")]
-    assert folds[1][5] == '{"i":1}'
+    assert folds[1][5] == '{"text":"1"}'
     assert store.count_since(20) == 5
     assert store.streams() == ["u/j0", "u/j1", "u/j2", "u/j3"]
     assert store.stream_version("u/j1") == 6 and store.stream_version("nobody/x") == 0
@@ -137,14 +141,14 @@ def test_cursors_only_move_forward(store):
 def test_import_copies_sealed_events_and_refuses_a_broken_chain(store, new_ledger_url):
     from ledger.store import open_store
 
-    store.append("a/a", [ev(i=i) for i in range(5)])
+    store.append("a/a", [ev(text=str(i)) for i in range(5)])
     events = list(store.read_all())
     other = open_store(new_ledger_url())
     try:
         other.import_events(events[:3])
         with pytest.raises(LedgerError):
             other.import_events(events[4:])  # skips seq 4
-        forged = events[3].__class__(**{**events[3].to_dict(), "data": {"i": 99}})
+        forged = events[3].__class__(**{**events[3].to_dict(), "data": {"text": "99"}})
         with pytest.raises(LedgerError):
             other.import_events([forged])
         other.import_events(events[3:])

@@ -26,8 +26,9 @@ def sqlite_ledger(tmp_path) -> str:
     store = open_store(url)
     who = actor("git", "alice@example.com", approvers=["bob@example.com"])
     for i in range(12):
-        store.append(f"team{i % 3}/job{i}", [NewEvent("submitted", {"spec": {"i": i, "f": 0.5, "name": "é"}}, who, key=f"s{i}")])
-        store.append_many([(f"team{i % 3}/job{i}", [NewEvent("queued", {"n": n}, key=f"q{i}-{n}") for n in range(40)], 1)])
+        submitted = {"spec": {"i": i, "f": 0.5, "name": "é"}, "spec_hash": "ab" * 32, "commit": "c0ffee", "path": f"jobs/team{i % 3}/job{i}.yaml"}
+        store.append(f"team{i % 3}/job{i}", [NewEvent("submitted", submitted, who, key=f"s{i}")])
+        store.append_many([(f"team{i % 3}/job{i}", [NewEvent("queued", {"reason": f"try {n}"}, key=f"q{i}-{n}") for n in range(40)], 1)])
     store.close()
     return url
 

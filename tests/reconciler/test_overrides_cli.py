@@ -18,11 +18,14 @@ SHARED = {"tpu": {"accelerator": "v4-8", "zone": "us-central2-b", "shared": True
           "command": {"cmd": "true"}}
 
 
+GIT = {"spec_hash": "ab" * 32, "commit": "c0ffee", "path": "jobs/a/b.yaml"}
+
+
 def ledger_with(tmp_path: Path, *jobs: tuple[str, list[tuple[str, dict]]]) -> str:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     store = open_store(url)
     for job_id, events in jobs:
-        store.append(job_id, [NewEvent(t, d, actor("git", "tester")) for t, d in events])
+        store.append(job_id, [NewEvent(t, {**(GIT if t == "submitted" else {}), **d}, actor("git", "tester")) for t, d in events])
     store.close()
     return url
 
@@ -57,7 +60,7 @@ def test_cancel_records_who_and_why_and_refuses_unknown_or_ended_jobs(tmp_path: 
 def test_resume_and_rerun_start_the_next_attempt_only_from_states_that_allow_it(tmp_path: Path):
     url = ledger_with(tmp_path,
                       ("alice/dead", [("submitted", {"spec": SPEC}), ("provisioning", {"attempt": 1}),
-                                      ("failed", {"kind": "pass", "final": True})]),
+                                      ("failed", {"kind": "exit", "final": True, "rule": "pass"})]),
                       ("alice/live", [("submitted", {"spec": SPEC})]))
     out = run(url, "resume", "alice/dead")
     assert out.exit_code == 0, out.output

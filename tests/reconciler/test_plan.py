@@ -43,6 +43,11 @@ def ready(name: str, state: str = "READY", hosts: int = 4) -> NodeObs:
     return NodeObs(name, ZONE, state, {}, tuple({"worker": i, "address": "127.0.0.1", "port": 1000 + i} for i in range(hosts)))
 
 
+def recorded(action) -> list[tuple[str, dict]]:
+    """What a `record` action appends, as (type, data) the fold reads."""
+    return [(d.event_type, d.to_builtins()) for d in action.params["events"]]
+
+
 def only(actions):
     assert len(actions) == 1, actions
     return actions[0]
@@ -94,8 +99,8 @@ def test_an_unobserved_zone_decides_nothing():
 def test_preempted_node_is_recorded_then_reapplied_with_the_next_attempt():
     j, name = running_job()
     a = only(plan({j.id: j}, observed(ready(name, "PREEMPTED"))))
-    assert a.kind == "record" and a.params["events"][0][0] == "preempted"
-    j = evolve(j, "preempted", a.params["events"][0][1])
+    assert a.kind == "record" and recorded(a)[0][0] == "preempted"
+    j = evolve(j, "preempted", recorded(a)[0][1])
     a = only(plan({j.id: j}, observed(ready(name, "PREEMPTED"))))
     assert a.kind == "recover" and a.params["reapply"] and a.params["resume"]
     assert a.params["attempt"] == 2 and a.params["restarts"] == 1
@@ -119,8 +124,8 @@ def test_grpc_pattern_fails_the_attempt_and_resumes_on_the_same_tpu():
     j, name = running_job()
     hosts = {j.id: {0: HostObs("running", matches=("grpc",)), 1: HostObs("running")}}
     a = only(plan({j.id: j}, observed(ready(name), hosts=hosts)))
-    assert a.params["events"][0] == ("failed", {"kind": "grpc", "message": "GRPC error in the job's output", "attempt": 1})
-    j = evolve(j, "failed", a.params["events"][0][1])
+    assert recorded(a)[0] == ("failed", {"kind": "grpc", "message": "GRPC error in the job's output", "attempt": 1})
+    j = evolve(j, "failed", recorded(a)[0][1])
     a = only(plan({j.id: j}, observed(ready(name))))
     assert a.kind == "recover" and a.params["rule"] == "resume" and not a.params["reapply"]
 
@@ -129,7 +134,7 @@ def test_all_workers_exiting_zero_finishes_and_then_releases():
     j, name = running_job()
     hosts = {j.id: {w: HostObs("exited", 0) for w in range(4)}}
     a = only(plan({j.id: j}, observed(ready(name), hosts=hosts)))
-    assert a.params["events"][0][0] == "finished"
+    assert recorded(a)[0][0] == "finished"
     j = evolve(j, "finished", {})
     a = only(plan({j.id: j}, observed(ready(name))))
     assert a.kind == "release"
@@ -145,10 +150,11 @@ def test_non_zero_exit_with_pass_rule_fails_for_good():
     j, name = running_job()
     hosts = {j.id: {0: HostObs("exited", 3), 1: HostObs("running")}}
     a = only(plan({j.id: j}, observed(ready(name), hosts=hosts)))
-    assert a.params["events"][0][1]["exit_code"] == 3
-    j = evolve(j, "failed", a.params["events"][0][1])
+    assert recorded(a)[0][1]["exit_code"] == 3
+    j = evolve(j, "failed", recorded(a)[0][1])
     a = only(plan({j.id: j}, observed(ready(name))))
-    assert a.params["events"][0][0] == "failed" and a.params["events"][0][1]["final"] and a.params["events"][0][1]["kind"] == "pass"
+    (type_, data), = recorded(a)
+    assert type_ == "failed" and data["final"] and data["kind"] == "exit" and data["rule"] == "pass"
 
 
 def test_restart_budget_exhausted_fails_for_good_with_history():
@@ -161,8 +167,8 @@ def test_restart_budget_exhausted_fails_for_good_with_history():
         j = evolve(j, "started", {"spec_hash": "h1"})
     j = evolve(j, "failed", {"kind": "grpc"})
     a = only(plan({j.id: j}, observed(ready(name))))
-    data = a.params["events"][0][1]
-    assert data["final"] and data["kind"] == "exhausted" and len(data["history"]) == 3
+    data = recorded(a)[0][1]
+    assert data["final"] and data["kind"] == "grpc" and data["rule"] == "exhausted" and len(data["history"]) == 3
 
 
 def test_cancel_requested_cancels_whatever_the_state():
@@ -179,16 +185,16 @@ def test_shared_tpu_is_held_by_one_job_and_the_next_waits_queued():
     b_job.submitted_seq = 10
     a_job.submitted_seq = 5
     acts = {x.job_id: x for x in plan({a_job.id: a_job, b_job.id: b_job}, observed())}
-    assert acts["alice/a"].params["events"][0][0] == "provisioning"
-    assert acts["bob/b"].params["events"][0][0] == "queued"
-    a_job = evolve(a_job, "provisioning", acts["alice/a"].params["events"][0][1])
+    assert recorded(acts["alice/a"])[0][0] == "provisioning"
+    assert recorded(acts["bob/b"])[0][0] == "queued"
+    a_job = evolve(a_job, "provisioning", recorded(acts["alice/a"])[0][1])
     acts = {x.job_id: x for x in plan({a_job.id: a_job, b_job.id: b_job}, observed())}
-    assert "held by alice/a" in acts["bob/b"].params["events"][0][1]["reason"]
+    assert "held by alice/a" in recorded(acts["bob/b"])[0][1]["reason"]
     # alice's job is cancelled and hands the TPU back: bob's job takes it
     a_job = evolve(evolve(a_job, "cancelled", {}), "released", {"tpu": a_job.tpu})
-    b_job = evolve(b_job, "queued", acts["bob/b"].params["events"][0][1])
+    b_job = evolve(b_job, "queued", recorded(acts["bob/b"])[0][1])
     acts = {x.job_id: x for x in plan({a_job.id: a_job, b_job.id: b_job}, observed())}
-    assert acts["bob/b"].params["events"][0][0] == "provisioning"
+    assert recorded(acts["bob/b"])[0][0] == "provisioning"
 
 
 def test_queued_retry_waits_with_backoff():
@@ -204,8 +210,8 @@ def test_waiting_queued_resource_is_recorded_once():
     j = evolve(j, "provisioning", {"attempt": 1, "tpu": want})
     qr = QueuedObs(want["name"], ZONE, "WAITING_FOR_RESOURCES")
     a = only(plan({j.id: j}, observed(queued=[qr])))
-    assert a.params["events"][0][0] == "queued"
-    j = evolve(j, "queued", a.params["events"][0][1])
+    assert recorded(a)[0][0] == "queued"
+    j = evolve(j, "queued", recorded(a)[0][1])
     assert plan({j.id: j}, observed(queued=[qr])) == []
     active = QueuedObs(want["name"], ZONE, "ACTIVE")
     assert only(plan({j.id: j}, observed(ready(want["name"]), queued=[active]))).kind == "mark_provisioned"
@@ -266,7 +272,7 @@ def test_a_plain_non_zero_exit_stays_a_failure_even_if_the_tpu_went_away():
     j, name = running_job()
     j = evolve(j, "failed", {"kind": "exit", "exit_code": 3})
     a = only(plan({j.id: j}, observed(ready(name, "PREEMPTED"))))
-    assert a.params["events"][0][1]["kind"] == "pass"
+    assert recorded(a)[0][1]["kind"] == "exit" and recorded(a)[0][1]["rule"] == "pass"
 
 
 def test_queued_resources_are_listed_only_where_a_job_uses_them():

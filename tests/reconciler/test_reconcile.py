@@ -59,16 +59,18 @@ def test_failure_with_pass_rule_stops_for_good_and_releases(harness: Harness):
     harness.submit("dave/bad", job_spec("echo failing; exit 3", recovery={"on_failure": "pass"}))
     harness.start()
     job = harness.wait("dave/bad", lambda j: j.state == FAILED_FINAL and j.tpu is None)
-    assert job.last_error["kind"] == "pass"
+    assert job.last_error["kind"] == "exit" and job.last_error["rule"] == "pass"
     assert harness.types("dave/bad")[-3:] == ["failed", "failed", "released"]
+    harness.verify()
 
 
 def test_restart_budget_exhausted(harness: Harness):
     harness.submit("erin/flaky", job_spec("exit 7", recovery={"on_failure": "rerun", "max_restarts": 2}))
     harness.start()
     job = harness.wait("erin/flaky", lambda j: j.state == FAILED_FINAL and j.tpu is None, timeout=90)
-    assert job.last_error["kind"] == "exhausted" and job.restarts == 2
+    assert job.last_error["kind"] == "exit" and job.last_error["rule"] == "exhausted" and job.restarts == 2
     assert harness.types("erin/flaky").count("rerun") == 2
+    harness.verify()
 
 
 def test_cancel_while_running_stops_the_command_and_deletes_the_tpu(harness: Harness):

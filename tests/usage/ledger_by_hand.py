@@ -21,7 +21,7 @@ def spec(accelerator: str, zone: str, pricing: str) -> dict:
 
 
 def submitted(accelerator: str, zone: str, pricing: str) -> dict:
-    return {"spec": spec(accelerator, zone, pricing), "spec_hash": "ab12", "commit": "c0ffee", "path": "jobs/x.yaml",
+    return {"spec": spec(accelerator, zone, pricing), "spec_hash": "ab12cd34", "commit": "c0ffee00", "path": "jobs/x.yaml",
             "author": "a@lab.example", "approvers": ["s@lab.example"]}
 
 

@@ -17,7 +17,6 @@ import click
 from ledger.app.commands.common import store_from
 from ledger.errors import LedgerError, UsageError
 from ledger.events import Event, body_text
-from ledger.store.base import row_from_event
 from ledger.verify import verify_rows
 
 IMPORT_BATCH = 10_000
@@ -79,7 +78,7 @@ def import_cmd(ctx: click.Context, file: Path) -> None:
     def rows() -> Iterator[tuple]:
         for number, event in _parse(file):
             lines.append(number)
-            yield row_from_event(event)
+            yield event.row()
 
     # Transitions are history, not integrity: an anomalous history is imported faithfully.
     report = verify_rows(rows(), transitions=False)

@@ -16,6 +16,7 @@ from ledger.app.commands.common import console, print_json, publishing, store_fr
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
+from ledger.events.data import CancelRequested, EventData, Rerun, Resumed
 from ledger.fold import LIVE, JobState, replay
 
 
@@ -80,7 +81,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
 
 
 def _append_override(ctx: click.Context, job_id: str, type_: str, allowed: set[str] | None,
-                     data: Callable[[JobState], dict]) -> None:
+                     data: Callable[[JobState], EventData]) -> None:
     """Record an operator's override on JOB, fenced by the version it was decided on."""
     store = store_from(ctx)
     events = store.read_stream(job_id)
@@ -94,9 +95,9 @@ def _append_override(ctx: click.Context, job_id: str, type_: str, allowed: set[s
     click.echo(f"{type_} recorded for {job_id} by {who['name']}")
 
 
-def _next_attempt(job: JobState) -> dict:
+def _next_attempt(again: type[Resumed | Rerun]) -> Callable[[JobState], EventData]:
     # The TPU is re-created (reapply): a manual restart should not depend on a TPU that failed.
-    return {"attempt": job.attempt + 1, "restarts": job.restarts, "rule": "manual", "reapply": True}
+    return lambda job: again(attempt=job.attempt + 1, restarts=job.restarts, rule="manual", reapply=True)
 
 
 @click.command()
@@ -105,7 +106,7 @@ def _next_attempt(job: JobState) -> dict:
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
     """Cancel a job now (emergency override; deleting its spec in git is the normal way)."""
-    _append_override(ctx, job_id, "cancel_requested", set(LIVE), lambda _: {"reason": reason, "manual": True})
+    _append_override(ctx, job_id, "cancel_requested", set(LIVE), lambda _: CancelRequested(reason=reason, manual=True))
 
 
 @click.command()
@@ -113,7 +114,7 @@ def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
 @click.pass_context
 def resume(ctx: click.Context, job_id: str) -> None:
     """Run a failed job again from its last checkpoint, with the next attempt number."""
-    _append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted"}, _next_attempt)
+    _append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted"}, _next_attempt(Resumed))
 
 
 @click.command()
@@ -121,7 +122,7 @@ def resume(ctx: click.Context, job_id: str) -> None:
 @click.pass_context
 def rerun(ctx: click.Context, job_id: str) -> None:
     """Run a job again from scratch (a new attempt, clean working directory)."""
-    _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"}, _next_attempt)
+    _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"}, _next_attempt(Rerun))
 
 
 @click.command()

@@ -1,0 +1,468 @@
+"""What each event type carries in `data`: one typed class per type, the one source of truth.
+
+Writers construct these classes; `NewEvent` checks and encodes them; `ledger verify` checks
+each stored `data` against them (msgspec, in C, once per distinct stored text); the
+published `schemas/event.schema.json` is generated from them (`ledger.events.schema`).
+So a writer cannot record what verify rejects, and the schema cannot drift from the code.
+
+Conventions:
+- A field without a default is required. An optional field defaults to `UNSET` and is left
+  out of the stored JSON when not given: what a writer passes is exactly what is stored.
+- A closed set of values is a `Literal`; adding a value is adding it to the Literal.
+- Fields a class does not know are ignored when reading (a ledger written by newer code
+  still verifies with older code) but refused when writing (`encode` below): every field
+  written is declared here.
+
+To add an event type: write its class below (a docstring, `event_type`, its fields), add it
+to `_CLASSES`; if it changes a job's state, a handler and an `ALLOWED_FROM` entry in
+`ledger.fold`; a line in `ledger.describe.summarize`; construct it where it is appended (a
+new `NewEvent(...)` call is counted in tests/ledger/test_event_writers.py `APPEND_SITES`);
+then `make schemas` and commit the schema. To add a field: add it to its class (optional =
+`Opt[...] = UNSET` unless every writer always gives it), then `make schemas`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import inspect as mi
+
+from ledger.errors import UsageError
+
+_T = TypeVar("_T")
+# An optional field: absent from the stored JSON unless a writer gives it.
+Opt = Union[_T, UnsetType]  # noqa: UP007 - `X | Y` cannot hold a TypeVar for a generic alias
+
+NonEmpty = Annotated[str, Meta(min_length=1)]
+Count = Annotated[int, Meta(ge=0)]
+SpecHash = Annotated[str, Meta(pattern="^[0-9a-f]{8,128}$", description="SHA-256 of the normalized spec's canonical JSON")]
+Worker = Annotated[int, Meta(ge=0, description="worker index within the TPU slice")]
+
+# -- closed vocabularies -------------------------------------------------------------------
+# What ended an attempt: the TPU was preempted, a GRPC error or another failure pattern
+# appeared in the output ("failure" also covers a command that could not start), a worker
+# exited non-zero, a host was lost, setup failed, the TPU could not be provisioned.
+FailureKind = Literal["exit", "grpc", "lost_host", "failure", "setup", "preempted", "provision"]
+# Why a failure is final: the job's rule for that kind is `pass`, or its restart budget is spent.
+FinalRule = Literal["pass", "exhausted"]
+# How a job runs again: a recovery rule, an operator's override, a spec change, `job.loop`.
+RecoveryRule = Literal["reapply", "resume", "rerun", "manual", "spec_updated", "loop"]
+RecoveryCause = Literal[FailureKind, "spec_updated", "loop"]
+ActionKind = Literal["provision", "setup", "start", "release", "cancel", "recover", "restart"]
+TpuKind = Literal["node", "queued_resource"]
+# Before the fix of failure kinds, a final failure recorded its rule as its kind, and the
+# first schema listed "budget". Ledgers hold such events forever: they are read, never written.
+LegacyFailureKind = Literal["pass", "exhausted", "budget"]
+
+
+class EventDataError(UsageError):
+    """A writer asked to record data its event type does not allow (or a type that does not
+    exist): refused before anything is stored."""
+
+
+# -- parts shared by several types ---------------------------------------------------------
+class _Part(Struct, kw_only=True, frozen=True):
+    pass
+
+
+class Tpu(_Part):
+    """A TPU a job holds or asks for."""
+
+    name: NonEmpty
+    zone: Opt[str] = UNSET
+    kind: Opt[TpuKind] = UNSET
+    accelerator: Opt[str] = UNSET
+    shared: Opt[bool] = UNSET
+    attempt: Opt[Count] = UNSET
+
+
+class Host(_Part):
+    """One worker of a provisioned TPU, as the TPU API lists it."""
+
+    worker: Worker
+    address: Opt[str] = UNSET
+    port: Opt[int] = UNSET
+    host_key: Opt[str | None] = UNSET
+
+
+class Finding(_Part):
+    """A problem or warning about a job spec (`ledger.spec.Message` as data)."""
+
+    message: str
+    file: Opt[str] = UNSET
+    line: Opt[int] = UNSET
+    column: Opt[int] = UNSET
+    pointer: Opt[str] = UNSET
+    hint: Opt[str] = UNSET
+    severity: Opt[str] = UNSET
+
+
+class FailureRecord(_Part):
+    """One failed attempt in a job's history."""
+
+    kind: FailureKind
+    attempt: Count
+
+
+def tpu(value: Mapping[str, Any]) -> Tpu:
+    """A TPU dict (a plan's request, or as the fold read it back) as a checked `Tpu`."""
+    return check(value, Tpu, "tpu")
+
+
+def hosts(values: list[Mapping[str, Any]]) -> list[Host]:
+    return [check(h, Host, "host") for h in values]
+
+
+def history(failures: list[Mapping[str, Any]]) -> list[FailureRecord]:
+    """A job's failed attempts (`JobState.failures`) as checked records."""
+    return [check(f, FailureRecord, "failure record") for f in failures]
+
+
+# -- one class per event type --------------------------------------------------------------
+class EventData(Struct, kw_only=True, frozen=True):
+    """Base of every event type's data."""
+
+    event_type: ClassVar[str]
+
+    def to_builtins(self) -> dict[str, Any]:
+        """The plain JSON value stored for this data (checked, as `NewEvent` stores it)."""
+        return encode(self.event_type, self)
+
+
+class SpecUpdated(EventData):
+    """A live job's spec changed in git (merged and approved)."""
+
+    event_type: ClassVar[str] = "spec_updated"
+    spec: dict[str, Any]
+    spec_hash: SpecHash
+    commit: Opt[NonEmpty] = UNSET
+    path: Opt[NonEmpty] = UNSET
+    blob: Opt[str] = UNSET
+    author: Opt[str] = UNSET
+    author_name: Opt[str] = UNSET
+    approvers: Opt[list[str]] = UNSET
+    owner: Opt[str] = UNSET
+    name: Opt[str] = UNSET
+    committed_at: Opt[int] = UNSET  # committer time, seconds since the epoch
+    pr: Opt[int] = UNSET
+    warnings: Opt[list[Finding]] = UNSET
+
+
+class Submitted(SpecUpdated):
+    """A job spec arrived in git (merged and approved): the job exists from here."""
+
+    event_type: ClassVar[str] = "submitted"
+    commit: NonEmpty
+    path: NonEmpty
+
+
+class Rejected(EventData):
+    """A change in git was refused: an invalid spec, or a missing approval."""
+
+    event_type: ClassVar[str] = "rejected"
+    reason: NonEmpty
+    errors: Opt[list[Finding | str]] = UNSET
+    commit: Opt[str] = UNSET
+    path: Opt[str] = UNSET
+    blob: Opt[str] = UNSET
+    removal: Opt[bool] = UNSET
+    would_approve: Opt[list[str]] = UNSET
+    author: Opt[str] = UNSET
+
+
+class CancelRequested(EventData):
+    """Stop the job: its spec was deleted in git, or an operator cancelled it."""
+
+    event_type: ClassVar[str] = "cancel_requested"
+    reason: Opt[str] = UNSET
+    by: Opt[str] = UNSET
+    manual: Opt[bool] = UNSET
+    commit: Opt[str] = UNSET
+    path: Opt[str] = UNSET
+    blob: Opt[str] = UNSET
+
+
+class Queued(EventData):
+    """The job waits: for capacity, a queued resource, or a shared TPU held by another job."""
+
+    event_type: ClassVar[str] = "queued"
+    reason: Opt[str] = UNSET
+
+
+class Provisioning(EventData):
+    """A TPU was asked for (or a shared one taken) for this attempt."""
+
+    event_type: ClassVar[str] = "provisioning"
+    attempt: Count
+    tpu: Opt[Tpu] = UNSET
+    how: Opt[Literal["created", "adopted"]] = UNSET
+
+
+class Provisioned(EventData):
+    """The TPU is READY; its hosts are known."""
+
+    event_type: ClassVar[str] = "provisioned"
+    tpu: Opt[Tpu] = UNSET
+    hosts: Opt[list[Host]] = UNSET
+
+
+class ProvisionFailed(EventData):
+    """The TPU could not be created; `final` when trying again cannot help."""
+
+    event_type: ClassVar[str] = "provision_failed"
+    reason: str
+    final: Opt[bool] = UNSET
+
+
+class SetupStarted(EventData):
+    """Setup (environment, mounts, code) began on the hosts."""
+
+    event_type: ClassVar[str] = "setup_started"
+    attempt: Opt[Count] = UNSET
+
+
+class SetupDone(EventData):
+    """Setup succeeded on every host."""
+
+    event_type: ClassVar[str] = "setup_done"
+    attempt: Opt[Count] = UNSET
+
+
+class SetupFailed(EventData):
+    """A setup module failed on a worker."""
+
+    event_type: ClassVar[str] = "setup_failed"
+    attempt: Opt[Count] = UNSET
+    module: Opt[str] = UNSET
+    worker: Opt[int | str | None] = UNSET
+    reason: Opt[str] = UNSET
+    final: Opt[bool] = UNSET
+
+
+class Started(EventData):
+    """The job's command runs on its workers."""
+
+    event_type: ClassVar[str] = "started"
+    attempt: Opt[Count] = UNSET
+    workers: Opt[list[Worker]] = UNSET
+    pids: Opt[dict[str, int]] = UNSET
+    resume: Opt[bool] = UNSET
+    spec_hash: Opt[str] = UNSET
+    how: Opt[str] = UNSET
+
+
+class Preempted(EventData):
+    """The TPU was preempted (or announced it), or vanished."""
+
+    event_type: ClassVar[str] = "preempted"
+    reason: Opt[str] = UNSET
+    tpu_state: Opt[str] = UNSET
+    attempt: Opt[Count] = UNSET
+
+
+class Failed(EventData):
+    """An attempt failed; `kind` says what ended it. A final failure (`final: true`) ends the
+    job; `rule` says why no recovery follows: the job's rule for that kind is `pass`, or its
+    restart budget is `exhausted`."""
+
+    event_type: ClassVar[str] = "failed"
+    kind: FailureKind
+    message: Opt[str] = UNSET
+    exit_code: Opt[int | None] = UNSET
+    worker: Opt[int | str | None] = UNSET
+    final: Opt[bool] = UNSET
+    rule: Opt[FinalRule] = UNSET
+    history: Opt[list[FailureRecord]] = UNSET
+    attempt: Opt[Count] = UNSET
+
+
+class _FailedAsRead(Failed):
+    # What verify accepts: the kinds written before the fix too (see LegacyFailureKind).
+    kind: FailureKind | LegacyFailureKind
+
+
+class _Recovery(EventData):
+    attempt: Count
+    restarts: Count
+    rule: Opt[RecoveryRule] = UNSET
+    reapply: Opt[bool] = UNSET
+    kind: Opt[RecoveryCause] = UNSET
+
+
+class Resumed(_Recovery):
+    """The job runs again from its checkpoint (`reapply`: on a re-created TPU)."""
+
+    event_type: ClassVar[str] = "resumed"
+
+
+class Rerun(_Recovery):
+    """The job runs again from scratch."""
+
+    event_type: ClassVar[str] = "rerun"
+
+
+class Finished(EventData):
+    """Every selected worker exited 0."""
+
+    event_type: ClassVar[str] = "finished"
+    attempt: Opt[Count] = UNSET
+    exit_codes: Opt[dict[str, int]] = UNSET
+    exit_code: Opt[int | None] = UNSET
+
+
+class Cancelled(EventData):
+    """The job was stopped (and its TPU released) after a cancel request."""
+
+    event_type: ClassVar[str] = "cancelled"
+    reason: Opt[str] = UNSET
+
+
+class Released(EventData):
+    """A TPU was deleted, or a shared one handed back."""
+
+    event_type: ClassVar[str] = "released"
+    tpu: Opt[Tpu] = UNSET
+    reason: Opt[str] = UNSET
+    deleted: Opt[bool] = UNSET
+    labels: Opt[dict[str, str]] = UNSET
+
+
+class HistoryRewritten(EventData):
+    """The watched branch no longer contains the last ingested commit: ingestion pauses."""
+
+    event_type: ClassVar[str] = "history_rewritten"
+    old_head: NonEmpty
+    new_head: NonEmpty
+    old_head_exists: Opt[bool] = UNSET
+
+
+class RewriteAccepted(EventData):
+    """An operator accepted a rewritten history: ingestion resumes from the new head."""
+
+    event_type: ClassVar[str] = "rewrite_accepted"
+    old_head: Opt[str] = UNSET
+    new_head: Opt[str] = UNSET
+    by: Opt[str] = UNSET
+
+
+class ActionIntent(EventData):
+    """The reconciler is about to act; recorded before the effect."""
+
+    event_type: ClassVar[str] = "action_intent"
+    action_id: NonEmpty
+    action: ActionKind
+    params: Opt[dict[str, Any]] = UNSET
+    holder: Opt[str] = UNSET
+    reason: Opt[str] = UNSET
+
+
+class ActionOutcome(EventData):
+    """How an intended action ended; an outcome that is not `ok` names its `error`."""
+
+    event_type: ClassVar[str] = "action_outcome"
+    # JSON Schema of the rule __post_init__ enforces (added to the generated schema).
+    schema_extra: ClassVar[dict[str, Any]] = {
+        "if": {"properties": {"ok": {"const": False}}}, "then": {"required": ["error"]},
+    }
+    action_id: NonEmpty
+    ok: bool
+    action: Opt[ActionKind] = UNSET
+    result: Opt[Any] = UNSET
+    error: Opt[str] = UNSET
+    interrupted: Opt[bool] = UNSET
+
+    def __post_init__(self) -> None:
+        if self.ok is False and self.error is UNSET:
+            raise ValueError("an outcome that is not ok names its `error`")
+
+
+class Note(EventData):
+    """Free text for people, or a marker: `kind: ingested` records how far the watcher got."""
+
+    event_type: ClassVar[str] = "note"
+    text: Opt[str] = UNSET
+    kind: Opt[Literal["ingested"]] = UNSET
+    commit: Opt[str] = UNSET
+    base: Opt[str | None] = UNSET
+    governing: Opt[dict[str, str]] = UNSET  # path -> blob of the files that governed it
+    events: Opt[Count] = UNSET
+
+
+_CLASSES: tuple[type[EventData], ...] = (
+    Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
+    ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
+    Rerun, Finished, Cancelled, Released, HistoryRewritten, RewriteAccepted, ActionIntent,
+    ActionOutcome, Note,
+)
+
+# Every type the domain knows, in the order the schema lists them.
+EVENT_TYPES: tuple[str, ...] = tuple(c.event_type for c in _CLASSES)
+# type -> the class writers construct.
+DATA_TYPES: dict[str, type[EventData]] = {c.event_type: c for c in _CLASSES}
+# type -> the class a stored event's data is checked with (the writers' class, or a wider
+# one that also accepts what older versions wrote).
+READ_TYPES: dict[str, type[EventData]] = {**DATA_TYPES, "failed": _FailedAsRead}
+
+
+def check(value: Any, cls: Any, what: str) -> Any:
+    """`value` as a `cls`, checked; EventDataError names the field when it does not fit."""
+    try:
+        return msgspec.convert(value, cls)
+    except msgspec.ValidationError as exc:
+        raise EventDataError(f"invalid {what}: {exc}", hint="a bug in the writer; nothing was recorded") from None
+
+
+def encode(type_: str, data: EventData | Mapping[str, Any]) -> dict[str, Any]:
+    """`data` checked against `type_`'s class, as the plain JSON value that is stored.
+
+    Writers in the product pass an instance of the class; a mapping (tests, benchmarks,
+    hand-written data) is held to the same class, a field it does not declare refused."""
+    cls = DATA_TYPES.get(type_)
+    if cls is None:
+        raise EventDataError(f"unknown event type {type_!r}", hint="event types are the classes in ledger/events/data.py")
+    if isinstance(data, EventData):
+        if type(data) is not cls:
+            raise EventDataError(f"a {type_!r} event cannot carry {type(data).__name__} data", hint=f"use {cls.__name__}")
+        # Constructing a Struct checks nothing: the round trip through builtins does.
+        value = msgspec.to_builtins(data)
+        check(value, cls, f"{type_!r} data")
+        return value
+    value = msgspec.to_builtins(check(data, cls, f"{type_!r} data"))
+    # msgspec drops fields a class does not declare; equal means none was (the usual case,
+    # one comparison in C), else find it to say which (or a tuple just became a list).
+    if value != data and (undeclared := _undeclared(data, _info(cls), "$")) is not None:
+        raise EventDataError(f"{type_!r} data has no field {undeclared}", hint=f"declare it in {cls.__name__} (ledger/events/data.py)")
+    return value
+
+
+@functools.cache
+def _info(cls: type) -> mi.Type:
+    return mi.type_info(cls)
+
+
+def _undeclared(value: Any, t: mi.Type, path: str) -> str | None:
+    """The path of the first field in `value` that type `t` does not declare (msgspec
+    would drop it silently), or None."""
+    if isinstance(t, mi.StructType) and isinstance(value, Mapping):
+        fields = {f.name: f.type for f in t.fields}
+        for k, v in value.items():
+            if k not in fields:
+                return f"{path}.{k}"
+            if (found := _undeclared(v, fields[k], f"{path}.{k}")) is not None:
+                return found
+    elif isinstance(t, mi.ListType) and isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if (found := _undeclared(v, t.item_type, f"{path}[{i}]")) is not None:
+                return found
+    elif isinstance(t, mi.DictType) and isinstance(value, Mapping):
+        for k, v in value.items():
+            if (found := _undeclared(v, t.value_type, f"{path}.{k}")) is not None:
+                return found
+    elif isinstance(t, mi.UnionType):
+        for sub in t.types:
+            if (found := _undeclared(value, sub, path)) is not None:
+                return found
+    return None

@@ -1,0 +1,235 @@
+"""The event envelope: canonical encoding, hash chain, deterministic ids, NewEvent and Event.
+
+Pure data and pure functions. Every event is stored with the hash of its canonical
+encoding chained to the event before it, so any edit anywhere is detectable. `body_text`
+is the one encoder of the hashed bytes: both stores, `seal`, `Event.expected_hash`, export
+and `ledger verify` use it (PostgreSQL's recorder cuts its output where the server splices seq, version and
+prev_hash back in, and checks at import that the splice gives these exact bytes).
+
+The envelope's fields are typed here once (`Envelope`, with the patterns of time, id, hash
+and stream): the published schema is generated from it, and verify checks stored columns
+with the same patterns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from json.encoder import encode_basestring as _json_str  # the C encoder json.dumps uses
+from typing import Annotated, Any, Literal
+
+from msgspec import UNSET, Meta, Struct
+
+from ledger.events.data import EVENT_TYPES, EventData, Opt, check, encode
+
+GENESIS_HASH = "0" * 64
+
+# -- the envelope's fields, typed once ----------------------------------------------------
+Position = Annotated[int, Meta(ge=1)]
+StreamName = Annotated[str, Meta(
+    min_length=1, max_length=300, pattern="^(_[^/]+|[^_/][^/]*/[^/]+)$",
+    description="job id owner/name, or a system stream starting with _",
+)]
+Time = Annotated[str, Meta(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$", description="UTC, microseconds, Z")]
+EventId = Annotated[str, Meta(pattern="^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")]
+Hash = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type] - built from the data classes
+ActorKind = Literal["git", "cli", "reconciler", "watcher", "system"]
+
+
+class Actor(Struct, kw_only=True, frozen=True):
+    """Who caused an event. Extra fields are allowed: a git actor names approvers, a commit."""
+
+    kind: ActorKind
+    name: Annotated[str, Meta(min_length=1)]
+    email: Opt[str] = UNSET
+    approvers: Opt[list[str]] = UNSET
+    commit: Opt[str] = UNSET
+    pr: Opt[int] = UNSET
+    branch: Opt[str] = UNSET
+    manual: Opt[bool] = UNSET
+
+
+class Envelope(Struct, forbid_unknown_fields=True):
+    """One stored event. hash = sha256(prev_hash + canonical(envelope without hash));
+    canonical = JSON with sorted keys, no spaces, UTF-8. `data` carries the type's fields."""
+
+    seq: Annotated[Position, Meta(description="global position, gap-free")]
+    stream: StreamName
+    version: Annotated[Position, Meta(description="position within the stream, gap-free")]
+    type: EventType
+    time: Time
+    actor: Actor
+    id: EventId
+    causation: Annotated[str | None, Meta(description="the event id or commit that caused this event")]
+    data: dict[str, Any]
+    prev_hash: Hash
+    hash: Hash
+
+
+# Built once: json.dumps with non-default options builds an encoder per call, which cost
+# more than the encoding itself for the small dicts events carry.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical(value: Any) -> bytes:
+    """Stable bytes for a JSON value: sorted keys, no spaces, UTF-8, no NaN/Infinity.
+
+    Floats are written as Python's shortest round-trip repr, so a value read back from
+    storage encodes to the same bytes again.
+    """
+    return _CANONICAL.encode(value).encode("utf-8")
+
+
+def format_time(moment: datetime) -> str:
+    """UTC, microsecond precision, 'Z' suffix: one spelling per instant."""
+    if moment.tzinfo is None:
+        raise ValueError("event times must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def now() -> str:
+    return format_time(datetime.now(UTC))
+
+
+_VARIANT = "89ab89ab89ab89ab"  # RFC 4122 variant: the top two bits of byte 8 are 10
+
+
+def _uuid_text(h: str, version: str) -> str:
+    """RFC 4122 spelling of 32 hex digits with the given version; what str(uuid.UUID(bytes=,
+    version=)) gives, without its cost (an id is made for every appended event)."""
+    return f"{h[:8]}-{h[8:12]}-{version}{h[13:16]}-{_VARIANT[int(h[16], 16)]}{h[17:20]}-{h[20:32]}"
+
+
+@functools.lru_cache(maxsize=65536)
+def _stream_prefix(stream: str) -> str:
+    return hashlib.sha256(stream.encode()).hexdigest()[:8]
+
+
+# Ids start with 4 bytes of the stream's hash, then 12 of the key's (or random) bytes: the
+# events of one stream sit together in the id index, so a batch touches a few index pages
+# instead of one per event (a 1M-event ledger's id index no longer thrashes on appends).
+def event_id(stream: str, key: str) -> str:
+    """A deterministic id from an idempotency key: retrying an append stores nothing twice."""
+    digest = hashlib.sha256(f"{stream}\x00{key}".encode()).hexdigest()
+    return _uuid_text(_stream_prefix(stream) + digest[:24], "5")
+
+
+def random_id(stream: str | None = None) -> str:
+    raw = os.urandom(16).hex()
+    return _uuid_text((_stream_prefix(stream) + raw[:24]) if stream is not None else raw, "4")
+
+
+def dumps(value: Any) -> str:
+    """canonical() as text: how actor and data are stored, so the stored text hashes as is."""
+    return _CANONICAL.encode(value)
+
+
+# canonical() of an envelope without `hash`, keys in sorted order, as a template over the
+# stored columns (actor and data already canonical text): the same bytes as canonical(dict)
+# without decoding anything, which is what makes append and verify cheap. Split around
+# prev_hash and seq for PostgreSQL, which only learns those (and version) under its lock.
+_BODY_PRE = '{"actor":%s,"causation":%s,"data":%s,"id":%s,"prev_hash":'
+_BODY_POST = ',"stream":%s,"time":%s,"type":%s,"version":'
+_BODY = _BODY_PRE + '%s,"seq":%d' + _BODY_POST + "%d}"
+
+
+def body_text(
+    seq: int, stream: str, version: int, type_: str, time: str, actor_json: str,
+    id_: str, causation: str | None, data_json: str, prev_hash: str,
+) -> str:
+    """canonical(envelope without hash) as text, from the columns as stored."""
+    return _BODY % (
+        actor_json, "null" if causation is None else _json_str(causation), data_json, _json_str(id_),
+        _json_str(prev_hash), seq, _json_str(stream), _json_str(time), _json_str(type_), version,
+    )
+
+
+def row_hash(prev_hash: str, body: str) -> str:
+    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
+
+
+def _default_actor() -> dict[str, Any]:
+    return {"kind": "system", "name": "ledger"}
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """What a writer asks to append; the store assigns seq, version, prev_hash and hash.
+
+    `data` is an instance of the type's class in `ledger.events.data` (or a mapping held
+    to that class); it is checked here and kept as the plain JSON value that is stored, so
+    a malformed event is refused when it is made, before anything is written."""
+
+    type: str
+    data: EventData | Mapping[str, Any] = field(default_factory=dict)
+    actor: dict[str, Any] = field(default_factory=_default_actor)
+    key: str | None = None  # idempotency key; None = a fresh random id
+    causation: str | None = None
+    time: str | None = None  # ISO UTC; None = now
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data", encode(self.type, self.data))
+        check(self.actor, Actor, "actor")
+
+    def resolve_id(self, stream: str) -> str:
+        return event_id(stream, self.key) if self.key is not None else random_id(stream)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A stored event: the full envelope (`data` and `actor` as plain JSON values)."""
+
+    seq: int
+    stream: str
+    version: int
+    type: str
+    time: str
+    actor: dict[str, Any]
+    id: str
+    causation: str | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in ENVELOPE_FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Event:
+        return cls(**{name: d[name] for name in ENVELOPE_FIELDS})
+
+    def row(self) -> tuple:
+        """The columns as stored (`Store.raw_rows` layout): actor and data as canonical text."""
+        return (self.seq, self.stream, self.version, self.type, self.time, dumps(self.actor), self.id,
+                self.causation, dumps(self.data), self.prev_hash, self.hash)
+
+    def expected_hash(self) -> str:
+        return row_hash(self.prev_hash, body_text(*self.row()[:10]))
+
+
+ENVELOPE_FIELDS: tuple[str, ...] = tuple(Envelope.__struct_fields__)
+
+
+def seal(
+    new: NewEvent, *, seq: int, stream: str, version: int, prev_hash: str, event_id_: str
+) -> Event:
+    """Turn a request into a stored envelope at the given position."""
+    unsealed = Event(seq, stream, version, new.type, new.time or now(), new.actor, event_id_, new.causation,
+                     new.data, prev_hash, "")  # type: ignore[arg-type] - NewEvent holds the encoded dict
+    return dataclasses.replace(unsealed, hash=unsealed.expected_hash())
+
+
+def actor(kind: str, name: str, **extra: Any) -> dict[str, Any]:
+    """Who caused an event: kind is git | cli | reconciler | watcher | system."""
+    return {"kind": kind, "name": name, **extra}
