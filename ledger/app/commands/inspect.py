@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import shutil
+
 import click
+from rich.console import Console
 from rich.table import Table
 
-from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.common import print_json, store_from
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
+from ledger.timeline import Row, compact
 
 
 @click.command("inspect")
 @click.argument("job")
 @click.option("--json", "as_json", is_flag=True, help="Print the job's events as a JSON list of full envelopes.")
+@click.option("--wide", is_flag=True,
+              help="One table row per event at its full width (for a wide terminal or `less -S`).")
 @click.pass_context
-def inspect_cmd(ctx: click.Context, job: str, as_json: bool) -> None:
+def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool) -> None:
     """Show JOB's timeline (JOB is owner/name): time, event, who, what.
+
+    Compact by default: fits the terminal (80 columns in a pipe, or $COLUMNS), each
+    event a short head line with its summary wrapped below; ids and hashes are never cut.
 
     \b
     ledger inspect alice/bert-pretrain
+    ledger inspect alice/bert-pretrain --wide | less -S
     ledger inspect alice/bert-pretrain --json | jq '.[].type'
     """
     store = store_from(ctx)
@@ -29,10 +39,20 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool) -> None:
         print_json([e.to_dict() for e in events])
         return
 
-    table = Table(title=f"{job}: {len(events)} event(s)", title_justify="left")
+    title = f"{job}: {len(events)} event(s)"
+    rows = [Row(e.seq, e.time, e.type, actor_text(e.actor), summarize(e.type, e.data)) for e in events]
+    if not wide:
+        click.echo("\n".join(compact(title, rows, shutil.get_terminal_size().columns)))
+    else:
+        _wide_table(title, rows)
+
+
+def _wide_table(title: str, rows: list[Row]) -> None:
+    """Every column at its natural width: nothing wraps, nothing is cut."""
+    click.echo(title)
+    table = Table()
     for name in ("seq", "time", "event", "actor", "summary"):
-        # fold, never ellipsis: a cut actor or reason would hide what the audit trail is for
-        table.add_column(name, no_wrap=name in ("time", "event"), overflow="fold")
-    for e in events:
-        table.add_row(str(e.seq), e.time, e.type, actor_text(e.actor), summarize(e.type, e.data))
-    console().print(table)
+        table.add_column(name, no_wrap=True)
+    for r in rows:
+        table.add_row(str(r.seq), r.time, r.type, r.actor, r.summary)
+    Console(highlight=False, width=100_000).print(table, crop=False)
