@@ -70,14 +70,14 @@ def compact(title: str, rows: Iterable[Row], width: int) -> list[str]:
     rows = list(rows)
     seq_width = max((len(str(r.seq)) for r in rows), default=1)
     indent = seq_width + 1 + 9  # under the event type: past "seq HH:MM:SS "
-    out = wrap(title.split(" "), width, "", 2)
+    out = wrap(title.split(), width, "", 2)
     day = None
     for r in rows:
         date, clock = _clock(r.time)
         if date and date != day:
             out.append(date)
             day = date
-        head = wrap([r.type, r.actor], width, f"{r.seq:>{seq_width}} {clock} ", indent)
+        head = wrap([r.type, *r.actor.split()], width, f"{r.seq:>{seq_width}} {clock} ", indent)
         summary = r.summary.split()
         if summary and len(head) == 1 and cells(head[0]) + 2 + cells(" ".join(summary)) <= width:
             head[0] = f"{head[0]}  {' '.join(summary)}"

@@ -77,14 +77,14 @@ def check(signed: Signed, *, head: int, hash_at: Callable[[int], str | None],
     seq = checkpoint.seq
     if seq > head:
         return Verdict(signed, checkpoint, TRUNCATED,
-                       f"the ledger ends at seq {head}, the checkpoint saw seq {seq}: events were removed "
-                       "(the tail deleted, or an older copy restored)")
+                       f"the ledger ends at seq {head}, the checkpoint saw seq {seq} "
+                       "(events deleted, or an older copy restored)")
     actual = GENESIS_HASH if seq == 0 else hash_at(seq)
     if actual != checkpoint.hash:
         return Verdict(signed, checkpoint, REWRITTEN,
                        f"the event at seq {seq} has hash {_short(actual or '')}, the checkpoint says "
-                       f"{_short(checkpoint.hash)}: the history up to seq {seq} is another one "
-                       "(rewritten and re-hashed, or an older copy restored and appended to)")
+                       f"{_short(checkpoint.hash)} (history edited and re-hashed, or an older copy "
+                       "restored and appended to)")
     return Verdict(signed, checkpoint, SOUND)
 
 

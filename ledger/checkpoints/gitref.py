@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.checkpoints.note import Signed
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, UsageError
 
 DEFAULT_REF = "refs/ledger/checkpoints"
 BODY_FILE = "checkpoint"
@@ -42,7 +42,7 @@ class CheckpointRepoError(LedgerError):
 
 def check_ref(ref: str) -> str:
     if not ref.startswith("refs/") or ref.endswith("/") or ".." in ref or any(c.isspace() for c in ref):
-        raise CheckpointRepoError(f"bad checkpoint ref {ref!r}",
+        raise UsageError(f"bad checkpoint ref {ref!r}",
                                   hint=f"a full ref name such as {DEFAULT_REF} or refs/heads/ledger-checkpoints")
     return ref
 
@@ -133,6 +133,8 @@ class CheckpointRepo:
         except KeyError:
             return None
         except git.GitCommandError as exc:
+            if "couldn't find remote ref" in str(exc.stderr):  # an empty repository
+                return None
             raise self._git_error(exc, "read the default branch of") from exc
 
     def _fetch_url(self) -> str:

@@ -159,6 +159,12 @@ def _line(line: str, number: int) -> AllowedSigner:
             name, eq, value = option.partition("=")
             options[name.lower()] = value.strip('"') if eq else None
         rest = rest[1:]
+    unknown = set(options) - {"namespaces", "valid-after", "valid-before", "cert-authority"}
+    if unknown:
+        raise SignersError(f"unknown option {sorted(unknown)[0]!r}")
+    namespaces = options.get("namespaces")
+    after, before = options.get("valid-after"), options.get("valid-before")
+    valid_after, valid_before = (_timestamp(after) if after else None), (_timestamp(before) if before else None)
     if len(rest) < 2 or not _is_key_type(rest[0]):
         raise SignersError("expected a key type (ecdsa-sha2-nistp256, ssh-ed25519, ...) and its base64 key")
     try:
@@ -171,15 +177,9 @@ def _line(line: str, number: int) -> AllowedSigner:
         raise SignersError("the key is damaged") from None
     if kind != rest[0]:
         raise SignersError(f"the key is a {kind} key, not {rest[0]}")
-    unknown = set(options) - {"namespaces", "valid-after", "valid-before", "cert-authority"}
-    if unknown:
-        raise SignersError(f"unknown option {sorted(unknown)[0]!r}")
-    namespaces = options.get("namespaces")
-    after, before = options.get("valid-after"), options.get("valid-before")
     return AllowedSigner(
         principals=principals, public_key=blob,
         namespaces=tuple(n for n in namespaces.split(",") if n) if namespaces else None,
-        valid_after=_timestamp(after) if after else None,
-        valid_before=_timestamp(before) if before else None,
+        valid_after=valid_after, valid_before=valid_before,
         cert_authority="cert-authority" in options, line=number,
     )

@@ -174,7 +174,7 @@ class CheckpointReport:
         first = self.bad[0]
         others = f" (and {len(self.bad) - 1} more)" if len(self.bad) > 1 else ""
         if first.kind in (TRUNCATED, REWRITTEN):
-            return f"the ledger contradicts {first.label}: {first.reason}{others}"
+            return f"the ledger contradicts {first.label}: {first.kind}: {first.reason}{others}"
         return f"{first.label} is {first.kind}: {first.reason}{others}"
 
     def summary(self) -> str:

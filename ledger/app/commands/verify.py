@@ -107,7 +107,7 @@ def verify_cmd(ctx: click.Context, as_json: bool, rebuild_snapshots: bool, check
         raise Unsound(f"ledger unsound at seq {report.problem.position}: {report.problem.reason}",
                       hint="`ledger inspect` the job; export what precedes it to recover")
     if published is not None and published.bad:
-        raise Unsound(published.problem(), hint="restore the ledger from a copy that agrees, or find out who changed it")
+        raise Unsound(published.problem())
     if bad:
         others = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise Unsound(f"{bad[0].snapshot.label} is bad: {bad[0].problem}{others}; replay does not use it",
