@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from ledger import defaults
-from ledger.app.commands.common import print_json, store_from, topic_option
+from ledger.app.commands.common import print_json, store_from
 from ledger.checkpoints import (
     ALLOWED_SIGNERS_PATH,
     DEFAULT_REF,
@@ -91,8 +91,11 @@ def start_checkpoints(store_url: str, key_path: Path, signer: str, *, repo: str 
                    "[env: LEDGER_RECONCILER_ID; default: the hostname].")
 @checkpoint_repo_option
 @checkpoint_ref_option
-@topic_option
-@click.option("--project", envvar="LEDGER_PROJECT", default=None, help="Google Cloud project of the topic.")
+@click.option("--topic", envvar="LEDGER_PUBSUB_TOPIC", default=None, metavar="TOPIC",
+              help="Also publish it on this Pub/Sub topic, the fan-out's, with attribute kind=checkpoint "
+                   "[env: LEDGER_PUBSUB_TOPIC].")
+@click.option("--project", envvar="LEDGER_PROJECT", default=None,
+              help="Google Cloud project of the topic [env: LEDGER_PROJECT].")
 @click.option("--out", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Also write the checkpoint to FILE and its signature to FILE.sig.")
 @click.option("--allowed-signer", "print_signer", is_flag=True,
