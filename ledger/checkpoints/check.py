@@ -75,14 +75,15 @@ def check(signed: Signed, *, head: int, hash_at: Callable[[int], str | None],
     if (why := allowed.check(checkpoint.signer, signature.public_key, NAMESPACE, checkpoint.epoch)) is not None:
         return Verdict(signed, checkpoint, UNTRUSTED, why)
     seq = checkpoint.seq
-    if seq > head:
+    actual = GENESIS_HASH if seq == 0 else hash_at(seq) if seq <= head else None
+    if actual is None:  # past the head, or a head that claims more than the events hold
+        what = f"ends at seq {head}, the checkpoint saw seq {seq}" if seq > head else \
+            f"has no event at seq {seq}, which the checkpoint saw"
         return Verdict(signed, checkpoint, TRUNCATED,
-                       f"the ledger ends at seq {head}, the checkpoint saw seq {seq} "
-                       "(events deleted, or an older copy restored)")
-    actual = GENESIS_HASH if seq == 0 else hash_at(seq)
+                       f"the ledger {what} (events deleted, or an older copy restored)")
     if actual != checkpoint.hash:
         return Verdict(signed, checkpoint, REWRITTEN,
-                       f"the event at seq {seq} has hash {_short(actual or '')}, the checkpoint says "
+                       f"the event at seq {seq} has hash {_short(actual)}, the checkpoint says "
                        f"{_short(checkpoint.hash)} (history edited and re-hashed, or an older copy "
                        "restored and appended to)")
     return Verdict(signed, checkpoint, SOUND)

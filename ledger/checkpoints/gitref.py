@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.checkpoints.note import Signed
-from ledger.errors import LedgerError, UsageError
+from ledger.errors import LedgerError, UsageError, safe_url
 
 DEFAULT_REF = "refs/ledger/checkpoints"
 BODY_FILE = "checkpoint"
@@ -52,6 +52,7 @@ class CheckpointRepo:
 
     def __init__(self, url: str, ref: str = DEFAULT_REF) -> None:
         self.url = url
+        self.shown = safe_url(url)  # for messages and logs: never a password or token in a URL
         self.ref = check_ref(ref)
         self._dir: Path | None = None
         self._repo: Any = None
@@ -84,7 +85,8 @@ class CheckpointRepo:
     def _git_error(self, exc: Any, doing: str) -> CheckpointRepoError:
         lines = [line for line in str(getattr(exc, "stderr", "") or exc).strip().strip("'").splitlines() if line.strip()]
         why = lines[-1].strip().removeprefix("stderr: ").strip("' ") if lines else str(exc)
-        return CheckpointRepoError(f"cannot {doing} {self.url}: {why}",
+        why = why.replace(self.url, self.shown)
+        return CheckpointRepoError(f"cannot {doing} {self.shown}: {why}",
                                    hint="check --checkpoint-repo / LEDGER_CHECKPOINT_REPO and this host's git access")
 
     def fetch(self) -> str | None:
@@ -181,19 +183,19 @@ class CheckpointRepo:
             if mine is not None and tip != mine and (tip is None or not repo.is_ancestor(mine, tip)):
                 if tip is None or repo.is_ancestor(tip, mine):
                     log.error("%s at %s was moved back behind checkpoint commit %s that this process "
-                              "pushed: publishing on top of it again", self.ref, self.url, mine[:12])
+                              "pushed: publishing on top of it again", self.ref, self.shown, mine[:12])
                     parent = mine
                 else:
                     log.error("%s at %s no longer contains checkpoint commit %s that this process pushed: "
-                              "the ref was rewritten", self.ref, self.url, mine[:12])
+                              "the ref was rewritten", self.ref, self.shown, mine[:12])
             commit = self._commit(signed, parent, message)
             try:
                 repo.git.push("--quiet", self.url, f"{commit}:{self.ref}")
             except git.GitCommandError as exc:
-                if "rejected" in str(exc.stderr) or "fetch first" in str(exc.stderr):
+                if any(w in str(exc.stderr) for w in ("rejected", "fetch first", "cannot lock ref")):
                     continue  # someone pushed meanwhile: build on theirs
                 raise self._git_error(exc, "push checkpoints to") from exc
             self._last_pushed = commit
             return commit
-        raise CheckpointRepoError(f"cannot push checkpoints to {self.url}: the ref kept moving",
+        raise CheckpointRepoError(f"cannot push checkpoints to {self.shown}: the ref kept moving",
                                   hint=f"{PUSH_ATTEMPTS} attempts lost the race to other publishers")

@@ -41,7 +41,7 @@ class GitSink:
 
     def __init__(self, url: str, ref: str) -> None:
         self.repo = CheckpointRepo(url, ref)
-        self.name = f"git {ref} at {url}"
+        self.name = f"git {ref} at {self.repo.shown}"
 
     def send(self, signed: Signed, checkpoint: Checkpoint) -> str:
         return self.repo.publish(signed, f"checkpoint: seq {checkpoint.seq} by {checkpoint.signer}\n")
@@ -113,7 +113,6 @@ class Checkpointer:
                 outcome.sent[sink.name] = sink.send(signed, checkpoint)
             except Exception as exc:  # noqa: BLE001 - one sink down must not stop the others
                 outcome.failed[sink.name] = str(exc)
-                log.warning("checkpoint at seq %d not published to %s: %s", checkpoint.seq, sink.name, exc)
         if not outcome.failed:
             self.last = (checkpoint.seq, checkpoint.hash)
         return outcome
@@ -161,6 +160,8 @@ class CheckpointThread:
             return
         if outcome is not None:
             self.outcomes.append(outcome)
+            for name, why in outcome.failed.items():  # retried at the next interval
+                log.warning("checkpoint at seq %d not published to %s: %s", outcome.checkpoint.seq, name, why)
 
     def close(self, timeout: float = 60.0) -> Outcome | None:
         """Stop, after one last checkpoint; the last outcome (None if nothing was published)."""

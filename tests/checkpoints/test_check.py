@@ -78,6 +78,10 @@ def test_each_kind_of_disagreement(key: SigningKey, allowed: AllowedSigners):
     cut = verdict(at7, allowed, head=5)
     assert cut.kind == TRUNCATED and "the ledger ends at seq 5, the checkpoint saw seq 7" in cut.reason
 
+    # A head that claims more than the events hold (PostgreSQL's head row after a DELETE).
+    missing = verdict(at7, allowed, hashes={seq: h for seq, h in HASHES.items() if seq < 7})
+    assert missing.kind == TRUNCATED and "the ledger has no event at seq 7, which the checkpoint saw" in missing.reason
+
     other = {**HASHES, 7: "f" * 64}
     forked = verdict(at7, allowed, hashes=other)
     assert forked.kind == REWRITTEN and f"has hash {'f' * 12}, the checkpoint says {HASHES[7][:12]}" in forked.reason

@@ -268,3 +268,11 @@ def test_an_unchanged_head_is_not_signed_again(ledger_file, signing_key, checkpo
         checkpointer.close()
         store.close()
     assert len(git(checkpoint_hub, "rev-list", REF).split()) == 2
+
+
+def test_a_token_in_the_repo_url_never_shows(ledger_file, signing_key, checkpoint_hub):
+    url = "https://x-access-token:s3cr3t-token@127.0.0.1:9/lab/jobs.git"  # nothing listens there
+    result = ledger(ledger_file, "checkpoint", "--checkpoint-repo", url, key=signing_key)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "was not published: cannot fetch checkpoints from https://x-access-token:***@" in result.stderr
+    assert "s3cr3t-token" not in result.output and "x-access-token:***@127.0.0.1:9" in result.stderr

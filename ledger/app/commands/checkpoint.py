@@ -147,8 +147,7 @@ def checkpoint_cmd(ctx: click.Context, ssh_key: Path | None, signer: str | None,
         for name, where in outcome.sent.items():
             click.echo(f"{outcome.checkpoint.label}: published to {name} ({where})")
     if outcome.failed:
-        name, why = next(iter(outcome.failed.items()))
-        raise LedgerError(f"{outcome.checkpoint.label} was not published to {name}: {why}")
+        raise LedgerError(f"{outcome.checkpoint.label} was not published: {next(iter(outcome.failed.values()))}")
 
 
 # -- verify --------------------------------------------------------------------------------
@@ -206,10 +205,10 @@ def _allowed_signers(path: Path | None, repo: CheckpointRepo | None) -> AllowedS
         if repo is not None:
             text = repo.default_branch_file(ALLOWED_SIGNERS_PATH)
             if text is None:
-                raise UsageError(f"{repo.url} has no {ALLOWED_SIGNERS_PATH} on its default branch",
+                raise UsageError(f"{repo.shown} has no {ALLOWED_SIGNERS_PATH} on its default branch",
                                  hint="add the reconciler's key there by pull request (`ledger checkpoint "
                                       "--allowed-signer`), or pass --allowed-signers FILE")
-            return signers.parse(text.decode("utf-8", "replace"), f"{repo.url} {ALLOWED_SIGNERS_PATH}")
+            return signers.parse(text.decode("utf-8", "replace"), f"{repo.shown} {ALLOWED_SIGNERS_PATH}")
     except SignersError as exc:
         raise UsageError(str(exc), hint="see ALLOWED SIGNERS in ssh-keygen(1)") from exc
     raise UsageError("no allowed signers to check the checkpoints' signatures against",
@@ -218,9 +217,10 @@ def _allowed_signers(path: Path | None, repo: CheckpointRepo | None) -> AllowedS
 
 
 def verify_checkpoints(store: Reader, *, sources: tuple[str, ...], repo_url: str | None, ref: str,
-                       allowed_path: Path | None) -> CheckpointReport:
+                       allowed_path: Path | None, head: int | None = None) -> CheckpointReport:
     """Read the published checkpoints (`sources`: files, or refs of `repo_url`; default: `ref`)
-    and check each against the ledger and the allowed signers."""
+    and check each against the ledger and the allowed signers. `head`: the last seq the
+    events themselves reach, as verify walked them (default: the store's own head)."""
     repo = CheckpointRepo(repo_url, ref) if repo_url else None
     try:
         published, read = [], []
@@ -237,7 +237,7 @@ def verify_checkpoints(store: Reader, *, sources: tuple[str, ...], repo_url: str
                 else:
                     with CheckpointRepo(repo.url, source) as other:
                         published += other.history()
-                read.append(f"{repo.url} {source}")
+                read.append(f"{repo.shown} {source}")
             else:
                 raise UsageError(f"--from {source}: no such file, and not a ref (refs/...)")
         if not published:
@@ -245,7 +245,7 @@ def verify_checkpoints(store: Reader, *, sources: tuple[str, ...], repo_url: str
                               hint="`ledger checkpoint` publishes one; `ledger reconcile --checkpoint-repo` does it "
                                    "regularly. A ref that vanished may have been deleted on purpose")
         allowed = _allowed_signers(allowed_path, repo)
-        head = store.head()
+        head = store.head() if head is None else head
         verdicts = check_all(published, head=head, hash_at=store.hash_at, allowed=allowed)
         return CheckpointReport(verdicts, read, head)
     finally:

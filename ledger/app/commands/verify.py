@@ -86,7 +86,7 @@ def verify_cmd(ctx: click.Context, as_json: bool, rebuild_snapshots: bool, check
     published = None
     if (checkpoints or sources) and report.ok:
         published = verify_checkpoints(store, sources=sources, repo_url=checkpoint_repo, ref=checkpoint_ref,
-                                       allowed_path=allowed_signers)
+                                       allowed_path=allowed_signers, head=report.head)
     verdicts = verify_snapshots(store) if report.ok else []
     bad = [v for v in verdicts if v.problem is not None]
     rebuilt = False
