@@ -59,6 +59,7 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/reconciler", "harness"): frozenset({"tpu_emulator"}),
     ("tests/postgres/test_pg_ha.py", "pg_harness"): frozenset({"tpu_emulator"}),
     ("tests/gitops", "hub"): frozenset({"git"}),
+    ("tests/checkpoints", "checkpoint_hub"): frozenset({"git"}),
 }
 
 # Fixtures parametrized over store backends: a test using one is a contract test, and each

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 from ledger.events import Event, canonical
 
+# Other messages share the events' topic: signed checkpoints of the ledger's head
+# (ledger.checkpoints). They carry this attribute; events carry none.
+KIND_ATTRIBUTE = "kind"
+CHECKPOINT_KIND = "checkpoint"
+
 
 @dataclass(frozen=True, slots=True)
 class Message:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ledger.events import Event
 from ledger.fanout import pubsub
-from ledger.fanout.envelope import Deduper, decode, matches
+from ledger.fanout.envelope import CHECKPOINT_KIND, KIND_ATTRIBUTE, Deduper, decode, matches
 from ledger.store import Store, open_store
 
 log = logging.getLogger("ledger.fanout")
@@ -112,6 +112,9 @@ class PubSubSubscriber:
         self._connect()
 
     def _callback(self, message: Any) -> None:
+        if (message.attributes or {}).get(KIND_ATTRIBUTE) == CHECKPOINT_KIND:
+            message.ack()  # a signed checkpoint of the head, not an event: for auditors
+            return
         try:
             event = decode(message.data, message.attributes)
         except ValueError as exc:

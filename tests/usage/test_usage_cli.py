@@ -92,8 +92,10 @@ def test_by_attempt(ledger_file):
 
 
 def test_inspect_ends_with_the_jobs_accounting_line(ledger_file):
-    last = run(ledger_file, "inspect", "alice/bert").rstrip().splitlines()[-1]
-    assert last == ("usage: 32.27 chip-h held (running 26.40, setup 1.60, provisioning 1.33, recovering 2.40, "
+    lines = run(ledger_file, "inspect", "alice/bert").rstrip().splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("usage:"))
+    assert all(len(line) <= 220 for line in lines[start:])  # wrapped to the terminal (COLUMNS)
+    assert " ".join(" ".join(lines[start:]).split()) == ("usage: 32.27 chip-h held (running 26.40, setup 1.60, provisioning 1.33, recovering 2.40, "
                     "after end 0.533), waiting 3.73; goodput 81.8%; 1 preemption (lost 10.40 chip-h); "
                     "mean time to recover 13.0 min; cost: no price for v4/ondemand, v4/spot")
     assert json.loads(run(ledger_file, "inspect", "alice/bert", "--json"))[0]["type"] == "submitted"  # JSON unchanged

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "export": "export:export_cmd",
     "import": "export:import_cmd",
     "migrate": "migrate:migrate_command",
+    "checkpoint": "checkpoint:checkpoint_cmd",
     # fan-out
     "fanout": "fanout:fanout_cmd",
     "notify": "fanout:notify_cmd",

@@ -12,6 +12,11 @@ import click
 from rich.table import Table
 
 from ledger import defaults
+from ledger.app.commands.checkpoint import (
+    checkpoint_ref_option,
+    checkpoint_repo_option,
+    start_checkpoints,
+)
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
@@ -41,10 +46,16 @@ from ledger.fold import LIVE, JobState, replay
               help="Seconds a reconciler's job leases outlive it: several reconcilers on one ledger share "
                    "the jobs, and a dead one's jobs move to the others within this time. 0 = no leases.")
 @topic_option
+@checkpoint_repo_option
+@checkpoint_ref_option
+@click.option("--checkpoint-every", type=float, default=60.0, show_default=True, envvar="LEDGER_CHECKPOINT_EVERY",
+              help="Seconds between signed checkpoints of the ledger's head (made when it moved, and at "
+                   "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
-              lease_ttl: float, topic: str | None) -> None:
+              lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
+              checkpoint_every: float) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
 
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
@@ -67,6 +78,8 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
         out.print(f"[bold]{action.kind}[/] {action.job_id or '-'}: {result}")
 
     rec = build(settings, on_action=report)
+    checkpoints = start_checkpoints(settings.store_url, settings.ssh_key, settings.holder, repo=checkpoint_repo,
+                                    ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     out.print(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
@@ -78,6 +91,10 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     finally:
         rec.drain(timeout=60)
         rec.close()
+        if checkpoints is not None:  # the last one covers the last outcomes recorded above
+            last = checkpoints.close()
+            if last is not None:
+                out.print(f"{last.checkpoint.label}: published to {', '.join(last.sent) or 'nowhere'}")
 
 
 def _append_override(ctx: click.Context, job_id: str, type_: str, allowed: set[str] | None,
