@@ -81,6 +81,14 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
     return fold, now
 
 
+def usage_json(report: UsageReport, since: str | None, until: str, position: int) -> dict:
+    """`ledger usage --json`: the report, the window it covers and the seq it stands at (the
+    dashboard's usage page and /api/usage answer the same)."""
+    return {"by": report.by, "since": since, "until": until, "position": position,
+            "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
+            "total": report.total.to_dict(), "missing_prices": list(report.missing)}
+
+
 # -- presentation -----------------------------------------------------------------------------
 def chip_hours(value: float) -> str:
     if value == 0:
@@ -206,9 +214,7 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     report = summarize(fold.figures(now), by, table)
     span = (format_time(from_us(fold.lo)) if since else None, format_time(from_us(now)))
     if as_json:
-        print_json({"by": by, "since": span[0], "until": span[1], "position": fold.position,
-                    "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
-                    "total": report.total.to_dict(), "missing_prices": list(report.missing)})
+        print_json(usage_json(report, span[0], span[1], fold.position))
         return
     if as_csv:
         _csv(report)
