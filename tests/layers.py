@@ -61,7 +61,7 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/postgres/test_pg_ha.py", "pg_harness"): frozenset({"tpu_emulator"}),
     ("tests/gitops", "hub"): frozenset({"git"}),
     ("tests/dashboard", "browser"): frozenset({"browser"}),
-    ("tests/dashboard", "demo_ledger"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)
+    ("tests/dashboard", "demo_story"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)
 }
 
 # Fixtures parametrized over store backends: a test using one is a contract test, and each

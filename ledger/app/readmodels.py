@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ledger.fold import JobState
+from ledger.usage import CATEGORIES, UsageReport
 
 
 def job_json(job: JobState) -> dict[str, Any]:
@@ -82,3 +83,11 @@ def select_jobs(jobs: Iterable[JobState], *, owner: str | None = None, state: st
     if sort != "id" or descending:
         chosen.sort(key=SORTS[sort], reverse=descending)  # stable: ties stay in id order
     return chosen
+
+
+def usage_json(report: UsageReport, since: str | None, until: str, position: int) -> dict:
+    """`ledger usage --json`: the report, the window it covers and the seq it stands at (the
+    dashboard's usage page and /api/usage answer the same)."""
+    return {"by": report.by, "since": since, "until": until, "position": position,
+            "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
+            "total": report.total.to_dict(), "missing_prices": list(report.missing)}

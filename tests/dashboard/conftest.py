@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from selenium.webdriver.chrome.service import Service
 
 from ledger.app.dashboard.live import LiveLedger
 from ledger.app.dashboard.server import Background, create_app, hosts_for
-from ledger.app.demo import run_demo
+from ledger.app.demo import DemoResult, run_demo, start_dashboard
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -32,14 +34,51 @@ def serve(store_url: str, log_dir: Path | None = None, *, verify_every: float = 
         yield server
 
 
+@dataclass
+class Story:
+    """The demo's story (`ledger demo --dashboard`): the dashboard is up over the empty
+    ledger first; `begin` starts the story in a thread, `finish` waits for its result."""
+
+    workdir: Path
+    site: Background
+    thread: threading.Thread | None = None
+    result: DemoResult | None = None
+    error: BaseException | None = None
+
+    def begin(self) -> None:
+        def run() -> None:
+            try:
+                self.result = run_demo(self.workdir, pubsub=False, say=lambda _: None, timeout=150)
+            except BaseException as exc:  # handed to the test in finish()
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, name="demo-story", daemon=True)
+        self.thread.start()
+
+    def finish(self) -> DemoResult:
+        if self.thread is None:
+            self.begin()
+        assert self.thread is not None
+        self.thread.join(200)
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None and self.result.ok, self.result
+        return self.result
+
+
 @pytest.fixture(scope="module")
-def demo_ledger(tmp_path_factory: pytest.TempPathFactory):
-    """The demo's whole story, once per module: a hub, a reviewed pod job, a preemption, a
-    recovery; the ledger it leaves (ledger.db) and the logs the reconciler fetched."""
+def demo_story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
+    """The dashboard `ledger demo --dashboard` serves, over the story of the demo: a hub, a
+    reviewed pod job, a preemption midway, a recovery on a new TPU (the real watcher and
+    reconciler on the TPU emulator)."""
     workdir = tmp_path_factory.mktemp("demo")
-    result = run_demo(workdir, pubsub=False, say=lambda _: None, timeout=150)
-    assert result.ok, result.problems
-    return result
+    story = Story(workdir, start_dashboard(workdir))
+    try:
+        yield story
+    finally:
+        if story.thread is not None:
+            story.thread.join(200)
+        story.site.stop()
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +94,7 @@ def browser():
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,1400",
                 "--hide-scrollbars", f"--user-data-dir={profile}"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations land there
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
     try:

@@ -12,12 +12,13 @@ from rich import box
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.figures import chip_hours, duration, money, percent
+from ledger.app.readmodels import usage_json
 from ledger.errors import UsageError
 from ledger.events import format_time
 from ledger.replay import fold_rows, no_cyclic_gc, resolve_until
 from ledger.store import Store, store_errors
 from ledger.usage import (
-    CATEGORIES,
     GROUPINGS,
     UsageFold,
     UsageReport,
@@ -81,41 +82,7 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
     return fold, now
 
 
-def usage_json(report: UsageReport, since: str | None, until: str, position: int) -> dict:
-    """`ledger usage --json`: the report, the window it covers and the seq it stands at (the
-    dashboard's usage page and /api/usage answer the same)."""
-    return {"by": report.by, "since": since, "until": until, "position": position,
-            "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
-            "total": report.total.to_dict(), "missing_prices": list(report.missing)}
-
-
 # -- presentation -----------------------------------------------------------------------------
-def chip_hours(value: float) -> str:
-    if value == 0:
-        return "0"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}" if value >= 0.001 else "<0.001"  # a demo's seconds on a TPU
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def money(usd: float | None) -> str:
-    return "?" if usd is None else f"${usd:,.2f}"
-
-
-def percent(share: float | None) -> str:
-    return "-" if share is None else f"{share * 100:.1f}%"
-
-
 def missing_text(missing: tuple[str, ...]) -> str:
     return f"no price for {', '.join(missing)}"
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.app.commands.usage import chip_hours, percent
+from ledger.app.figures import chip_hours, percent
 from ledger.usage import UsageRow
 
 WIDTH = 960

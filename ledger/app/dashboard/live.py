@@ -9,8 +9,8 @@ under its lock. Each batch of new events is then announced to the listeners (the
 Server-Sent Events), once per batch whatever the number of clients.
 
 A second thread runs `ledger verify`'s check over the whole ledger at start and again when
-the ledger grew and `verify_every` seconds passed: the health page and each event's chain
-status show its last result.
+the ledger grew (paced by how long a run takes, at most `verify_every` seconds apart): the
+health page and each event's chain status show its last result.
 
 Request handlers that must read the store (a job's events) borrow a connection from a
 small pool (`StorePool`): one connection is never used by two threads at once.
@@ -43,6 +43,8 @@ log = logging.getLogger("ledger.dashboard")
 RECENT = 2_000  # events kept for clients that reconnect (SSE Last-Event-ID)
 BATCH = 5_000  # rows folded per lock hold: pages stay responsive while a backlog is read
 WAIT_S = 0.5  # longest wait on the store before looking at the stop flag again
+VERIFY_MIN_S = 2.0
+VERIFY_RATIO = 20  # verify again no sooner than this many times its last duration
 
 
 class StorePool:
@@ -189,12 +191,16 @@ class LiveLedger:
 
     # -- verify -----------------------------------------------------------------------------
     def _verify_loop(self) -> None:
-        checked_head = -1
+        """Verify at start, then again whenever the ledger grew: no sooner than 20 times the
+        last run took (verify then costs at most ~5% of a core, 2 s at least) and no later
+        than `verify_every` seconds."""
+        checked_head, last_run = -1, 0.0
         while not self._stop.is_set():
+            pause = min(self.verify_every, max(VERIFY_MIN_S, VERIFY_RATIO * last_run))
             if self.position != checked_head:
                 checked_head = self.position
-                self.verify_now()
-                if self._stop.wait(self.verify_every):
+                last_run = self.verify_now().seconds
+                if self._stop.wait(pause):
                     return
             elif self._stop.wait(1.0):
                 return

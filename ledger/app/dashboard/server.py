@@ -41,9 +41,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger.app.commands.usage import chip_hours, duration, percent
 from ledger.app.dashboard import timeline, views
 from ledger.app.dashboard.live import LiveLedger, StorePool
+from ledger.app.figures import chip_hours, duration, percent
 from ledger.errors import LedgerError, UsageError
 
 PACKAGE = "ledger.app.dashboard"
@@ -366,8 +366,10 @@ class Dashboard:
         middleware = [Middleware(SecurityHeaders)]
         if allowed_hosts is not None:
             middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
-        return Starlette(routes=routes, middleware=middleware, lifespan=self.lifespan,
-                         exception_handlers={HTTPException: http_error})
+        app = Starlette(routes=routes, middleware=middleware, lifespan=self.lifespan,
+                        exception_handlers={HTTPException: http_error})
+        app.state.dashboard = self  # the server ends the event streams first when it stops
+        return app
 
 
 def create_app(live: LiveLedger, *, store_label: str, log_dir: Path | None = None,
@@ -383,33 +385,46 @@ def hosts_for(host: str) -> list[str] | None:
 
 
 def config(app: Starlette, host: str, port: int, **extra: Any) -> uvicorn.Config:
-    # Event streams never end by themselves: on shutdown they are cut after a second.
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-                          timeout_graceful_shutdown=1, **extra)
+                          timeout_graceful_shutdown=5, **extra)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, which first ends the event streams when asked to stop: they never
+    end by themselves, and uvicorn waits for open responses before its lifespan shutdown."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        dashboard = getattr(self.config.app.state, "dashboard", None)
+        if dashboard is not None and dashboard.broadcast is not None:
+            dashboard.broadcast.close()
+        await super().shutdown(sockets)
 
 
 class Background:
-    """A dashboard served from a thread (the demo, tests, the bench): `url` once started."""
+    """A dashboard served from a thread (`ledger demo --dashboard`, tests, the bench): its
+    socket is bound at once (a busy port is a one-line error), `url` says where."""
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.server = uvicorn.Server(config(app, host, port))
-        self.thread = threading.Thread(target=self.server.run, name="dashboard", daemon=True)
-        self.url = ""
+        self.sock = bind(host, port)
+        self.server = Server(config(app, host, port))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="dashboard",
+                                       daemon=True)
+        self.url = url_of(self.sock).rstrip("/")
 
     def start(self, timeout: float = 30.0) -> Background:
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.sock.close()
                 raise RuntimeError("the dashboard did not start")
             time.sleep(0.02)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
         return self
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+        self.sock.close()
 
     def __enter__(self) -> Background:
         return self.start()
@@ -445,4 +460,4 @@ def serve(app: Starlette, sock: socket.socket) -> None:
     """Serve on `sock` in this (main) thread until Ctrl-C or SIGTERM."""
     host, port = sock.getsockname()[:2]
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the signal after shutting down
-        uvicorn.Server(config(app, host, port)).run(sockets=[sock])
+        Server(config(app, host, port)).run(sockets=[sock])

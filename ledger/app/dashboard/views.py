@@ -18,7 +18,6 @@ from urllib.parse import quote, urlencode
 
 import yaml
 
-from ledger.app.commands.usage import usage_json
 from ledger.app.dashboard import charts, timeline
 from ledger.app.dashboard.live import LiveLedger, VerifyRun
 from ledger.app.readmodels import (
@@ -28,6 +27,7 @@ from ledger.app.readmodels import (
     last_change,
     select_jobs,
     tpu_rows,
+    usage_json,
 )
 from ledger.describe import actor_text, summarize
 from ledger.events import Event, format_time
