@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
@@ -37,13 +38,23 @@ def no_console_errors(browser) -> None:
     assert not severe, severe
 
 
+def waiting(browser, seconds: float = WAIT_S) -> WebDriverWait:
+    # The live parts of a page are swapped as events arrive: an element found a moment ago
+    # may be gone; look again.
+    return WebDriverWait(browser, seconds, ignored_exceptions=(StaleElementReferenceException,))
+
+
+def job_rows_link(browser) -> str:
+    return waiting(browser).until(lambda b: b.find_element(By.LINK_TEXT, JOB_ID).get_attribute("pathname"))
+
+
 def job_rows(browser) -> dict[str, str]:
     return {r.get_attribute("data-job"): r.text for r in browser.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")}
 
 
 def test_the_story_live_then_every_page(demo_story, browser, tmp_path):
-    site, wait = demo_story.site, WebDriverWait(browser, WAIT_S)
-    long_wait = WebDriverWait(browser, 150)
+    site, wait = demo_story.site, waiting(browser)
+    long_wait = waiting(browser, 150)
 
     # the jobs page of an empty ledger, open while the story begins: jobs appear without a reload
     browser.get(f"{site.url}/jobs")
@@ -55,7 +66,7 @@ def test_the_story_live_then_every_page(demo_story, browser, tmp_path):
     assert browser.execute_script("return window.stillThisPage") is True
 
     # the job's page, open while it runs: the preemption and the finish arrive live
-    browser.find_element(By.LINK_TEXT, JOB_ID).click()
+    browser.get(f"{site.url}{job_rows_link(browser)}")
     wait.until(lambda b: b.find_element(By.ID, "live-status").text == "live")
     browser.execute_script("window.stillThisPage = true")
     long_wait.until(lambda b: b.find_element(By.ID, "job-state").text == "finished")
@@ -124,7 +135,7 @@ def test_a_new_event_appears_live_without_a_reload(demo_story, browser, tmp_path
     site = demo_story.site
     owner, name = JOB_ID.split("/")
     browser.get(f"{site.url}/jobs/{owner}/{name}")
-    wait = WebDriverWait(browser, WAIT_S)
+    wait = waiting(browser)
     wait.until(lambda b: b.find_element(By.ID, "live-status").text == "live")
     before = len(browser.find_elements(By.CSS_SELECTOR, "#events tbody tr"))
     browser.execute_script("window.stillThisPage = true")  # a reload would forget it
