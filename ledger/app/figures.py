@@ -3,6 +3,8 @@ durations, money, shares. Pure."""
 
 from __future__ import annotations
 
+from ledger.usage import UsageRow
+
 
 def chip_hours(value: float) -> str:
     if value == 0:
@@ -28,3 +30,19 @@ def money(usd: float | None) -> str:
 
 def percent(share: float | None) -> str:
     return "-" if share is None else f"{share * 100:.1f}%"
+
+
+def usage_cells(row: UsageRow) -> list[str]:
+    """A usage row as `ledger usage` prints it (and the dashboard's usage table shows it):
+    the group, then one cell per USAGE_HEADERS; setup includes provisioning."""
+    h = row.chip_hours
+    return [
+        row.group, chip_hours(h("held")), chip_hours(h("running")), chip_hours(h("setup") + h("provisioning")),
+        chip_hours(h("recovering")), chip_hours(h("after_end")), chip_hours(h("waiting")), percent(row.goodput),
+        str(row.preemptions), chip_hours(row.lost_chip_hours), duration(row.mttr_s), money(row.cost),
+        money(row.ondemand_cost),
+    ]
+
+
+USAGE_HEADERS = ("held", "running", "setup", "recovering", "after end", "waiting", "goodput", "preempted", "lost",
+                  "MTTR", "cost", "on demand")

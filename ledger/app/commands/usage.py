@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.figures import chip_hours, duration, money, percent
+from ledger.app.figures import USAGE_HEADERS, chip_hours, duration, money, percent, usage_cells
 from ledger.app.readmodels import usage_json
 from ledger.errors import UsageError
 from ledger.events import format_time
@@ -100,28 +100,14 @@ def accounting_line(row: UsageRow) -> str:
             f"mean time to recover {duration(row.mttr_s)}; {cost}")
 
 
-def _cells(row: UsageRow) -> list[str]:
-    h = row.chip_hours
-    return [
-        row.group, chip_hours(h("held")), chip_hours(h("running")), chip_hours(h("setup") + h("provisioning")),
-        chip_hours(h("recovering")), chip_hours(h("after_end")), chip_hours(h("waiting")), percent(row.goodput),
-        str(row.preemptions), chip_hours(row.lost_chip_hours), duration(row.mttr_s), money(row.cost),
-        money(row.ondemand_cost),
-    ]
-
-
-_TABLE_HEADERS = ("held", "running", "setup", "recovering", "after end", "waiting", "goodput", "preempted", "lost",
-                  "MTTR", "cost", "on demand")
-
-
 def usage_table(report: UsageReport, title: str) -> Table:
     """The table fits a 120-column terminal for ordinary figures: setup includes provisioning
     here (--json and --csv keep them apart). Figures are never cut; headers wrap at spaces."""
-    body = [_cells(row) for row in report.rows]
-    total = _cells(report.total)
+    body = [usage_cells(row) for row in report.rows]
+    total = usage_cells(report.total)
     table = Table(title=title, title_justify="left", show_footer=bool(body), box=box.SIMPLE_HEAD,
                   pad_edge=False, collapse_padding=True)
-    for i, name in enumerate((report.by, *_TABLE_HEADERS)):
+    for i, name in enumerate((report.by, *USAGE_HEADERS)):
         widest = max(len(cells[i]) for cells in (*body, total))
         if i:
             table.add_column(name, footer=total[i], justify="right", overflow="fold",

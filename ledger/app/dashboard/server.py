@@ -43,7 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.app.dashboard import timeline, views
 from ledger.app.dashboard.live import LiveLedger, StorePool
-from ledger.app.figures import chip_hours, duration, percent
+from ledger.app.figures import USAGE_HEADERS, chip_hours, percent, usage_cells
 from ledger.errors import LedgerError, UsageError
 
 PACKAGE = "ledger.app.dashboard"
@@ -128,10 +128,11 @@ class Broadcast:
 def templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader(PACKAGE, "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(chip_hours=chip_hours, percent=percent, duration=duration, span=timeline.span_text,
+    env.filters.update(chip_hours=chip_hours, percent=percent, span=timeline.span_text,
                        clock=lambda iso: iso[11:19] if iso else "", day=lambda iso: iso[:10] if iso else "",
                        short=lambda text, n=12: text if len(text) <= n else text[:n] + "…")
-    env.globals.update(kinds=timeline.KINDS, job_href=views.job_href)
+    env.globals.update(kinds=timeline.KINDS, job_href=views.job_href, usage_cells=usage_cells,
+                       usage_headers=USAGE_HEADERS)
     return env
 
 
