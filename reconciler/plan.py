@@ -149,13 +149,19 @@ def _acquire(
     return Action("provision", job.id, {"attempt": want["attempt"], "tpu": want}, "needs a TPU")
 
 
-def _first_in_line(tpu_name: str, jobs: Mapping[str, JobState]) -> str:
+def shared_line(tpu_name: str, jobs: Mapping[str, JobState]) -> list[JobState]:
+    """The jobs waiting for shared TPU `tpu_name`, in the order they will get it (the first
+    is next when it frees up): higher priority first, then earlier submission."""
     waiting = [
         j for j in jobs.values()
         if j.tpu is None and j.state in (fold.PENDING, fold.QUEUED, fold.RECOVERING)
         and (j.spec.get("tpu") or {}).get("shared") and j.spec["tpu"].get("name") == tpu_name
     ]
-    return min(waiting, key=lambda j: (-j.priority, j.submitted_seq)).id
+    return sorted(waiting, key=lambda j: (-j.priority, j.submitted_seq))
+
+
+def _first_in_line(tpu_name: str, jobs: Mapping[str, JobState]) -> str:
+    return shared_line(tpu_name, jobs)[0].id
 
 
 def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, config: PlanConfig) -> Action | None:

@@ -14,3 +14,10 @@ if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ]; then
     echo "warning: could not install openssh-server; real-sshd tests will be skipped" >&2
 fi
 mkdir -p -m755 /run/sshd 2>/dev/null || true
+
+# Chromium and its driver for the dashboard's browser tests (Selenium drives the system
+# browser; a browser download of its own is not reachable here).
+if { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; } && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) || \
+    echo "warning: could not install chromium and chromium-driver; the dashboard's browser tests will be skipped" >&2
+fi

@@ -40,6 +40,7 @@ SERVICES = {
     "smtp": "a real SMTP server (aiosmtpd) in the test process",
     "webhook": "a real HTTP server in the test process",
     "gcloud": "the real gcloud CLI (the test skips where gcloud is not installed)",
+    "browser": "headless Chromium through chromedriver (Debian's chromium, chromium-driver; scripts/test-services.sh installs them)",
 }
 
 BACKENDS = {
@@ -60,6 +61,8 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/postgres/test_pg_ha.py", "pg_harness"): frozenset({"tpu_emulator"}),
     ("tests/gitops", "hub"): frozenset({"git"}),
     ("tests/checkpoints", "checkpoint_hub"): frozenset({"git"}),
+    ("tests/dashboard", "browser"): frozenset({"browser"}),
+    ("tests/dashboard", "demo_story"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)
 }
 
 # Fixtures parametrized over store backends: a test using one is a contract test, and each
@@ -125,7 +128,8 @@ class ServiceNotMarked(RuntimeError):
 
 
 SERVICE_BINARIES = {"git": "git", "sshd": "sshd", "cloud-pubsub-emulator": "pubsub",
-                    "psql": "postgres", "pg_ctl": "postgres", "pg_ctlcluster": "postgres"}
+                    "psql": "postgres", "pg_ctl": "postgres", "pg_ctlcluster": "postgres",
+                    "chromedriver": "browser", "chromium": "browser"}
 # Child processes cannot be watched from here: these stand-ins come first on PATH in a test
 # without the marker, so a `ledger` process it starts cannot reach the binary either.
 PATH_SHIMS = {"git": "git"}

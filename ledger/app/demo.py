@@ -24,6 +24,8 @@ from typing import Any
 from emulator import Emulator
 from emulator.pubsub import PUBSUB_EMULATOR, PubSubEmulator
 from ledger import defaults
+from ledger.app.dashboard.live import LiveLedger
+from ledger.app.dashboard.server import Background, create_app, hosts_for
 from ledger.app.wiring import Settings, build
 from ledger.describe import summarize
 from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thread
@@ -100,6 +102,22 @@ class DemoResult:
     usage: UsageRow | None = None
 
 
+def demo_store_url(workdir: Path) -> str:
+    return f"sqlite:///{workdir / 'ledger.db'}"
+
+
+def start_dashboard(workdir: Path, *, host: str = "127.0.0.1", port: int = 0) -> Background:
+    """`ledger dashboard` over the demo's ledger in `workdir`, served from a thread: started
+    before the story, it shows the story as it happens. The ledger is created empty here so
+    the dashboard has something to open."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    url = demo_store_url(workdir)
+    open_store(url).close()
+    app = create_app(LiveLedger(url, topic=TOPIC), store_label=url, log_dir=workdir / "logs",
+                     allowed_hosts=hosts_for(host))
+    return Background(app, host, port).start()
+
+
 def _git(args: list[str], cwd: Path, who: tuple[str, str] = ("Alice Ng", "alice@lab.example")) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": who[0], "GIT_AUTHOR_EMAIL": who[1],
            "GIT_COMMITTER_NAME": who[0], "GIT_COMMITTER_EMAIL": who[1], "GIT_TERMINAL_PROMPT": "0"}
@@ -160,7 +178,7 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
     deadline = started + timeout
     workdir.mkdir(parents=True, exist_ok=True)
     result = DemoResult(workdir=workdir)
-    store_url = result.store_url = f"sqlite:///{workdir / 'ledger.db'}"
+    store_url = result.store_url = demo_store_url(workdir)
     result.log_dir = workdir / "logs"
     bucket = workdir / "bucket"  # stands in for the GCS bucket the pod checkpoints to
     bucket.mkdir(exist_ok=True)

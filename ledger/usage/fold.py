@@ -32,7 +32,7 @@ fold uses are parsed; an event whose time is not used changes nothing that a tim
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -157,14 +157,17 @@ class UsageFold:
     before `since` are still folded (they say what each job was doing when the window opens).
     `per_attempt` keeps one account per attempt instead of one per job submission.
     `keep_intervals` also records every interval (memory grows with the ledger: for tests
-    and single jobs).
+    and single jobs); `on_interval` is called with each interval as it closes (a dashboard
+    adds them up by week without keeping them). Open intervals are not closed: ask
+    `open_intervals(now)` for those.
 
     An interval ends only when what the job does changes (its category, account or chips),
     so intervals are as long as they can be: events that change nothing split nothing.
     """
 
     def __init__(self, since: int | None = None, until: int | None = None, *,
-                 per_attempt: bool = False, keep_intervals: bool = False) -> None:
+                 per_attempt: bool = False, keep_intervals: bool = False,
+                 on_interval: Callable[[Interval], None] | None = None) -> None:
         self.lo = since if since is not None else -_FAR
         self.hi = until if until is not None else _FAR
         self.per_attempt = per_attempt
@@ -172,6 +175,8 @@ class UsageFold:
         self.jobs: dict[str, _Job] = {}
         self.position = 0
         self.intervals: list[Interval] | None = [] if keep_intervals else None
+        sinks = [f for f in (self.intervals.append if self.intervals is not None else None, on_interval) if f]
+        self._sinks: tuple[Callable[[Interval], None], ...] = tuple(sinks)
 
     # -- feeding ----------------------------------------------------------------------------
     def apply(self, stream: str, type_: str, time: str, data: Mapping[str, Any], seq: int = 0) -> None:
@@ -257,8 +262,10 @@ class UsageFold:
             if values is None:
                 values = self.accounts[key] = [0] * SLOTS
             values[category] += (b - a) * chips
-            if self.intervals is not None:
-                self.intervals.append(Interval(key, category, a, b, chips))
+            if self._sinks:
+                interval = Interval(key, category, a, b, chips)
+                for sink in self._sinks:
+                    sink(interval)
 
     def _account(self, key: AccountKey) -> list[int]:
         values = self.accounts.get(key)

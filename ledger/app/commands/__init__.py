@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "logs": "logs:logs",
     "tail": "fanout:tail_cmd",
     "usage": "usage:usage_cmd",
+    "dashboard": "dashboard:dashboard_cmd",
     # the ledger's integrity and portability
     "verify": "verify:verify_cmd",
     "export": "export:export_cmd",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.commands.replay import job_json, jobs_table
+from ledger.app.commands.replay import jobs_table
+from ledger.app.readmodels import job_json, select_jobs
 from ledger.fold import LIVE, TERMINAL
 from ledger.replay import load_state
 
@@ -25,10 +26,7 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
         raise click.BadParameter(f"{state_!r}; one of {', '.join(sorted(LIVE | TERMINAL))}", param_hint="--state")
     store = store_from(ctx)
     state = load_state(store)
-    jobs = sorted(
-        (j for j in state.jobs.values() if (owner is None or j.owner == owner) and (state_ is None or j.state == state_)),
-        key=lambda j: j.id,
-    )
+    jobs = select_jobs(state.jobs.values(), owner=owner, state=state_)
     if as_json:
         print_json([job_json(j) for j in jobs])
         return

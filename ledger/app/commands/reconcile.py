@@ -18,6 +18,7 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.readmodels import tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
@@ -148,18 +149,7 @@ def rerun(ctx: click.Context, job_id: str) -> None:
 def tpus(ctx: click.Context, as_json: bool) -> None:
     """Every TPU the ledger knows: its state, the job and owner holding it, and since when."""
     store = store_from(ctx)
-    state = replay(store.read_all())
-    rows = []
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
-        if job.tpu:
-            since = job.times.get("provisioned") or job.times.get("provisioning", "")
-            rows.append({"tpu": job.tpu.get("name"), "zone": job.tpu.get("zone"), "accelerator": job.tpu.get("accelerator"),
-                         "shared": bool(job.tpu.get("shared")), "job": job.id, "owner": job.owner,
-                         "job_state": job.state, "since": since})
-        elif not job.terminal and (want := job.spec.get("tpu") or {}).get("shared"):
-            rows.append({"tpu": want.get("name"), "zone": want.get("zone"), "accelerator": want.get("accelerator"),
-                         "shared": True, "job": job.id, "owner": job.owner, "job_state": f"waiting ({job.state})",
-                         "since": job.times.get("queued", "")})
+    rows = tpu_rows(replay(store.read_all()).jobs.values())
     if as_json:
         print_json(rows)
         return

@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.readmodels import job_json, last_change
 from ledger.errors import LedgerError
 from ledger.replay import load_state, maybe_snapshot, resolve_until
 from ledger.store import store_errors
@@ -15,14 +16,9 @@ from ledger.store import store_errors
 JOB_COLUMNS = ("id", "owner", "state", "attempt", "restarts", "tpu", "last change")
 
 
-def job_json(job) -> dict:
-    return job.to_dict()
-
-
 def job_row(job) -> tuple[str, ...]:
     tpu = job.tpu.get("name", "") if isinstance(job.tpu, dict) else ""
-    last = max(job.times.values()) if job.times else ""
-    return (job.id, job.owner, job.state or "-", str(job.attempt), str(job.restarts), tpu, last)
+    return (job.id, job.owner, job.state or "-", str(job.attempt), str(job.restarts), tpu, last_change(job))
 
 
 def jobs_table(jobs, title: str):

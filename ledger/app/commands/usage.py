@@ -12,12 +12,13 @@ from rich import box
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.figures import USAGE_HEADERS, chip_hours, duration, money, percent, usage_cells
+from ledger.app.readmodels import usage_json
 from ledger.errors import UsageError
 from ledger.events import format_time
 from ledger.replay import fold_rows, no_cyclic_gc, resolve_until
 from ledger.store import Store, store_errors
 from ledger.usage import (
-    CATEGORIES,
     GROUPINGS,
     UsageFold,
     UsageReport,
@@ -82,32 +83,6 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
 
 
 # -- presentation -----------------------------------------------------------------------------
-def chip_hours(value: float) -> str:
-    if value == 0:
-        return "0"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}" if value >= 0.001 else "<0.001"  # a demo's seconds on a TPU
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def money(usd: float | None) -> str:
-    return "?" if usd is None else f"${usd:,.2f}"
-
-
-def percent(share: float | None) -> str:
-    return "-" if share is None else f"{share * 100:.1f}%"
-
-
 def missing_text(missing: tuple[str, ...]) -> str:
     return f"no price for {', '.join(missing)}"
 
@@ -125,28 +100,14 @@ def accounting_line(row: UsageRow) -> str:
             f"mean time to recover {duration(row.mttr_s)}; {cost}")
 
 
-def _cells(row: UsageRow) -> list[str]:
-    h = row.chip_hours
-    return [
-        row.group, chip_hours(h("held")), chip_hours(h("running")), chip_hours(h("setup") + h("provisioning")),
-        chip_hours(h("recovering")), chip_hours(h("after_end")), chip_hours(h("waiting")), percent(row.goodput),
-        str(row.preemptions), chip_hours(row.lost_chip_hours), duration(row.mttr_s), money(row.cost),
-        money(row.ondemand_cost),
-    ]
-
-
-_TABLE_HEADERS = ("held", "running", "setup", "recovering", "after end", "waiting", "goodput", "preempted", "lost",
-                  "MTTR", "cost", "on demand")
-
-
 def usage_table(report: UsageReport, title: str) -> Table:
     """The table fits a 120-column terminal for ordinary figures: setup includes provisioning
     here (--json and --csv keep them apart). Figures are never cut; headers wrap at spaces."""
-    body = [_cells(row) for row in report.rows]
-    total = _cells(report.total)
+    body = [usage_cells(row) for row in report.rows]
+    total = usage_cells(report.total)
     table = Table(title=title, title_justify="left", show_footer=bool(body), box=box.SIMPLE_HEAD,
                   pad_edge=False, collapse_padding=True)
-    for i, name in enumerate((report.by, *_TABLE_HEADERS)):
+    for i, name in enumerate((report.by, *USAGE_HEADERS)):
         widest = max(len(cells[i]) for cells in (*body, total))
         if i:
             table.add_column(name, footer=total[i], justify="right", overflow="fold",
@@ -206,9 +167,7 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     report = summarize(fold.figures(now), by, table)
     span = (format_time(from_us(fold.lo)) if since else None, format_time(from_us(now)))
     if as_json:
-        print_json({"by": by, "since": span[0], "until": span[1], "position": fold.position,
-                    "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
-                    "total": report.total.to_dict(), "missing_prices": list(report.missing)})
+        print_json(usage_json(report, span[0], span[1], fold.position))
         return
     if as_csv:
         _csv(report)

@@ -1,0 +1,64 @@
+"""`ledger dashboard`: the ledger in a browser, read-only and live (docs/dashboard.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ledger import defaults
+from ledger.app.commands.common import store_from
+from ledger.app.dashboard import server
+from ledger.app.dashboard.live import LiveLedger
+from ledger.app.dashboard.views import redact
+from ledger.fanout.pubsub import DEFAULT_TOPIC
+
+
+@click.command("dashboard")
+@click.option("--host", envvar="LEDGER_DASHBOARD_HOST", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback exposes the dashboard, which has no "
+                   "authentication: put it behind the lab's proxy [env: LEDGER_DASHBOARD_HOST].")
+@click.option("--port", envvar="LEDGER_DASHBOARD_PORT", type=click.IntRange(0, 65535), default=8900,
+              show_default=True, help="Port to listen on; 0 = any free port [env: LEDGER_DASHBOARD_PORT].")
+@click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
+              help="Where the reconciler keeps job logs, for the job page's log tail [env: LEDGER_LOG_DIR; "
+                   "default: $XDG_DATA_HOME/tpu-ledger/logs].")
+@click.option("--topic", envvar="LEDGER_PUBSUB_TOPIC", default=DEFAULT_TOPIC, show_default=True,
+              help="The fan-out's Pub/Sub topic, whose publisher lag the health page shows [env: LEDGER_PUBSUB_TOPIC].")
+@click.option("--verify-every", type=click.FloatRange(1.0), default=600.0, show_default=True, metavar="SECONDS",
+              help="Check the whole ledger (as `ledger verify`) at start, then again as it grows: at most this many "
+                   "seconds apart (sooner on a small ledger: a run costs at most ~5% of a core).")
+@click.pass_context
+def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None, topic: str,
+                  verify_every: float) -> None:
+    """Serve a read-only web dashboard of the ledger, updated live as events are appended.
+
+    Pages: jobs (filter, sort, search), one job (its timeline as a picture, who asked,
+    approved and merged, the spec, the events with their hash chain status, the tail of
+    worker 0's log), TPUs (who holds what, shared TPUs and their line), usage (chip-hours
+    by owner and by week, goodput) and the ledger's health (head, last verify, publisher
+    lag). /api/ answers the same in the shapes of the CLI's --json. Nothing can be
+    changed from it: every route is GET.
+
+    \b
+    ledger dashboard                        # http://127.0.0.1:8900/
+    ledger dashboard --port 0               # any free port
+    ssh -L 8900:127.0.0.1:8900 ledger-host  # then open http://127.0.0.1:8900/ locally
+    """
+    store = store_from(ctx)
+    url = store.url
+    store.close()
+    sock = server.bind(host, port)
+    warning = server.exposure_warning(host)
+    if warning:
+        click.echo(warning, err=True)
+    try:
+        live = LiveLedger(url, topic=topic, verify_every=verify_every)
+        logs = defaults.LOG_DIR if log_dir is None else Path(os.path.expanduser(log_dir))
+        app = server.create_app(live, store_label=redact(url), log_dir=logs, allowed_hosts=server.hosts_for(host))
+        click.echo(f"dashboard of {redact(url)}: {server.url_of(sock)}  ({len(live.state.jobs)} job(s) at seq "
+                   f"{live.position}, loaded in {live.loaded_in:.1f} s; read-only; Ctrl-C stops)")
+        server.serve(app, sock)
+    finally:
+        sock.close()

@@ -1,0 +1,233 @@
+"""The dashboard's live read model: one per server, kept current from the store's tail.
+
+At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
+the events after it) and folds the ledger once into the usage fold (`ledger usage`'s). Then
+one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
+PostgreSQL, a cheap head poll on SQLite), reads only the new rows and folds them into both,
+as the reconciler's loop does. No request replays the ledger; every page reads this state
+under its lock. Each batch of new events is then announced to the listeners (the server's
+Server-Sent Events), once per batch whatever the number of clients.
+
+A second thread runs `ledger verify`'s check over the whole ledger at start and again when
+the ledger grew (paced by how long a run takes, at most `verify_every` seconds apart): the
+health page and each event's chain status show its last result.
+
+Request handlers that must read the store (a job's events) borrow a connection from a
+small pool (`StorePool`): one connection is never used by two threads at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger.app.dashboard.weeks import Weeks
+from ledger.events import format_time
+from ledger.fanout import cursor_name
+from ledger.fold import LedgerState
+from ledger.replay import fold_into, fold_rows, load_state, no_cyclic_gc
+from ledger.store import Store, open_store, store_errors
+from ledger.usage import UsageFold, to_us
+from ledger.verify import verify_store
+
+log = logging.getLogger("ledger.dashboard")
+
+RECENT = 2_000  # events kept for clients that reconnect (SSE Last-Event-ID)
+BATCH = 5_000  # rows folded per lock hold: pages stay responsive while a backlog is read
+WAIT_S = 0.5  # longest wait on the store before looking at the stop flag again
+VERIFY_MIN_S = 2.0
+VERIFY_RATIO = 20  # verify again no sooner than this many times its last duration
+
+
+class StorePool:
+    """Store connections for request threads, each used by one thread at a time."""
+
+    def __init__(self, url: str, size: int = 4) -> None:
+        self.url = url
+        self._free: queue.LifoQueue[Store] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(size)
+        self._all: list[Store] = []
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def store(self) -> Iterator[Store]:
+        with self._slots:
+            try:
+                store = self._free.get_nowait()
+            except queue.Empty:
+                store = open_store(self.url, create=False)
+                with self._lock:
+                    self._all.append(store)
+            try:
+                with store_errors(self.url):
+                    yield store
+            except BaseException:
+                # A connection that failed mid-read is not handed out again.
+                with self._lock:
+                    self._all.remove(store)
+                with contextlib.suppress(Exception):
+                    store.close()
+                raise
+            self._free.put(store)
+
+    def close(self) -> None:
+        with self._lock:
+            stores, self._all = self._all, []
+        for store in stores:
+            with contextlib.suppress(Exception):
+                store.close()
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyRun:
+    """The result of the dashboard's last check of the whole ledger."""
+
+    started: str  # ISO UTC
+    seconds: float
+    report: dict[str, Any] | None  # `ledger verify --json`'s ok/events/head/problem
+    error: str | None = None  # the check could not run (the store failed)
+
+    @property
+    def ok(self) -> bool:
+        return self.report is not None and bool(self.report["ok"])
+
+    @property
+    def verified_head(self) -> int:
+        """Every event up to this seq was in a sound chain at the last check."""
+        if self.report is None:
+            return 0
+        problem = self.report.get("problem")
+        return problem["position"] - 1 if problem else int(self.report["head"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"started": self.started, "seconds": round(self.seconds, 3), "report": self.report, "error": self.error}
+
+
+class LiveLedger:
+    """The state every page reads: jobs, usage, weeks, the latest events; updated by the tail."""
+
+    def __init__(self, store_url: str, *, topic: str = "ledger-events", verify_every: float = 600.0) -> None:
+        self.store_url = store_url
+        self.topic = topic
+        self.verify_every = verify_every
+        self.lock = threading.RLock()
+        self.weeks = Weeks()
+        self.usage = UsageFold(on_interval=self.weeks.add)
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self.listeners: list[Callable[[], None]] = []
+        self.tail_error: str | None = None
+        self.last_verify: VerifyRun | None = None
+        self.verifying = False
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._store = open_store(store_url, create=False)  # the tail's own connection
+        started = time.perf_counter()
+        with store_errors(store_url):
+            self.state: LedgerState = load_state(self._store)
+            with no_cyclic_gc():
+                self.usage.apply_rows(fold_rows(self._store, 0, self.state.position))
+        self.position = self.state.position
+        self.loaded_in = time.perf_counter() - started
+        self.changed = time.time()
+
+    # -- the tail ---------------------------------------------------------------------------
+    def start(self) -> None:
+        for target, name in ((self._tail, "dashboard-tail"), (self._verify_loop, "dashboard-verify")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+        with contextlib.suppress(Exception):
+            self._store.close()
+
+    def _tail(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with store_errors(self.store_url):
+                    head = self._store.wait_for_append(self.position, WAIT_S)
+                    if head <= self.position:
+                        continue
+                    rows = list(self._store.fold_rows(self.position, min(head, self.position + BATCH)))
+            except Exception as exc:  # a lost database: keep serving what is known, retry
+                self.tail_error = str(exc)
+                log.warning("dashboard tail: %s", exc)
+                self._stop.wait(1.0)
+                continue
+            self.tail_error = None
+            if rows:
+                self.fold(rows)
+
+    def fold(self, rows: list[tuple]) -> None:
+        """Fold new (seq, stream, version, type, time, data) rows and announce them."""
+        with self.lock:
+            fold_into(self.state, rows)
+            self.usage.apply_rows(rows)
+            self.position = rows[-1][0]
+            self.recent.extend({"seq": r[0], "stream": r[1], "type": r[3], "time": r[4]} for r in rows)
+            self.changed = time.time()
+        for listener in list(self.listeners):
+            listener()
+
+    def events_after(self, seq: int) -> tuple[list[dict[str, Any]], bool]:
+        """The events announced after `seq` (oldest first), and whether some were already
+        dropped from the window (the client then reloads rather than patching)."""
+        with self.lock:
+            if not self.recent:
+                return [], seq < self.position
+            oldest = self.recent[0]["seq"]
+            return [e for e in self.recent if e["seq"] > seq], seq < oldest - 1
+
+    # -- verify -----------------------------------------------------------------------------
+    def _verify_loop(self) -> None:
+        """Verify at start, then again whenever the ledger grew: no sooner than 20 times the
+        last run took (verify then costs at most ~5% of a core, 2 s at least) and no later
+        than `verify_every` seconds."""
+        checked_head, last_run = -1, 0.0
+        while not self._stop.is_set():
+            pause = min(self.verify_every, max(VERIFY_MIN_S, VERIFY_RATIO * last_run))
+            if self.position != checked_head:
+                checked_head = self.position
+                last_run = self.verify_now().seconds
+                if self._stop.wait(pause):
+                    return
+            elif self._stop.wait(1.0):
+                return
+
+    def verify_now(self) -> VerifyRun:
+        started, clock = datetime.now(UTC), time.perf_counter()
+        self.verifying = True
+        try:
+            store = open_store(self.store_url, create=False)
+            try:
+                with store_errors(self.store_url):
+                    run = VerifyRun(format_time(started), 0.0, verify_store(store).to_dict())
+            finally:
+                store.close()
+        except Exception as exc:
+            run = VerifyRun(format_time(started), 0.0, None, str(exc))
+        finally:
+            self.verifying = False
+        run = VerifyRun(run.started, time.perf_counter() - clock, run.report, run.error)
+        self.last_verify = run
+        return run
+
+    # -- what the pages ask -----------------------------------------------------------------
+    def now_us(self) -> int:
+        return to_us(datetime.now(UTC))
+
+    def publisher(self, store: Store) -> dict[str, Any]:
+        """The outbox publisher's cursor for this dashboard's topic and how far it lags."""
+        cursor = store.get_cursor(cursor_name(self.topic))
+        return {"topic": self.topic, "cursor": cursor, "lag": max(0, self.position - cursor)}

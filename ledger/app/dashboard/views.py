@@ -1,0 +1,332 @@
+"""What each page shows, from the live state and the store: plain data for the templates and
+for `/api/`. The shapes of the CLI's `--json` come from `ledger.app.readmodels`,
+`ledger.app.commands.usage.usage_json` and `Event.to_dict()` (what `ledger inspect --json`
+prints), so a script and a page read the same answer.
+
+Everything a user can put in a URL is checked here first: ids are looked up, never used as
+paths; filters are bounded in length; page numbers are whole numbers within range.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import yaml
+
+from ledger.app.dashboard import charts, timeline
+from ledger.app.dashboard.live import LiveLedger, VerifyRun
+from ledger.app.readmodels import (
+    SORTS,
+    accelerator_of,
+    job_json,
+    last_change,
+    select_jobs,
+    tpu_rows,
+    usage_json,
+)
+from ledger.describe import actor_text, summarize
+from ledger.events import Event, format_time
+from ledger.fold import LIVE, TERMINAL, JobState
+from ledger.replay import SNAPSHOT_NAME
+from ledger.store import Store
+from ledger.usage import GROUPINGS, chips_of, from_us
+from ledger.usage import summarize as usage_summary
+from reconciler.plan import shared_line
+from reconciler.remote import layout
+
+PER_PAGE = 100
+MAX_PER_PAGE = 500
+EVENTS_PER_PAGE = 200
+MAX_TEXT = 200  # longest filter value taken from a URL
+MAX_ID = 300  # longest stream name the store accepts (ledger.store.base.check_stream)
+LOG_TAIL_BYTES = 16_384
+WEEKS_SHOWN = 12
+STATES = tuple(sorted(LIVE | TERMINAL))
+
+
+class BadRequest(ValueError):
+    """A query the dashboard refuses (HTTP 400), with a message safe to show."""
+
+
+class NotFound(LookupError):
+    """No such job (HTTP 404)."""
+
+
+def _text(params: Mapping[str, str], name: str) -> str | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    if len(value) > MAX_TEXT or not value.isprintable():
+        raise BadRequest(f"{name} must be printable and at most {MAX_TEXT} characters")
+    return value
+
+
+def _number(params: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or len(value) > 9:
+        raise BadRequest(f"{name} must be a whole number from {lo} to {hi}")
+    return min(max(int(value), lo), hi)
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    owner: str | None = None
+    state: str | None = None
+    accelerator: str | None = None
+    text: str | None = None
+    sort: str = "id"
+    descending: bool = False
+    page: int = 1
+    per_page: int = PER_PAGE
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> JobQuery:
+        state = _text(params, "state")
+        if state is not None and state not in STATES:
+            raise BadRequest(f"state must be one of {', '.join(STATES)}")
+        sort = _text(params, "sort") or "id"
+        if sort not in SORTS:
+            raise BadRequest(f"sort must be one of {', '.join(SORTS)}")
+        order = _text(params, "order") or "asc"
+        if order not in ("asc", "desc"):
+            raise BadRequest("order must be asc or desc")
+        return cls(_text(params, "owner"), state, _text(params, "accelerator"), _text(params, "q"), sort,
+                   order == "desc", _number(params, "page", 1, 1, 10**9),
+                   _number(params, "per_page", PER_PAGE, 1, MAX_PER_PAGE))
+
+    def url(self, path: str = "/jobs", **changes: Any) -> str:
+        """This query with some parts changed, as a link (defaults left out)."""
+        q = replace(self, **changes)
+        params = {"owner": q.owner, "state": q.state, "accelerator": q.accelerator, "q": q.text,
+                  "sort": q.sort if q.sort != "id" else None, "order": "desc" if q.descending else None,
+                  "page": q.page if q.page != 1 else None, "per_page": q.per_page if q.per_page != PER_PAGE else None}
+        text = urlencode({k: v for k, v in params.items() if v is not None})
+        return f"{path}?{text}" if text else path
+
+
+def addressable(job_id: str) -> bool:
+    """A stream the pages can link to: owner/name, one slash, both parts present (every id
+    the watcher makes). Other streams are listed, never linked."""
+    owner, slash, name = job_id.partition("/")
+    return bool(owner and slash and name and "/" not in name and len(job_id) <= MAX_ID and job_id.isprintable())
+
+
+def job_href(job_id: str) -> str | None:
+    """The job page's path, each part percent-encoded; None for a stream no page shows."""
+    if not addressable(job_id):
+        return None
+    owner, _, name = job_id.partition("/")
+    return f"/jobs/{quote(owner, safe='')}/{quote(name, safe='')}"
+
+
+def _summary_row(j: JobState) -> dict[str, Any]:
+    return {"id": j.id, "owner": j.owner, "name": j.name, "state": j.state or "-",
+            "accelerator": accelerator_of(j), "attempt": j.attempt, "restarts": j.restarts,
+            "tpu": j.tpu.get("name", "") if isinstance(j.tpu, dict) else "", "changed": last_change(j),
+            "reason": j.queued_reason}
+
+
+def jobs_page(live: LiveLedger, query: JobQuery) -> dict[str, Any]:
+    """One page of jobs, plus what the filters can choose from. `jobs` is `ledger list
+    --json`'s shape for the page's jobs; `rows` the table's cells."""
+    with live.lock:
+        jobs = live.state.jobs.values()
+        chosen = select_jobs(jobs, owner=query.owner, state=query.state, accelerator=query.accelerator,
+                             text=query.text, sort=query.sort, descending=query.descending)
+        pages = max(1, -(-len(chosen) // query.per_page))
+        page = min(query.page, pages)
+        shown = chosen[(page - 1) * query.per_page: page * query.per_page]
+        counts: dict[str, int] = {}
+        owners: set[str] = set()
+        accelerators: set[str] = set()
+        for j in jobs:
+            counts[j.state] = counts.get(j.state, 0) + 1
+            owners.add(j.owner)
+            accelerators.add(accelerator_of(j))
+        return {
+            "position": live.position, "total": len(chosen), "all": len(live.state.jobs), "page": page, "pages": pages,
+            "per_page": query.per_page, "offset": (page - 1) * query.per_page,
+            "jobs": [job_json(j) for j in shown], "rows": [_summary_row(j) for j in shown],
+            "states": sorted((s, n) for s, n in counts.items() if s), "owners": sorted(owners),
+            "accelerators": sorted(a for a in accelerators if a),
+        }
+
+
+def job_state(live: LiveLedger, job_id: str) -> dict[str, Any]:
+    if len(job_id) > MAX_ID:
+        raise NotFound(job_id)
+    with live.lock:
+        job = live.state.jobs.get(job_id)
+        if job is None:
+            raise NotFound(job_id)
+        return job_json(job)
+
+
+def who(events: Sequence[Event]) -> dict[str, Any] | None:
+    """Who asked for the job as it runs now, who approved it, and the commit that merged it:
+    from its latest `submitted` or `spec_updated` (the watcher's record of the commit)."""
+    for e in reversed(events):
+        if e.type in ("submitted", "spec_updated"):
+            d, a = e.data, e.actor
+            return {
+                "type": e.type, "seq": e.seq, "time": e.time,
+                "author": d.get("author_name") or a.get("name") or "", "author_email": d.get("author") or a.get("email") or "",
+                "approvers": list(d.get("approvers") or a.get("approvers") or []),
+                "pr": d.get("pr", a.get("pr")), "commit": str(d.get("commit") or a.get("commit") or ""),
+                "path": d.get("path", ""), "actor": actor_text(a),
+                "committed_at": format_time(from_us(int(d["committed_at"]) * 1_000_000))
+                if type(d.get("committed_at")) is int else "",
+            }
+    return None
+
+
+def chain_status(e: Event, verified: VerifyRun | None) -> tuple[str, str]:
+    """(status, explanation) of one event in the hash chain: its hash recomputed from its
+    content, and whether the dashboard's last `verify` covered it."""
+    if e.expected_hash() != e.hash:
+        return "broken", "its hash does not match its content"
+    if verified is None or verified.report is None:
+        return "sealed", "its hash matches its content; the chain has not been verified yet"
+    if e.seq <= verified.verified_head:
+        return "verified", f"in the chain verified at {verified.started} (up to seq {verified.verified_head})"
+    problem = verified.report.get("problem")
+    if problem:
+        return "unverified", f"after the problem verify found at seq {problem['position']}: {problem['reason']}"
+    return "sealed", f"its hash matches its content; appended after the last verify (up to seq {verified.verified_head})"
+
+
+def log_tail(log_dir: Path | None, job_id: str, attempt: int | None = None, worker: int = 0) -> dict[str, Any]:
+    """The end of worker `worker`'s output in the latest attempt with logs (`ledger logs`'
+    files: the reconciler fetches them into the log directory). Ids are escaped into path
+    segments by `layout`, so no id reaches outside the log directory."""
+    out: dict[str, Any] = {"worker": worker, "attempt": None, "attempts": [], "path": None, "text": "", "truncated": False}
+    if log_dir is None:
+        return out
+    job_dir = layout.local_job_dir(log_dir, job_id)
+    if not job_dir.resolve().is_relative_to(log_dir.resolve()) or not job_dir.is_dir():
+        return out
+    attempts = sorted(int(p.name) for p in job_dir.iterdir() if p.is_dir() and p.name.isdigit() and len(p.name) < 9)
+    out["attempts"] = attempts
+    if not attempts:
+        return out
+    chosen = attempt if attempt in attempts else attempts[-1]
+    path = layout.output_log(log_dir, job_id, chosen, worker)
+    out.update(attempt=chosen, path=str(path))
+    if not path.is_file():
+        return out
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(max(0, size - LOG_TAIL_BYTES))
+        data = f.read(LOG_TAIL_BYTES)
+    if size > LOG_TAIL_BYTES:
+        data = data.split(b"\n", 1)[-1]  # from the first whole line
+        out["truncated"] = True
+    out["text"] = data.decode("utf-8", errors="replace")
+    return out
+
+
+def job_page(live: LiveLedger, store: Store, job_id: str, *, events_page: int | None = None,
+             log_dir: Path | None = None) -> dict[str, Any]:
+    """Everything the job page shows: state, who, spec, timeline picture, events (a page of
+    them, the latest by default) with their chain status, the log's tail."""
+    state = job_state(live, job_id)
+    events = store.read_stream(job_id)
+    if not events:
+        raise NotFound(job_id)
+    now = live.now_us()
+    line = timeline.build(events, now)
+    verified = live.last_verify
+    pages = max(1, -(-len(events) // EVENTS_PER_PAGE))
+    page = pages if events_page is None else min(max(events_page, 1), pages)
+    shown = events[(page - 1) * EVENTS_PER_PAGE: page * EVENTS_PER_PAGE]
+    rows = []
+    for e in shown:
+        status, why = chain_status(e, verified)
+        rows.append({"seq": e.seq, "time": e.time, "type": e.type, "actor": actor_text(e.actor),
+                     "summary": summarize(e.type, e.data), "chain": status, "chain_text": why,
+                     "bookkeeping": e.type in timeline.UNDRAWN})
+    spec = state.get("spec") or {}
+    return {
+        "job": state, "id": job_id, "position": live.position, "who": who(events),
+        "spec_yaml": yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100) if spec else "",
+        "timeline": line, "picture": timeline.draw(line), "events": rows, "count": len(events),
+        "events_page": page, "events_pages": pages, "verify": verified,
+        "log": log_tail(log_dir, job_id), "accelerator": accelerator_of_state(state),
+    }
+
+
+def accelerator_of_state(state: Mapping[str, Any]) -> str:
+    tpu = state.get("tpu") or {}
+    spec_tpu = (state.get("spec") or {}).get("tpu") or {}
+    return str(tpu.get("accelerator") or spec_tpu.get("accelerator") or "")
+
+
+def tpus_page(live: LiveLedger) -> dict[str, Any]:
+    """`ledger tpus --json`'s rows, and each shared TPU with its holder and its line."""
+    with live.lock:
+        jobs = live.state.jobs
+        rows = tpu_rows(jobs.values())
+        shared: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            if r["shared"]:
+                entry = shared.setdefault(r["tpu"], {"tpu": r["tpu"], "zone": r["zone"], "accelerator": r["accelerator"],
+                                                     "holder": None, "line": []})
+                if not r["job_state"].startswith("waiting"):
+                    entry["holder"] = r
+        for name, entry in shared.items():
+            entry["line"] = [{"job": j.id, "owner": j.owner, "state": j.state, "priority": j.priority,
+                              "reason": j.queued_reason, "since": j.times.get("queued", "")}
+                             for j in shared_line(name, jobs)]
+        held = [r for r in rows if not r["job_state"].startswith("waiting")]
+        return {"position": live.position, "rows": rows, "held": held, "shared": [shared[k] for k in sorted(shared)],
+                "chips": sum(chips_of(r["accelerator"] or "") for r in held)}
+
+
+def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
+    """`ledger usage --json` as it stands now (no window, no prices), the charts' geometry,
+    and the weekly table."""
+    if by not in GROUPINGS or by == "attempt":
+        raise BadRequest(f"by must be one of {', '.join(g for g in GROUPINGS if g != 'attempt')}")
+    now = live.now_us()
+    with live.lock:
+        report = usage_summary(live.usage.figures(now), by)
+        owners = usage_summary(live.usage.figures(now), "owner") if by != "owner" else report
+        weeks = live.weeks.table(live.usage.open_intervals(now), last=WEEKS_SHOWN)
+        position = live.usage.position
+    return {
+        "report": usage_json(report, None, format_time(from_us(now)), position), "rows": report.rows,
+        "total": report.total, "by": by, "owner_chart": charts.owner_bars(owners.rows),
+        "week_chart": charts.week_columns(weeks), "weeks": weeks, "position": position,
+    }
+
+
+def health_page(live: LiveLedger, store: Store, store_label: str) -> dict[str, Any]:
+    """The ledger's head, the last verify, the publisher's lag, the newest snapshot."""
+    head = store.head()
+    last = next(iter(store.read_all(head - 1, limit=1)), None) if head else None
+    snapshots = [s for s in store.list_snapshots() if s.name == SNAPSHOT_NAME]
+    newest = max(snapshots, key=lambda s: s.position, default=None)
+    verify = live.last_verify
+    return {
+        "store": store_label, "head": head, "head_hash": last.hash if last else None,
+        "head_time": last.time if last else None, "folded": live.position, "tail_error": live.tail_error,
+        "loaded_in": round(live.loaded_in, 3), "jobs": len(live.state.jobs),
+        "verify": verify.to_dict() if verify else None, "verifying": live.verifying,
+        "verify_every": live.verify_every, "publisher": live.publisher(store),
+        "snapshot": {"position": newest.position, "code": newest.code_version} if newest else None,
+    }
+
+
+_SECRET = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@]*):[^@/]*@")
+
+
+def redact(url: str) -> str:
+    """A store URL fit to show: a password in it becomes ***."""
+    return _SECRET.sub(r"\g<scheme>\g<user>:***@", url)
