@@ -125,32 +125,29 @@ def _signing_setup(hub: Hub, keys) -> None:
                "signed merges only", approvers=(BOB,))
 
 
-def forged_merge_message(hub: Hub, keys) -> None:
+def _merge_pull_request_1(hub: Hub, keys, merger: tuple[str, str], key: str | None) -> None:
+    """Signed merges only; alice's pull request merged by `merger`, signed with `key` (None: unsigned)."""
     _signing_setup(hub, keys)
     pull_request(hub, {JOB: spec()})
-    git(hub.work, "merge", "-q", "--no-ff", "feature", "-m", "Merge pull request #1 from alice/feature",
-        author=MALLORY)
+    signing = (*signed(keys[key]), "merge", "-S") if key else ("merge",)
+    git(hub.work, *signing, "-q", "--no-ff", "feature", "-m", "Merge pull request #1 from alice/feature",
+        author=merger)
+
+
+def forged_merge_message(hub: Hub, keys) -> None:
+    _merge_pull_request_1(hub, keys, MALLORY, None)
 
 
 def merge_signed_by_an_unlisted_key(hub: Hub, keys) -> None:
-    _signing_setup(hub, keys)
-    pull_request(hub, {JOB: spec()})
-    git(hub.work, *signed(keys["mallory"]), "merge", "-q", "-S", "--no-ff", "feature", "-m",
-        "Merge pull request #1 from alice/feature", author=MALLORY)
+    _merge_pull_request_1(hub, keys, MALLORY, "mallory")
 
 
 def merge_signed_by_its_author(hub: Hub, keys) -> None:
-    _signing_setup(hub, keys)
-    pull_request(hub, {JOB: spec()})
-    git(hub.work, *signed(keys["alice"]), "merge", "-q", "-S", "--no-ff", "feature", "-m",
-        "Merge pull request #1 from alice/feature", author=ALICE)
+    _merge_pull_request_1(hub, keys, ALICE, "alice")
 
 
 def merge_signed_by_a_steward(hub: Hub, keys) -> None:
-    _signing_setup(hub, keys)
-    pull_request(hub, {JOB: spec()})
-    git(hub.work, *signed(keys["sam"]), "merge", "-q", "-S", "--no-ff", "feature", "-m",
-        "Merge pull request #1 from alice/feature", author=SAM)
+    _merge_pull_request_1(hub, keys, SAM, "sam")
 
 
 def change_of_allowed_signers_is_judged_by_the_old_file(hub: Hub, keys) -> None:
