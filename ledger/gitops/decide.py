@@ -9,6 +9,7 @@ never approve itself by editing CODEOWNERS or the policy.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
@@ -163,10 +164,14 @@ def decide(
     live: dict[str, bool] = {}
     git_stream = stream_for(step.branch)
     merger = step.merger()
-    signature = _signature(c.sha, state, verify) if policy.approval.signatures else None
+
+    @functools.cache
+    def signature() -> Signature | None:
+        # asked once, and only for a commit that changes something approval guards
+        return _signature(c.sha, state, verify) if policy.approval.signatures else None
 
     def approval(path: str) -> Approval:
-        evidence = Evidence(c.message, len(c.parents), c.trailers, step.authors_of(path), merger, signature)
+        evidence = Evidence(c.message, len(c.parents), c.trailers, step.authors_of(path), merger, signature())
         return evaluate(policy, evidence, path, owners)
 
     def who(path: str, appr: Approval) -> dict[str, Any]:
