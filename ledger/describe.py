@@ -17,13 +17,32 @@ def _tpu(d: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def who_asked(d: Mapping[str, Any]) -> str:
+    """"asked by Alice, approved by Bob, merged by Sam": the three roles of a job's change
+    (a ledger written before `authors`/`merger` were recorded shows what it has)."""
+    authors = d.get("authors") or [_person(d.get("author_name"), d.get("author"))]
+    parts = [f"asked by {', '.join(authors)}"]
+    if d.get("approvers"):
+        parts.append(f"approved by {', '.join(d['approvers'])}")
+    if d.get("merger"):
+        parts.append(f"merged by {d['merger']}")
+    if d.get("signed_by"):
+        parts.append(f"signed by {d['signed_by']}")
+    return ", ".join(parts)
+
+
+def _person(name: Any, email: Any) -> str:
+    if name and email and name != email:
+        return f"{name} <{email}>"
+    return str(name or email or "?")
+
+
 def summarize(type_: str, d: Mapping[str, Any]) -> str:
     """One line saying what an event means; unknown shapes fall back to its keys."""
     g = d.get
     match type_:
         case "submitted" | "spec_updated":
-            approvers = ", ".join(g("approvers") or [])
-            return f"{g('path', '')} @ {str(g('commit', ''))[:10]} by {g('author', '?')}" + (f", approved by {approvers}" if approvers else "")
+            return f"{g('path', '')} @ {str(g('commit', ''))[:10]}: {who_asked(d)}"
         case "rejected":
             return str(g("reason", ""))
         case "queued" | "cancel_requested" | "cancelled":

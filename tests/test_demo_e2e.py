@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from ledger.app.demo import EXPECTED, JOB_ID, run_demo
+from ledger.store import open_store
 from reconciler.remote import layout
 
 
@@ -32,6 +33,17 @@ def test_demo_story_end_to_end(tmp_path: Path):
     # the exact sequence of the approved pod job, preemption and recovery included
     assert result.events == EXPECTED
     assert result.sneaky_events == ["rejected"]
+    # who asked (alice wrote the job in pull request #1), who approved and who merged (sam)
+    store = open_store(result.store_url)
+    try:
+        submitted = next(e for e in store.read_stream(JOB_ID) if e.type == "submitted")
+    finally:
+        store.close()
+    sam = "Sam Steward <sam@lab.example>"
+    assert (submitted.data["author"], submitted.data["author_name"], submitted.data["approvers"],
+            submitted.data["merger"], submitted.data["pr"]) == ("alice@lab.example", "Alice Ng", [sam], sam, 1)
+    assert (submitted.actor["name"], submitted.actor["merger"]) == ("Alice Ng", sam)
+    assert any(f"asked by Alice Ng <alice@lab.example>, approved by {sam}, merged by {sam}" in line for line in lines)
     # the job saw its attempt number after the preemption, and resumed from its checkpoint
     second = layout.output_log(result.log_dir, JOB_ID, 2, 0).read_text()
     assert "attempt 2 on worker 0: resuming from step" in second and result.resumed_from >= 1

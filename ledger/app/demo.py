@@ -36,6 +36,9 @@ from ledger.usage import UsageRow, job_usage, to_us
 from reconciler.remote import layout
 
 JOB_ID = "alice/demo-pod"
+ALICE = ("Alice Ng", "alice@lab.example")
+# A member of the template's @lab/tpu-stewards team (.ledger/policy.yaml `teams`).
+STEWARD = ("Sam Steward", "sam@lab.example")
 SNEAKY_ID = "alice/sneaky"
 PROJECT = defaults.PROJECT
 TOPIC = "ledger-events"
@@ -118,7 +121,7 @@ def start_dashboard(workdir: Path, *, host: str = "127.0.0.1", port: int = 0) ->
     return Background(app, host, port).start()
 
 
-def _git(args: list[str], cwd: Path, who: tuple[str, str] = ("Alice Ng", "alice@lab.example")) -> str:
+def _git(args: list[str], cwd: Path, who: tuple[str, str] = ALICE) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": who[0], "GIT_AUTHOR_EMAIL": who[1],
            "GIT_COMMITTER_NAME": who[0], "GIT_COMMITTER_EMAIL": who[1], "GIT_TERMINAL_PROMPT": "0"}
     done = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=cwd, env=env, capture_output=True, text=True)
@@ -140,6 +143,16 @@ def _types(store_url: str, job_id: str) -> list[str]:
     store = open_store(store_url)
     try:
         return [e.type for e in store.read_stream(job_id) if e.type not in ("action_intent", "action_outcome")]
+    finally:
+        store.close()
+
+
+def _roles(store_url: str, job_id: str) -> tuple[Any, Any, Any]:
+    """(author, approvers, merger) of the job's submitted event."""
+    store = open_store(store_url)
+    try:
+        d = next((e.data for e in store.read_stream(job_id) if e.type == "submitted"), {})
+        return d.get("author"), d.get("approvers"), d.get("merger")
     finally:
         store.close()
 
@@ -239,7 +252,7 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         for t in threads[:3]:  # the publisher's thread is already running
             t.start()
 
-        # 4. alice proposes a job in a pull request; a steward's approval merges it.
+        # 4. alice proposes a job in a pull request; a steward approves and merges it.
         _git(["checkout", "-q", "-b", "alice/demo-pod"], clone)
         (clone / "jobs" / "alice").mkdir(parents=True, exist_ok=True)
         (clone / "jobs" / "alice" / "demo-pod.yaml").write_text(POD_SPEC.format(bucket=bucket, steps=STEPS))
@@ -250,8 +263,8 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         _git(["commit", "-q", "-m", "Pod job for the demo"], clone)
         _git(["checkout", "-q", "main"], clone)
         _git(["merge", "-q", "--no-ff", "alice/demo-pod", "-m",
-              "Merge pull request #1 from alice/demo-pod\n\nApproved-by: Sam Steward <tpu-stewards@lab.example>"],
-             clone, who=("Sam Steward", "tpu-stewards@lab.example"))
+              f"Merge pull request #1 from alice/demo-pod\n\nApproved-by: {STEWARD[0]} <{STEWARD[1]}>"],
+             clone, who=STEWARD)
         _git(["push", "-q", "origin", "main"], clone)
         say("merged pull request #1 (alice/demo-pod), approved by a steward, and pushed")
 
@@ -280,6 +293,11 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
     result.resumed_from = _resumed_from(result.log_dir, done_job.attempt)
     if result.events != EXPECTED:
         result.problems.append(f"pod job events {result.events} != expected {EXPECTED}")
+    roles = _roles(store_url, JOB_ID)
+    steward = f"{STEWARD[0]} <{STEWARD[1]}>"
+    if roles != (ALICE[1], [steward], steward):
+        result.problems.append(f"{JOB_ID} should be asked by {ALICE[1]}, approved and merged by {steward}; "
+                               f"the submitted event says (author, approvers, merger) = {roles}")
     if result.sneaky_events != ["rejected"]:
         result.problems.append(f"the unreviewed job should only be rejected, got {result.sneaky_events}")
     if not result.resumed_from:

@@ -141,9 +141,14 @@ class SpecUpdated(EventData):
     commit: Opt[NonEmpty] = UNSET
     path: Opt[NonEmpty] = UNSET
     blob: Opt[str] = UNSET
+    # Who asked: the author of the change of this file (for a merge, of the merged commits
+    # that touched it; `authors` lists them all when several did; `author` is the first).
     author: Opt[str] = UNSET
     author_name: Opt[str] = UNSET
+    authors: Opt[list[str]] = UNSET
     approvers: Opt[list[str]] = UNSET
+    merger: Opt[str] = UNSET  # who landed it on the branch (a merge's author, a squashing committer)
+    signed_by: Opt[str] = UNSET  # the allowed signer, when the policy requires signatures
     owner: Opt[str] = UNSET
     name: Opt[str] = UNSET
     committed_at: Opt[int] = UNSET  # committer time, seconds since the epoch

@@ -1,30 +1,35 @@
 """Approval: does a commit carry the approval `.ledger/policy.yaml` asks for? Pure functions.
 
-The rules are the policy's `approval` section (`ledger.spec.policy.ApprovalPolicy`).
-Two kinds of evidence, chosen by `approval.mode`:
+The rules are the policy's `approval` section (`ledger.spec.policy.ApprovalPolicy`) and its
+`teams`. Two kinds of evidence, chosen by `approval.mode`:
 - `merge-commit`: the host's branch protection is trusted; a merge commit (or a squash
   commit) whose message names a pull/merge request counts, and its number is recorded.
-- `trailers`: `required` distinct `Approved-by:` / `Reviewed-by:` trailers from approvers
-  (a list in the policy, or the CODEOWNERS owners of the path); the commit's authors
-  (for a merge: everyone whose commits it brings in) never count.
+- `trailers`: `required` distinct `Approved-by:` / `Reviewed-by:` trailers (as git itself
+  parses the commit's trailer block) from approvers: a list in the policy, or the CODEOWNERS
+  owners of the path, a team meaning its members; an author of the change never counts.
 - `either`: one or the other.
+With `approval.signatures: required`, neither counts unless the commit carries a good
+signature by a key of the allowed-signers file, from someone who is not an author of the
+change: a message anyone can type ("Merge pull request #1") proves nothing by itself.
+
+Who is who: `Evidence.authors` are the people who wrote the change of the path (for a merge:
+the authors of the merged commits that touched it), `merger` is who landed it on the branch.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
-from ledger.spec.layout import CODEOWNERS_PATHS, POLICY_PATH
-from ledger.spec.policy import ApprovalPolicy
+from ledger.spec.codeowners import CodeOwnersFile
+from ledger.spec.layout import ALLOWED_SIGNERS_PATH, CODEOWNERS_PATHS, POLICY_PATH
+from ledger.spec.policy import Policy
 
 APPROVAL_TRAILERS = ("approved-by", "reviewed-by")
 # Files that decide who may approve: a change to them must itself be approved.
-GOVERNING_PATHS = (POLICY_PATH, *CODEOWNERS_PATHS)
+GOVERNING_PATHS = (POLICY_PATH, ALLOWED_SIGNERS_PATH, *CODEOWNERS_PATHS)
 
-_TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)\s*:\s*(.+?)\s*$")
 _IDENT = re.compile(r"^(.*?)\s*<([^>]*)>\s*$")
 _GITHUB_MERGE = re.compile(r"^Merge pull request #(\d+)\b", re.MULTILINE)
 _GITLAB_MERGE = re.compile(r"See merge request \S*!(\d+)")
@@ -48,6 +53,37 @@ class Identity:
     def display(self) -> str:
         return f"{self.name} <{self.email}>" if self.email else self.name
 
+    def key(self) -> str:
+        """One person, one approval: by e-mail when there is one, else by name."""
+        return (self.email or self.name).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What `git verify-commit` said about a commit, against the allowed-signers file.
+
+    good: verified and the key is listed (`principal` is its principal); none: unsigned;
+    untrusted: a valid signature by a key the file does not list (or no file); bad: it does
+    not verify. `key` is the key's fingerprint, `detail` git's own words.
+    """
+
+    status: Literal["good", "none", "untrusted", "bad"]
+    principal: str = ""
+    key: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What one commit says about the change of one path, as git parsed it."""
+
+    message: str
+    parents: int
+    trailers: tuple[tuple[str, str], ...]  # (key lowercased, value), git's unfolded parse
+    authors: tuple[Identity, ...]  # who wrote the change of this path (never approve it)
+    merger: Identity | None = None  # who landed it: a merge's author, else a differing committer
+    signature: Signature | None = None  # None: not checked (the policy does not ask)
+
 
 @dataclass(frozen=True, slots=True)
 class Approval:
@@ -55,22 +91,9 @@ class Approval:
     approvers: tuple[str, ...] = ()  # who approved (display form)
     pr: int | None = None
     reason: str = ""
-    would_approve: tuple[str, ...] = ()  # who could approve, when not approved
+    would_approve: tuple[str, ...] = ()  # who may (still) approve
     via: str = ""  # "trailers" | "merge-commit"
-
-
-def parse_trailers(message: str) -> list[tuple[str, str]]:
-    """(key lowercased, value) of the trailer block: the last paragraph, all `Key: value`."""
-    paragraphs = [p for p in re.split(r"\n\s*\n", message.strip()) if p.strip()]
-    if len(paragraphs) < 2:
-        return []
-    found = []
-    for line in paragraphs[-1].splitlines():
-        m = _TRAILER.match(line.strip())
-        if m is None:
-            return []  # not a trailer block (git's rule: every line must be a trailer)
-        found.append((m.group(1).lower(), m.group(2)))
-    return found
+    signer: str = ""  # the allowed signer's principal, when signatures are required
 
 
 def parse_identity(text: str) -> Identity:
@@ -92,100 +115,94 @@ def pull_request_number(message: str, parents: int) -> int | None:
     return int(m.group(1)) if m else None
 
 
-# -- CODEOWNERS -------------------------------------------------------------------------
-def parse_codeowners(text: str) -> list[tuple[str, tuple[str, ...]]]:
-    rules = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("\\#") else line.strip()
-        if not line:
-            continue
-        pattern, *owners = line.split()
-        rules.append((pattern, tuple(owners)))
-    return rules
+# -- who may approve ---------------------------------------------------------------------
+def eligible(policy: Policy, codeowners: CodeOwnersFile | None, path: str) -> tuple[str, ...]:
+    """The owners who may approve `path`, as written (handles, team handles, e-mails)."""
+    listed = policy.approval.approvers
+    if listed is not None:
+        return listed
+    return codeowners.owners(path) if codeowners is not None else ()
 
 
-def _pattern_matches(pattern: str, path: str) -> bool:
-    anchored = pattern.startswith("/")
-    pat = pattern.lstrip("/")
-    if pat.endswith("/"):
-        pat += "**"
-    if pat.endswith("/**") and (path + "/").startswith(pat[:-2]) and anchored:
-        return True
-    candidates = [path] if anchored or "/" in pat.rstrip("*") else [path, *_suffixes(path)]
-    for cand in candidates:
-        if fnmatch.fnmatchcase(cand, pat) or fnmatch.fnmatchcase(cand, pat.replace("**/", "")):
-            return True
-        if pat.endswith("/**") and cand.startswith(pat[:-2]):
-            return True
-        # a directory pattern without a slash covers everything below it
-        if "/" not in pat and any(fnmatch.fnmatchcase(part, pat) for part in cand.split("/")[:-1]):
-            return True
-    return False
+def people(policy: Policy, owners: tuple[str, ...]) -> tuple[str, ...]:
+    """The owners with each team replaced by its members (an unknown team has none)."""
+    out: list[str] = []
+    for owner in owners:
+        members = policy.teams.of(owner)
+        if members is not None:
+            out.extend(members)
+        elif not policy.teams.unknown(owner):
+            out.append(owner)
+    return tuple(dict.fromkeys(out))
 
 
-def _suffixes(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[i:]) for i in range(1, len(parts))]
+def _is(entry: str, who: Identity) -> bool:
+    return entry.strip().lower() in who.tokens()
 
 
-def owners_for(rules: list[tuple[str, tuple[str, ...]]], path: str) -> tuple[str, ...]:
-    """The owners of `path`: the last matching rule wins, as on GitHub and GitLab."""
-    owners: tuple[str, ...] = ()
-    for pattern, names in rules:
-        if _pattern_matches(pattern, path):
-            owners = names
-    return owners
+def _authored_by(who: Identity, authors: tuple[Identity, ...]) -> bool:
+    tokens = who.tokens()
+    return any(tokens & {t for t in (a.name.lower(), a.email.lower()) if t} for a in authors)
+
+
+def may_still_approve(policy: Policy, owners: tuple[str, ...], authors: tuple[Identity, ...]) -> tuple[str, ...]:
+    """The people among `owners` (teams expanded) who are not authors of the change."""
+    return tuple(p for p in people(policy, owners) if not any(_is(p, a) for a in authors))
+
+
+def _signature_problem(sig: Signature | None, authors: tuple[Identity, ...]) -> str | None:
+    if sig is None or sig.status == "none":
+        return "the commit is not signed, and approval.signatures is required"
+    if sig.status == "untrusted":
+        return f"the commit is signed by key {sig.key or '?'}, which {ALLOWED_SIGNERS_PATH} does not list" + (
+            f" ({sig.detail})" if sig.detail else "")
+    if sig.status == "bad":
+        return f"the commit's signature does not verify ({sig.detail or 'git verify-commit failed'})"
+    if _authored_by(parse_identity(sig.principal), authors):
+        return f"the commit is signed by {sig.principal}, an author of the change: an author cannot approve it"
+    return None
 
 
 # -- the decision -----------------------------------------------------------------------
-def _matches(owner: str, identity: Identity) -> bool:
-    return owner.strip().lower() in identity.tokens()
+def evaluate(policy: Policy, evidence: Evidence, path: str, codeowners: CodeOwnersFile | None) -> Approval:
+    """Is the change of `path` in a commit with this evidence approved?"""
+    rules = policy.approval
+    owners = eligible(policy, codeowners, path)
+    would = may_still_approve(policy, owners, evidence.authors)
+    pr = pull_request_number(evidence.message, evidence.parents)
+    if rules.signatures:
+        problem = _signature_problem(evidence.signature, evidence.authors)
+        if problem is not None:
+            return Approval(False, (), pr, f"not approved: {problem}", would)
+    signer = evidence.signature.principal if rules.signatures and evidence.signature else ""
 
+    entitled = people(policy, owners)
+    approved: dict[str, str] = {}  # person -> display, in trailer order
+    for key, value in evidence.trailers:
+        if key not in APPROVAL_TRAILERS:
+            continue
+        who = parse_identity(value)
+        if _authored_by(who, evidence.authors) or not any(_is(p, who) for p in entitled):
+            continue
+        approved.setdefault(who.key(), who.display())
+    names = tuple(approved.values())
+    if rules.mode in ("trailers", "either") and names and len(names) >= rules.required:
+        return Approval(True, names, pr, via="trailers", signer=signer)
+    if rules.mode in ("merge-commit", "either") and pr is not None:
+        # The host's merge is the approval; whoever merged approved it, unless trailers say who.
+        merger = (evidence.merger.display(),) if evidence.merger else ()
+        return Approval(True, names or merger, pr, via="merge-commit", signer=signer)
 
-def evaluate(
-    policy: ApprovalPolicy,
-    *,
-    message: str,
-    parents: int,
-    authors: Iterable[str],
-    path: str,
-    codeowners: list[tuple[str, tuple[str, ...]]],
-) -> Approval:
-    """Is the change of `path` in a commit with this message approved?
-
-    `authors`: lowercased names/emails of whoever wrote the change; they never approve it.
-    """
-    authors = {a.lower() for a in authors}
-    pr = pull_request_number(message, parents)
-    if policy.mode in ("merge-commit", "either") and pr is not None:
-        return Approval(True, (), pr, via="merge-commit")
-
-    eligible = policy.approvers if policy.approvers is not None else owners_for(codeowners, path)
-    approved: list[str] = []
-    seen: set[str] = set()
-    if policy.mode in ("trailers", "either"):
-        for key, value in parse_trailers(message):
-            if key not in APPROVAL_TRAILERS:
-                continue
-            who = parse_identity(value)
-            tokens = who.tokens()
-            if tokens & authors or not any(_matches(o, who) for o in eligible):
-                continue
-            ident = who.email.lower() or who.name.lower()
-            if ident not in seen:
-                seen.add(ident)
-                approved.append(who.display())
-        if len(approved) >= policy.required:
-            return Approval(True, tuple(approved), pr, via="trailers")
-
-    would = tuple(o for o in eligible if o.lower() not in authors and ("@" + o.lower().lstrip("@")) not in authors)
-    if policy.mode == "merge-commit":
+    if rules.mode == "merge-commit":
         reason = "not approved: no merged pull request recorded in the merge commit"
-    elif not eligible:
+    elif not owners:
         reason = f"not approved: nobody may approve {path} (no CODEOWNERS entry and no approvers in policy)"
     else:
-        need = policy.required - len(approved)
+        need = rules.required - len(names)
+        unknown = [o for o in owners if policy.teams.unknown(o)]
         reason = f"not approved: needs {need} more approval(s) from {', '.join(would) or 'an approver other than the author'}"
-        if policy.mode == "either":
+        if unknown:
+            reason += f" ({', '.join(unknown)}: not a team of the policy)"
+        if rules.mode == "either":
             reason += " or a merged pull request"
-    return Approval(False, tuple(approved), pr, reason, would)
+    return Approval(False, names, pr, reason, would)

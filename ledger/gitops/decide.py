@@ -16,10 +16,24 @@ from typing import Any
 
 from ledger.events import NewEvent, actor
 from ledger.events import data as ev
-from ledger.gitops.approval import GOVERNING_PATHS, Approval, evaluate, parse_codeowners
+from ledger.gitops.approval import (
+    GOVERNING_PATHS,
+    Approval,
+    Evidence,
+    Identity,
+    Signature,
+    evaluate,
+)
 from ledger.gitops.position import stream_for
 from ledger.gitops.repo import Change, Commit
-from ledger.spec.layout import ALIASES_PATH, CODEOWNERS_PATHS, POLICY_PATH, is_job_path
+from ledger.spec.codeowners import CodeOwnersFile, parse_codeowners
+from ledger.spec.layout import (
+    ALIASES_PATH,
+    ALLOWED_SIGNERS_PATH,
+    CODEOWNERS_PATHS,
+    POLICY_PATH,
+    is_job_path,
+)
 from ledger.spec.names import job_id_for
 from ledger.spec.policy import Policy, parse_policy
 
@@ -44,12 +58,12 @@ class RepoState:
     def blobs(self) -> dict[str, str]:
         return {p: b for p, (b, _) in sorted(self.files.items())}
 
-    def codeowners(self) -> list[tuple[str, tuple[str, ...]]]:
+    def codeowners(self) -> CodeOwnersFile | None:
         for path in CODEOWNERS_PATHS:  # first found wins, as on GitHub
             text = self.text(path)
             if text is not None:
-                return _codeowners(text)
-        return []
+                return parse_codeowners(text, path)
+        return None
 
     def policy(self) -> Policy:
         """The policy as `ledger validate` reads it (a broken block = its section's fallback)."""
@@ -60,11 +74,19 @@ def blob_text(blobs: Mapping[str, bytes], blob: str) -> str:
     return blobs.get(blob, b"").decode("utf-8", "replace")
 
 
-# The same few texts are parsed for every commit of a backlog: parse each once (parse_policy
-# keeps its own cache).
-@functools.lru_cache(maxsize=32)
-def _codeowners(text: str) -> list[tuple[str, tuple[str, ...]]]:
-    return parse_codeowners(text)
+def _email_or_name(who: Identity) -> str:
+    return who.email or who.name
+
+
+def _signature(sha: str, state: RepoState, verify: Verifier | None) -> Signature:
+    """The commit's signature against the approved allowed-signers file (never one the
+    commit brings: a commit cannot vouch for itself)."""
+    signers = state.text(ALLOWED_SIGNERS_PATH)
+    if not signers or not signers.strip():
+        return Signature("untrusted", detail=f"the branch has no {ALLOWED_SIGNERS_PATH}")
+    if verify is None:
+        return Signature("bad", detail="no signature verifier was given")
+    return verify(sha, signers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +107,27 @@ class StepInput:
     base: str | None  # the commit diffed against (first parent, or the old head on a rewrite)
     changes: list[Change]
     blobs: Mapping[str, bytes]
-    authors: frozenset[str]  # lowercased names and emails of the change's authors
+    # path -> who wrote its change: for a merge, the authors of the merged commits that
+    # touched it; a path not listed was written by the commit's author.
+    authors: Mapping[str, tuple[Identity, ...]]
     branch: str
+
+    def authors_of(self, path: str) -> tuple[Identity, ...]:
+        return self.authors.get(path) or (Identity(self.commit.author_name, self.commit.author_email),)
+
+    def merger(self) -> Identity | None:
+        """Who landed the commit: a merge's author, or a committer other than the author
+        (a squash or rebase by the host or a maintainer); None for a plain push."""
+        c = self.commit
+        if len(c.parents) > 1:
+            return Identity(c.author_name, c.author_email)
+        if c.committer_email.lower() != c.author_email.lower():
+            return Identity(c.committer_name, c.committer_email)
+        return None
+
+
+# `verify(commit sha, allowed-signers text) -> Signature`: git's verdict (the adapter's).
+Verifier = Callable[[str, str], Signature]
 
 
 def _message_dict(m: Any) -> dict[str, Any]:
@@ -108,30 +149,41 @@ def decide(
     is_live: Callable[[str], bool],
     validate: Callable[[bytes, str, RepoState], Any],
     spec_hash: Callable[[Any], str],
+    verify: Verifier | None = None,
 ) -> tuple[list[tuple[str, NewEvent]], RepoState, dict[str, bool]]:
     """Events (stream, NewEvent) for one step, the configuration after it, liveness updates.
 
     `validate(text, path, state)` returns a SpecResult; `is_live(job_id)` says whether the
-    job currently runs (decides submitted vs spec_updated for a changed file).
+    job currently runs (decides submitted vs spec_updated for a changed file); `verify` is
+    asked for the commit's signature when the policy requires signatures.
     """
     c = step.commit
-    rules = state.policy().approval
+    policy = state.policy()
     owners = state.codeowners()
     out: list[tuple[str, NewEvent]] = []
     live: dict[str, bool] = {}
     git_stream = stream_for(step.branch)
+    merger = step.merger()
+
+    @functools.cache
+    def signature() -> Signature | None:
+        # asked once, and only for a commit that changes something approval guards
+        return _signature(c.sha, state, verify) if policy.approval.signatures else None
 
     def approval(path: str) -> Approval:
-        return evaluate(
-            rules, message=c.message, parents=len(c.parents), authors=step.authors,
-            path=path, codeowners=owners,
-        )
+        evidence = Evidence(c.message, len(c.parents), c.trailers, step.authors_of(path), merger, signature())
+        return evaluate(policy, evidence, path, owners)
 
-    def who(appr: Approval) -> dict[str, Any]:
-        extra: dict[str, Any] = {"email": c.author_email, "approvers": list(appr.approvers), "commit": c.sha}
+    def who(path: str, appr: Approval) -> dict[str, Any]:
+        """The actor: whoever asked for the change (its first author), with who approved
+        and who merged it."""
+        first = step.authors_of(path)[0]
+        extra: dict[str, Any] = {"email": first.email, "approvers": list(appr.approvers), "commit": c.sha}
+        if merger is not None:
+            extra["merger"] = merger.display()
         if appr.pr is not None:
             extra["pr"] = appr.pr
-        return actor("git", c.author_name, **extra)
+        return actor("git", first.name or first.email, **extra)
 
     def at(path: str, blob: str) -> dict[str, str]:
         """Where a change comes from: every event of a file's change records it."""
@@ -144,7 +196,7 @@ def decide(
         removal = isinstance(data, ev.CancelRequested) or isinstance(data, ev.Rejected) and data.removal is True
         role = "remove" if removal else "add"
         out.append((stream, NewEvent(
-            type=data.event_type, data=data, actor=who(appr), key=f"{c.sha}:{path}:{blob}:{role}",
+            type=data.event_type, data=data, actor=who(path, appr), key=f"{c.sha}:{path}:{blob}:{role}",
             causation=f"git:{c.sha}",
         )))
 
@@ -155,7 +207,7 @@ def decide(
                removal: bool = False) -> None:
         emit(stream, path, blob, ev.Rejected(
             **at(path, blob), removal=True if removal else ev.UNSET, reason=reason, errors=_findings(errors),
-            would_approve=list(appr.would_approve), author=c.author_email or c.author_name,
+            would_approve=list(appr.would_approve), author=_email_or_name(step.authors_of(path)[0]),
         ), appr)
 
     def removed(path: str, blob: str) -> None:
@@ -187,11 +239,15 @@ def decide(
         owner, _, name = (jid or "/").partition("/")
         warnings = list(getattr(result, "warnings", []) or [])
         arrived = ev.SpecUpdated if current(stream) else ev.Submitted
+        authors = step.authors_of(path)
         emit(stream, path, blob, arrived(
             **at(path, blob), spec=result.spec, spec_hash=spec_hash(result.spec),
-            author=c.author_email or c.author_name, author_name=c.author_name,
+            author=_email_or_name(authors[0]), author_name=authors[0].name,
+            authors=[a.display() for a in authors] if len(authors) > 1 else ev.UNSET,
+            merger=merger.display() if merger is not None else ev.UNSET,
             approvers=list(appr.approvers), owner=owner, name=name, committed_at=c.time,
             pr=ev.UNSET if appr.pr is None else appr.pr, warnings=_findings(warnings) if warnings else ev.UNSET,
+            signed_by=appr.signer or ev.UNSET,
         ), appr)
         live[stream] = True
 

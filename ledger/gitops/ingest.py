@@ -10,6 +10,7 @@ version conflict, re-reads the position and carries on from there.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ from ledger.errors import ConflictError
 from ledger.events import NewEvent, actor
 from ledger.events.data import HistoryRewritten, Note, RewriteAccepted
 from ledger.fold import LIVE, replay
-from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, decide
+from ledger.gitops.approval import Identity, Signature
+from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, Verifier, decide
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
@@ -223,11 +225,34 @@ def _new_commits(repo: GitRepo, old: str | None, new: str) -> list[Commit] | Non
     return commits if repo.is_ancestor(old, new) else None
 
 
-def _authors(repo: GitRepo, commit: Commit, base: str | None) -> frozenset[str]:
-    names = {x.lower() for x in (commit.author_name, commit.author_email) if x}
-    if len(commit.parents) > 1 and base:
-        names |= repo.authors_between(base, commit.sha)
-    return frozenset(names)
+def _authors(repo: GitRepo, commit: Commit, base: str | None) -> dict[str, tuple[Identity, ...]]:
+    """path -> who wrote its change, for a merge: the authors of the merged commits that
+    touched it (a plain commit's paths are its author's: decide knows that)."""
+    if len(commit.parents) < 2 or not base:
+        return {}
+    return {p: tuple(Identity(n, e) for n, e in who) for p, who in repo.path_authors(base, commit.sha).items()}
+
+
+_SIGNED_BY = re.compile(r'Good "git" signature for (.+?) with \S+ key (\S+)')
+_KEY = re.compile(r"key (SHA256:\S+)")
+
+
+def signature_verifier(repo: GitRepo) -> Verifier:
+    """git's verdict on a commit's signature, as the pure core reads it."""
+
+    def verify(sha: str, allowed_signers: str) -> Signature:
+        ok, said = repo.verify_commit(sha, allowed_signers)
+        key = _KEY.search(said)
+        fingerprint = key.group(1) if key else ""
+        if ok and (good := _SIGNED_BY.search(said)):
+            return Signature("good", good.group(1), good.group(2), said)
+        if not said:
+            return Signature("none")
+        if "No principal matched" in said:
+            return Signature("untrusted", key=fingerprint)
+        return Signature("bad", key=fingerprint, detail=said.splitlines()[-1])
+
+    return verify
 
 
 def _needed_blobs(changes) -> list[str]:
@@ -256,7 +281,7 @@ def _ingest_commits(
         StepInput(c, b, diffs.get(c.sha, []), blobs, _authors(repo, c, b), branch)
         for c, b in zip(commits, bases, strict=True)
     ]
-    _append_steps(store, branch, pos, steps, state, validate, hash_spec, live, report)
+    _append_steps(store, branch, pos, steps, state, validate, hash_spec, live, report, signature_verifier(repo))
 
 
 def _ingest_rewrite(
@@ -274,7 +299,8 @@ def _ingest_rewrite(
         changes = _changes_from_ledger(repo, store, new, pos.governing)
     blobs = repo.read_blobs(_needed_blobs(changes))
     step = StepInput(commit, old, changes, blobs, _authors(repo, commit, None), branch)
-    _append_steps(store, branch, pos, [step], _load_state(repo, pos.governing), validate, hash_spec, live, report)
+    _append_steps(store, branch, pos, [step], _load_state(repo, pos.governing), validate, hash_spec, live, report,
+                  signature_verifier(repo))
 
 
 def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[str, str]) -> list[Change]:
@@ -304,6 +330,7 @@ def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[
 def _append_steps(
     store: Store, branch: str, pos: Position, steps: list[StepInput], state: RepoState,
     validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
+    verify: Verifier,
 ) -> None:
     stream = stream_for(branch)
     git_version = pos.version
@@ -317,7 +344,7 @@ def _append_steps(
         return pending_live[jid] if jid in pending_live else live(jid)
 
     for step in steps:
-        events, state, changed = decide(step, state, is_live, validate, hash_spec)
+        events, state, changed = decide(step, state, is_live, validate, hash_spec, verify)
         pending_live.update(changed)
         for s, ev in events:
             if s == stream:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.fold import LIVE, replay
-from ledger.gitops.approval import owners_for
+from ledger.gitops.approval import Identity, eligible, may_still_approve
 from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict
 from ledger.gitops.ingest import Validator, spec_validator
 from ledger.gitops.repo import ZERO, GitError, GitRepo
@@ -32,7 +32,9 @@ class PlanItem:
     tpu: str | None = None
     shared: bool = False
     held_by: list[str] = field(default_factory=list)  # live jobs already on that shared TPU
-    approvers: list[str] = field(default_factory=list)  # who may approve (CODEOWNERS/policy)
+    approvers: list[str] = field(default_factory=list)  # who may still approve (not its authors)
+    owners: list[str] = field(default_factory=list)  # the CODEOWNERS/policy entries (teams unexpanded)
+    authors: list[str] = field(default_factory=list)  # who wrote the change in REF
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -116,14 +118,19 @@ def plan(
     state = RepoState.of(cfg, blobs)
     base_cfg = repo.blob_ids(target, CONFIG_PATHS)
     base_state = RepoState.of(base_cfg, repo.read_blobs(base_cfg.values()))
-    listed = base_state.policy().approval.approvers  # None: the CODEOWNERS owners
-    owners = base_state.codeowners()
+    # Approval is judged by the rules in force on the branch, never by the ones REF brings.
+    policy = base_state.policy()
+    codeowners = base_state.codeowners()
+    wrote = repo.path_authors(base, head)
     validate = validator or spec_validator()
     held = _held(store)
     report = PlanReport(ref, branch, base, head)
 
-    def who(path: str) -> list[str]:
-        return list(listed) if listed is not None else list(owners_for(owners, path))
+    def who(path: str) -> dict[str, list[str]]:
+        owners = eligible(policy, codeowners, path)
+        authors = tuple(Identity(n, e) for n, e in wrote.get(path, ()))
+        return {"owners": list(owners), "authors": [a.display() for a in authors],
+                "approvers": list(may_still_approve(policy, owners, authors))}
 
     for ch in changes:
         if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS:
@@ -131,14 +138,14 @@ def plan(
             continue
         if ch.status in ("D", "R") and is_job_path(ch.old_path or ch.path):
             old = ch.old_path or ch.path
-            report.items.append(PlanItem("cancel", job_id_for(old), old, approvers=who(old)))
+            report.items.append(PlanItem("cancel", job_id_for(old), old, **who(old)))
         if ch.status == "D" or not is_job_path(ch.path):
             continue
         result = validate(blobs.get(ch.new_blob, b""), ch.path, state)
         jid = getattr(result, "job_id", None) or job_id_for(ch.path)
         item = PlanItem(
             "update" if ch.status == "M" else "submit",
-            jid, ch.path, approvers=who(ch.path),
+            jid, ch.path, **who(ch.path),
             warnings=[_message_dict(w) for w in getattr(result, "warnings", []) or []],
         )
         if not result.ok:
@@ -150,3 +157,56 @@ def plan(
                 item.held_by = [j for j in held.get(item.tpu, []) if j != jid]
         report.items.append(item)
     return report
+
+
+def families(report: PlanReport) -> dict[str, int]:
+    """New chips requested per TPU family (v4, v5litepod, ...), shared TPUs not counted."""
+    out: dict[str, int] = {}
+    for i in report.items:
+        if i.action in ("submit", "update") and i.chips and not i.shared and i.accelerator:
+            found = lookup(i.accelerator)
+            family = found.family if found is not None else i.accelerator
+            out[family] = out.get(family, 0) + i.chips
+    return dict(sorted(out.items()))
+
+
+_VERB = {"submit": "submits", "update": "updates", "cancel": "cancels", "invalid": "rejects (invalid)"}
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: pipes and newlines would break the row."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(report: PlanReport) -> str:
+    """The plan as a pull-request comment: what merging does, chips per family, who must
+    approve (Atlantis's plan comment, for jobs)."""
+    t = report.totals()
+    status = "✅ every spec is valid" if report.ok else "❌ some specs would be rejected"
+    lines = [f"### ledger plan: `{report.ref}` into `{report.branch}`", "",
+             f"{status}. Merging {_VERB['submit']} {t['submit']}, {_VERB['update']} {t['update']} "
+             f"and {_VERB['cancel']} {t['cancel']} job(s); {t['invalid']} invalid.", ""]
+    if report.items:
+        lines += ["| action | job | TPU | chips | who may approve | notes |", "| --- | --- | --- | --- | --- | --- |"]
+        for i in report.items:
+            notes = [f"{e.get('file', i.path)}:{e.get('line', '?')}: {e.get('message')}" for e in i.errors]
+            if i.held_by:
+                notes.append("shared TPU held by " + ", ".join(i.held_by))
+            if i.authors:
+                notes.append("by " + ", ".join(i.authors))
+            tpu = f"{i.tpu} ({i.accelerator})" if i.tpu and i.accelerator else (i.tpu or i.accelerator or "")
+            approvers = ", ".join(i.approvers) or ("nobody: no CODEOWNERS entry" if not i.owners else "nobody but the authors")
+            lines.append("| " + " | ".join(_cell(x) for x in (
+                i.action, f"`{i.job or i.path}`", tpu, str(i.chips or ""), approvers, "; ".join(notes))) + " |")
+        lines.append("")
+    else:
+        lines += ["No job changes.", ""]
+    chips = families(report)
+    if chips:
+        lines.append("**Chips requested:** " + ", ".join(f"{fam}: {n}" for fam, n in chips.items())
+                     + f" ({t['chips']} in all)")
+    if report.config_changes:
+        lines.append("**Configuration changed** (needs approval under the current policy): "
+                     + ", ".join(f"`{p}`" for p in report.config_changes))
+    lines += ["", f"<sub>base {report.base[:12]}, head {report.head[:12]}</sub>"]
+    return "\n".join(lines) + "\n"

@@ -10,7 +10,9 @@ processes (one `log`, one `diff-tree --stdin` per chunk), not one per commit.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,11 @@ class Commit:
     author_email: str
     time: int  # committer time, seconds since the epoch
     message: str
+    committer_name: str = ""
+    committer_email: str = ""
+    # (key lowercased, value) of the trailer block as git parses it (`%(trailers:unfold)`):
+    # continuation lines joined, git's rules for what a trailer block is.
+    trailers: tuple[tuple[str, str], ...] = ()
 
     @property
     def first_parent(self) -> str | None:
@@ -61,7 +68,18 @@ class Change:
     new_blob: str
 
 
-_LOG_FORMAT = "%H%x00%P%x00%an%x00%ae%x00%ct%x00%B%x1e"
+# Records and trailers are split at random markers chosen per call: a commit message is
+# written by whoever pushes, so no fixed separator can be trusted not to occur in it.
+_FIELDS = "%H%x00%P%x00%an%x00%ae%x00%cn%x00%ce%x00%ct%x00"
+
+
+def _log_format() -> tuple[str, str, str, str]:
+    """(format, record mark, trailer mark, key mark) for one `git log`."""
+    record, trailer, key = (f"\x1e{secrets.token_hex(8)}" for _ in range(3))
+    hexed = [m.replace("\x1e", "%x1e") for m in (record, trailer, key)]
+    fmt = (f"{hexed[0]}{_FIELDS}%(trailers:only,unfold,separator={hexed[1]},key_value_separator={hexed[2]})"
+           "%x00%B")
+    return fmt, record, trailer, key
 
 
 class GitRepo:
@@ -150,24 +168,45 @@ class GitRepo:
     def first_parent_range(self, since: str | None, until: str) -> list[Commit]:
         """Commits after `since` up to `until` along first parents, oldest first."""
         rng = f"{since}..{until}" if since else until
-        out = self.run("log", "--first-parent", "--reverse", f"--format={_LOG_FORMAT}", rng)
-        return [c for c in (_parse_commit(rec) for rec in out.split("\x1e")) if c is not None]
+        return self._log("--first-parent", "--reverse", rng)
 
     def commit(self, sha: str) -> Commit:
-        out = self.run("log", "-1", f"--format={_LOG_FORMAT}", sha)
-        parsed = _parse_commit(out.split("\x1e")[0])
-        if parsed is None:
+        parsed = self._log("-1", sha)
+        if not parsed:
             raise GitError(f"no commit {sha} in {self.path}")
-        return parsed
+        return parsed[0]
 
-    def authors_between(self, base: str, tip: str) -> set[str]:
-        """Emails and names of every author of base..tip (the commits a merge brings in)."""
-        out = self.run("log", "--format=%an%x00%ae", f"{base}..{tip}")
-        names: set[str] = set()
-        for line in out.splitlines():
-            name, _, email = line.partition("\x00")
-            names.update(x.lower() for x in (name, email) if x)
-        return names
+    def _log(self, *args: str) -> list[Commit]:
+        fmt, record, trailer, key = _log_format()
+        out = self.run("log", f"--format={fmt}", *args)
+        return [c for c in (_parse_commit(rec, trailer, key) for rec in out.split(record)) if c is not None]
+
+    def path_authors(self, base: str, tip: str, paths: Iterable[str] = WATCHED_PATHS) -> dict[str, list[tuple[str, str]]]:
+        """path -> (name, email) of each author of base..tip whose commit touched it, oldest
+        first: who wrote what a merge brings in."""
+        mark = f"\x1e{secrets.token_hex(8)}"
+        out = self.run_bytes("log", "--reverse", "--no-merges", "--name-only", "-z",
+                             f"--format={mark.replace(chr(0x1e), '%x1e')}%an%x00%ae",
+                             f"{base}..{tip}", "--", *paths).decode("utf-8", "surrogateescape")
+        found: dict[str, list[tuple[str, str]]] = {}
+        for rec in out.split(mark)[1:]:  # `name NUL email NUL LF path NUL path NUL ...`
+            name, email, files = (rec.split("\x00", 2) + ["", ""])[:3]
+            for path in files.lstrip("\n").split("\x00"):
+                if path and (name, email) not in found.setdefault(path, []):
+                    found[path].append((name, email))
+        return found
+
+    def verify_commit(self, sha: str, allowed_signers: str) -> tuple[bool, str]:
+        """`git verify-commit` against an allowed-signers file given as text (written to a
+        temporary file for git and ssh-keygen): (verified, what git said)."""
+        with tempfile.NamedTemporaryFile("w", prefix="allowed_signers.", encoding="utf-8") as fh:
+            fh.write(allowed_signers)
+            fh.flush()
+            status, out, err = self.repo.git.execute(
+                ["git", "-c", f"gpg.ssh.allowedSignersFile={fh.name}", "verify-commit", "--raw", sha],
+                with_extended_output=True, with_exceptions=False,
+            )
+        return status == 0, "\n".join(x for x in (str(out).strip(), str(err).strip()) if x)
 
     # -- diffs ----------------------------------------------------------------------------
     def diffs(
@@ -281,9 +320,16 @@ class GitRepo:
         return found
 
 
-def _parse_commit(record: str) -> Commit | None:
+def _parse_commit(record: str, trailer_mark: str, key_mark: str) -> Commit | None:
     record = record.lstrip("\n")
     if not record:
         return None
-    sha, parents, name, email, ctime, message = record.split("\x00", 5)
-    return Commit(sha, tuple(parents.split()), name, email, int(ctime or 0), message)
+    sha, parents, name, email, cname, cemail, ctime, rest = record.split("\x00", 7)
+    # The trailers come before the message and cannot hold NUL; the message may.
+    trailers, _, message = rest.partition("\x00")
+    pairs = []
+    for item in trailers.split(trailer_mark):
+        k, sep, v = item.partition(key_mark)
+        if sep:
+            pairs.append((k.strip().lower(), v.strip()))
+    return Commit(sha, tuple(parents.split()), name, email, int(ctime or 0), message, cname, cemail, tuple(pairs))

@@ -1,4 +1,5 @@
-"""The jobs repository's own settings: `.ledger/aliases.yaml` and `.ledger/policy.yaml`."""
+"""The jobs repository's own settings: `.ledger/aliases.yaml`, `.ledger/policy.yaml`, and
+(checked against the policy's teams) CODEOWNERS."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import tpu_types
+from ledger.spec.codeowners import parse_codeowners, team_problems
 from ledger.spec.document import check_document, read_bounded
-from ledger.spec.layout import ALIASES_PATH, POLICY_PATH
+from ledger.spec.layout import ALIASES_PATH, CODEOWNERS_PATHS, POLICY_PATH
 from ledger.spec.model import Message
 from ledger.spec.policy import Policy, parse_policy
 from ledger.spec.schema import fill_defaults
@@ -73,4 +75,17 @@ def load_repo_config(
     aliases = parse_aliases(aliases_text, errors)
     policy, policy_errors = parse_policy(policy_text)
     errors.extend(policy_errors)
+    if root is not None:
+        errors.extend(codeowners_problems(root, policy))
     return RepoConfig(aliases=aliases, policy=policy, errors=tuple(errors))
+
+
+def codeowners_problems(root: Path, policy: Policy) -> list[Message]:
+    """What is wrong with the repository's CODEOWNERS (the first one GitHub would read):
+    lines GitHub skips, and team handles the policy does not define."""
+    for rel in CODEOWNERS_PATHS:
+        text = read_bounded(root / rel)
+        if text is not None:
+            owners = parse_codeowners(text.decode("utf-8", "replace"), rel)
+            return [*owners.problems, *team_problems(owners, policy.teams)]
+    return []

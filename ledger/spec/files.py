@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ledger.spec.config import RepoConfig, load_repo_config
-from ledger.spec.layout import CONFIG_FILES, JOB_SUFFIXES, JOBS_DIR
+from ledger.spec.layout import CODEOWNERS_PATHS, CONFIG_FILES, JOB_SUFFIXES, JOBS_DIR
 from ledger.spec.model import Message, SpecResult
 from ledger.spec.normalize import validate_text
 from ledger.spec.yamlsafe import MAX_BYTES
@@ -96,7 +96,7 @@ def validate_file(path: str | Path, root: Path, config: RepoConfig) -> SpecResul
 def config_results(config: RepoConfig) -> list[SpecResult]:
     """The repo config's own problems, one result per file that has any."""
     out = []
-    for file in CONFIG_FILES:
+    for file in (*CONFIG_FILES, *CODEOWNERS_PATHS):
         errors = [m for m in config.errors if m.file == file]
         if errors:
             out.append(SpecResult(file, None, None, errors, []))

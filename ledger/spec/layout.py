@@ -3,6 +3,7 @@
     jobs/<owner>/<name>.yaml      one file per job; the job id is <owner>/<name>
     .ledger/policy.yaml           who approves, notifications, defaults and limits
     .ledger/aliases.yaml          named shared TPUs and config aliases
+    .ledger/allowed_signers       SSH keys whose signatures count (approval.signatures)
     CODEOWNERS                    who reviews which paths (looked up in CODEOWNERS_PATHS)
 
 `ledger validate`, the watcher, `ledger plan` and the notifier all read these names from
@@ -16,6 +17,10 @@ JOB_SUFFIXES = (".yaml", ".yml")  # `.yml` is recognised, then refused with a hi
 LEDGER_DIR = ".ledger"
 POLICY_PATH = f"{LEDGER_DIR}/policy.yaml"
 ALIASES_PATH = f"{LEDGER_DIR}/aliases.yaml"
+# Who may sign merges and approvals when the policy says `approval.signatures: required`:
+# an OpenSSH allowed-signers file (git's `gpg.ssh.allowedSignersFile`). A fixed path, so the
+# set of files that govern approval never depends on the files themselves.
+ALLOWED_SIGNERS_PATH = f"{LEDGER_DIR}/allowed_signers"
 CONFIG_FILES = (ALIASES_PATH, POLICY_PATH)  # the repository's own settings, checked first
 # Where a host looks for CODEOWNERS; the first one present wins (GitHub: .github/, the root,
 # then docs/; GitLab also reads .gitlab/).

@@ -92,31 +92,86 @@ def section(cls: type[Section]) -> Any:
     return field(default_factory=cls.default, metadata={"section": cls})
 
 
-# -- approval -----------------------------------------------------------------------------
+# -- approval and teams -------------------------------------------------------------------
+def team_key(handle: str) -> str:
+    """A team handle as the policy's `teams` keys it: `@org/team`, lowercased (GitHub's
+    handles are case-insensitive)."""
+    return "@" + handle.strip().lstrip("@").lower()
+
+
+def is_team_handle(handle: str) -> bool:
+    """`@org/team` is a team by its spelling (GitHub's); `@name` may be a user or a team."""
+    return handle.startswith("@") and "/" in handle
+
+
+@dataclass(frozen=True, slots=True)
+class Teams(Section):
+    """Who is in each team that CODEOWNERS or `approval.approvers` names.
+
+        teams:
+          "@lab/tpu-stewards": [Sam Steward, sam@lab.example, "@sam"]
+
+    A member is a name, an e-mail address or an @handle; one person may be listed by
+    several of them. A member's approval counts for the team.
+    """
+
+    KEY: ClassVar[str] = "teams"
+    members: Mapping[str, tuple[str, ...]]  # team_key(handle) -> members
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(members=MappingProxyType({team_key(k): tuple(str(m).strip() for m in v) for k, v in data.items()}))
+
+    def of(self, handle: str) -> tuple[str, ...] | None:
+        """The members of `handle` when it is a team of the policy, else None."""
+        return self.members.get(team_key(handle)) if handle.startswith("@") else None
+
+    def unknown(self, handle: str) -> bool:
+        """An `@org/team` handle the policy does not define: nobody can approve for it."""
+        return is_team_handle(handle) and team_key(handle) not in self.members
+
+
+def unknown_team_problem(handle: str) -> tuple[str, str]:
+    """(message, hint) for a team handle the policy does not define."""
+    return (f"{handle} is a team the policy does not define: nobody can approve for it",
+            f"add it to `teams:` in {POLICY_PATH} with its members (names, e-mails or @handles)")
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalPolicy(Section):
     """What counts as approval of a change on the protected branch (ledger.gitops.approval).
 
     `mode`: trailers | merge-commit | either; `required`: distinct approvers needed with
-    trailers; `approvers`: who may approve, None = the CODEOWNERS owners of the path.
+    trailers; `approvers`: who may approve, None = the CODEOWNERS owners of the path (a
+    team handle in either means its members, from `teams`); `signatures`: a merge or an
+    approval counts only with a good signature by a key of ALLOWED_SIGNERS_PATH.
     """
 
     KEY: ClassVar[str] = "approval"
     mode: str
     required: int
     approvers: tuple[str, ...] | None
+    signatures: bool = False
 
     @classmethod
     def from_data(cls, data: Any) -> Self:
         listed = data["approvers"]
         approvers = None if listed == "codeowners" else tuple(str(a).strip() for a in listed)
-        return cls(mode=data["mode"], required=data["required"], approvers=approvers)
+        return cls(mode=data["mode"], required=data["required"], approvers=approvers,
+                   signatures=data["signatures"] == "required")
 
     @classmethod
     def fallback(cls) -> Self:
         # A broken block does not say whether the host's merge button can be trusted: only
         # explicit approvals count until the file is fixed (the fix needs them too).
+        # Signatures stay off: requiring them could lock out a branch without an
+        # allowed-signers file, and the broken block was itself approved under the old rules.
         return replace(cls.default(), mode="trailers")
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        for i, handle in enumerate(self.approvers or ()):
+            if policy.teams.unknown(handle):
+                yield Problem(f"/approval/approvers/{i}", *unknown_team_problem(handle))
 
 
 # -- notify -------------------------------------------------------------------------------
@@ -226,6 +281,7 @@ class Policy:
     """`.ledger/policy.yaml`, every section typed; `Policy()` is the policy of no file."""
 
     approval: ApprovalPolicy = section(ApprovalPolicy)
+    teams: Teams = section(Teams)
     notify: NotifyPolicy = section(NotifyPolicy)
     defaults: Defaults = section(Defaults)
     limits: Limits = section(Limits)

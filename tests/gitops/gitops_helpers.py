@@ -41,21 +41,25 @@ def spec(accelerator: str = "v4-8", run: str = "python train.py") -> str:
     )
 
 
-def git_env(author: tuple[str, str] = ALICE, home: Path | None = None) -> dict[str, str]:
+def git_env(author: tuple[str, str] = ALICE, home: Path | None = None,
+            committer: tuple[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ}
     for k in list(env):
         if k.startswith("GIT_"):
             del env[k]
+    committer = committer or author
     env.update({
         "GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1],
-        "GIT_COMMITTER_NAME": author[0], "GIT_COMMITTER_EMAIL": author[1],
+        "GIT_COMMITTER_NAME": committer[0], "GIT_COMMITTER_EMAIL": committer[1],
         "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
     })
     return env
 
 
-def git(cwd: Path, *args: str, author: tuple[str, str] = ALICE, input: bytes | None = None) -> str:
-    proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, env=git_env(author), input=input)
+def git(cwd: Path, *args: str, author: tuple[str, str] = ALICE, input: bytes | None = None,
+        committer: tuple[str, str] | None = None) -> str:
+    proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, env=git_env(author, committer=committer),
+                          input=input)
     if proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr.decode()}")
     return proc.stdout.decode()

@@ -139,7 +139,9 @@ def test_merge_commit_mode_records_the_pull_request(hub, store):
     hub.push()
     ingest(hub.bare, store, "main")
     [(type_, data)] = by_stream(store, "bob/pr")
-    assert type_ == "submitted" and data["pr"] == 42 and data["author"] == ALICE[1]
+    # bob wrote the job in the pull request; alice merged it (and so approved it)
+    assert type_ == "submitted" and data["pr"] == 42 and data["author"] == BOB[1]
+    assert data["merger"] == f"{ALICE[0]} <{ALICE[1]}>" and data["approvers"] == [data["merger"]]
     assert by_stream(store, "bob/direct")[0][0] == "rejected"
 
 

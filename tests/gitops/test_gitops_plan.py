@@ -43,3 +43,22 @@ def test_plan_lists_submit_update_cancel_invalid_and_held_shared_tpus(hub, store
     hub.commit({"jobs/alice/broken.yaml": spec()}, "fix")
     proc = run_cli(store_url, "plan", "pr", "--repo", str(hub.work))
     assert "submit" in proc.stdout and "lab-v4-32-a" in proc.stdout and "held by bob/pool" in proc.stdout
+
+
+def test_plan_as_a_pull_request_comment_names_who_may_still_approve(hub, store_url):
+    hub.bootstrap()
+    hub.commit({".ledger/policy.yaml": "teams:\n  lab/stewards: [carol@lab.org, bob@lab.org]\n",
+                "CODEOWNERS": "* @alice\n/jobs/ @lab/stewards\n"}, "stewards", author=CAROL, approvers=(ALICE,))
+    git(hub.work, "checkout", "-q", "-b", "pr")
+    hub.commit({"jobs/bob/big.yaml": spec("v4-32"), "jobs/bob/small.yaml": spec("v5litepod-8")}, "bob's jobs",
+               author=BOB)
+    # bob wrote them: of the stewards, only carol may still approve
+    [big, small] = plan(hub.work, "pr", "main").items
+    assert (big.owners, big.authors, big.approvers) == (["@lab/stewards"], [f"{BOB[0]} <{BOB[1]}>"], ["carol@lab.org"])
+    proc = run_cli(store_url, "plan", "pr", "--repo", str(hub.work), "--format", "markdown")
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "### ledger plan: `pr` into `main`"
+    assert lines[2] == "✅ every spec is valid. Merging submits 2, updates 0 and cancels 0 job(s); 0 invalid."
+    [row] = [line for line in lines if line.startswith("| submit | `bob/big` |")]
+    assert row.endswith(" (v4-32) | 16 | carol@lab.org | by Bob Li <bob@lab.org> |")
+    assert "**Chips requested:** v4: 16, v5litepod: 8 (24 in all)" in lines

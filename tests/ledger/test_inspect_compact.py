@@ -56,7 +56,7 @@ def test_compact_at_80_columns(ledger_file: Path):
     lines = check_lines(result.stdout, 80)
     assert lines[:3] == ["alice/a: 2 event(s)", "2026-01-01",
                          "1 10:00:00 submitted git:alice@example.com"]
-    assert lines[3].startswith(" " * 11 + "jobs/alice/a.yaml @ c0ffee1234 by alice@example.com, approved")
+    assert lines[3].startswith(" " * 11 + "jobs/alice/a.yaml @ c0ffee1234: asked by alice@example.com, approved")
     rejected = lines.index("2 10:00:01 rejected git:alice@example.com")
     end = next((i for i, line in enumerate(lines) if line.startswith("usage:")), len(lines))  # the accounting line
     assert all(line.startswith("  ") for line in lines[rejected + 1:end])  # the summary hangs under its head

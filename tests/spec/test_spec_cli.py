@@ -43,6 +43,8 @@ def test_init_lays_the_template_and_commits_it(repo):
     assert git("status", "--porcelain", cwd=repo) == ""
     workflow = (repo / ".github/workflows/validate.yml").read_text()
     assert "ledger validate" in workflow and "ledger plan" in workflow
+    # the plan is posted on the pull request, and updated in place at each push
+    assert "--format markdown" in workflow and "updateComment" in workflow
     assert "ledger validate" in (repo / ".pre-commit-config.yaml").read_text()
 
 

@@ -12,7 +12,7 @@ from ledger import defaults
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
 from ledger.errors import LedgerError, UsageError
 from ledger.gitops.hook import install_hook
-from ledger.gitops.plan import plan
+from ledger.gitops.plan import plan, to_markdown
 from ledger.gitops.watch import Watcher
 from ledger.store import default_store_url
 
@@ -128,19 +128,23 @@ def ingest_cmd(ctx: click.Context, source: str, branch: str, cache_dir: Path | N
               help="The jobs repository (a clone with REF and BRANCH).")
 @click.option("--branch", envvar="LEDGER_BRANCH", default="main", show_default=True,
               help="The branch REF would merge into (a local branch, or e.g. origin/main).")
-@click.option("--json", "as_json", is_flag=True, help="The plan as one JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="The plan as one JSON object (same as --format json).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True,
+              help="markdown: a pull-request comment (what CI posts on the pull request).")
 @click.pass_context
-def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool) -> None:
+def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool, fmt: str) -> None:
     """What merging REF into BRANCH would do: jobs to submit, update and cancel.
 
-    Validates every changed spec, lists TPU types and chips requested and the shared TPUs
-    already held by live jobs (when a ledger is reachable). Exits 1 when a spec would be
-    rejected, so it serves as a pull-request check in CI.
+    Validates every changed spec, lists TPU types and chips requested (per family), the
+    shared TPUs already held by live jobs (when a ledger is reachable), and who may still
+    approve each change (its CODEOWNERS or policy approvers, teams expanded, its authors
+    left out). Exits 1 when a spec would be rejected, so it serves as a pull-request check.
 
     \b
     Examples:
       ledger plan                      # HEAD of this clone against main
       ledger plan origin/alice-sweep --branch origin/main --json
+      ledger plan HEAD --branch origin/main --format markdown > plan.md
     """
     store = None
     try:
@@ -148,8 +152,10 @@ def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool
     except LedgerError:
         store = None  # a PR check in CI has no ledger: plan without the held-TPU column
     report = plan(repo, ref, branch, store=store)
-    if as_json:
+    if as_json or fmt == "json":
         print_json(report.to_dict())
+    elif fmt == "markdown":
+        click.echo(to_markdown(report), nl=False)
     else:
         _print_plan(report)
     if not report.ok:
