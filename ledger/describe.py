@@ -45,6 +45,8 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"{g('path', '')} @ {str(g('commit', ''))[:10]}: {who_asked(d)}"
         case "rejected":
             return str(g("reason", ""))
+        case "admitted":
+            return f"past its quotas by {g('by', '?')}: {g('reason', '')}"
         case "queued" | "cancel_requested" | "cancelled":
             return str(g("reason", ""))
         case "provisioning":
@@ -61,6 +63,8 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
         case "started":
             return f"attempt {g('attempt')}" if "attempt" in d else ""
         case "preempted":
+            if g("cause") == "priority":
+                return f"for {g('winner', '?')} (priority): {g('reason', '')}"
             return " ".join(str(x) for x in (g("tpu_state"), g("reason")) if x)
         case "failed":
             code = f" exit {g('exit_code')}" if g("exit_code") is not None else ""

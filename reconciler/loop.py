@@ -17,6 +17,9 @@ from typing import Any
 from ledger.fold import LedgerState
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.store import Store, open_store
+from ledger.usage import UsageFold
+from ledger.usage.share import ShareMeter
+from reconciler import admission
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
@@ -62,6 +65,12 @@ class Reconciler:
         if lease_ttl > 0:
             self.membership = Membership(store_url, holder, lease_ttl)
         self._caught_up_once = False
+        # Fair share and weekly quotas need recent usage: the usage fold, fed the same tail.
+        self.usage: UsageFold | None = None
+        policy = self.config.policy
+        if policy is not None and admission.active(policy):
+            self.meter = ShareMeter(policy.fair_share.half_life_hours)
+            self.usage = UsageFold(on_interval=self.meter.add)
         self.passes = 0
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
@@ -83,8 +92,18 @@ class Reconciler:
             self._caught_up_once = True
         else:
             fold_into(self.state, fold_rows(store, self.state.position))
+        if self.usage is not None:
+            self.usage.apply_rows(fold_rows(store, self.usage.position))
         if self.passes % 200 == 0:
             maybe_snapshot(store, self.state)
+
+    def recent_usage(self, now: float) -> admission.Usage:
+        """Fair-share and weekly figures at `now` (nothing without a sharing policy)."""
+        if self.usage is None:
+            return admission.NO_USAGE
+        us = int(now * 1_000_000)
+        open_now = self.usage.open_intervals(us)
+        return admission.Usage(decayed=self.meter.decayed(us, open_now), week=self.meter.week(us, open_now))
 
     def observe(self) -> Observed:
         obs = Observed(now=time.time())
@@ -134,7 +153,7 @@ class Reconciler:
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
-                       taken_over=self._adoptable())
+                       taken_over=self._adoptable(), usage=self.recent_usage(obs.now))
         for action in actions:
             if self.membership is not None and action.job_id and not action.job_id.startswith("_") \
                     and not self.membership.may_act(action.job_id):

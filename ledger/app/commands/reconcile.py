@@ -18,6 +18,7 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.queueview import policy_at, policy_option
 from ledger.app.readmodels import tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
@@ -52,16 +53,23 @@ from ledger.fold import LIVE, JobState, replay
 @click.option("--checkpoint-every", type=float, default=60.0, show_default=True, envvar="LEDGER_CHECKPOINT_EVERY",
               help="Seconds between signed checkpoints of the ledger's head (made when it moved, and at "
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
+@policy_option
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
-              checkpoint_every: float) -> None:
+              checkpoint_every: float, policy_path: Path | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
 
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
     recovers from preemptions and errors by each job's rules. Every action is recorded as
     an intent before and an outcome after, so a restart repairs instead of repeating.
+
+    With --policy, jobs are admitted by the policy's quotas, priority classes and fair
+    share, and urgent jobs may preempt lower classes (`ledger queue` explains who waits).
+
+    \b
+    ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
@@ -73,6 +81,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
         settings.log_dir = log_dir
     if holder:
         settings.holder = holder
+    settings.policy = policy_at(policy_path)
     out = console()
 
     def report(action, result) -> None:

@@ -1,0 +1,55 @@
+"""The waiting jobs as admission sees them, for `ledger queue`, `ledger inspect` and `ledger plan`.
+
+One read model: the ledger's state (snapshot + tail), recent usage from the usage fold
+(fair share and weekly quotas, only when the policy asks for them), and the planner's own
+pure admission (`reconciler.admission.explain`), so the explanation is the decision.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ledger.fold import JobState
+from ledger.replay import load_state
+from ledger.spec.policy import Policy, load_policy
+from ledger.store import Reader
+from ledger.usage import UsageFold, to_us
+from ledger.usage.share import ShareMeter
+from reconciler import admission
+
+
+def policy_option(func):
+    """`--policy PATH`: the jobs repo's .ledger/policy.yaml that the reconciler enforces."""
+    return click.option(
+        "--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",
+        type=click.Path(path_type=Path),
+        help="The jobs repo's .ledger/policy.yaml: quotas, priority classes, fair share; the same file the "
+             "reconciler is given [env: LEDGER_POLICY; unset = no quotas].",
+    )(func)
+
+
+def policy_at(path: Path | None) -> Policy | None:
+    return load_policy(path) if path else None
+
+
+def recent_usage(store: Reader, policy: Policy | None, now: datetime | None = None) -> admission.Usage:
+    """Fair-share and weekly figures at `now` from the whole ledger (as the reconciler has them)."""
+    if not admission.active(policy):
+        return admission.NO_USAGE
+    assert policy is not None
+    meter = ShareMeter(policy.fair_share.half_life_hours)
+    fold = UsageFold(on_interval=meter.add).apply_rows(store.fold_rows(0, None))
+    us = to_us(now or datetime.now(UTC))
+    open_now = fold.open_intervals(us)
+    return admission.Usage(decayed=meter.decayed(us, open_now), week=meter.week(us, open_now))
+
+
+def queue_rows(store: Reader, policy: Policy | None, jobs: dict[str, JobState] | None = None) -> list[dict[str, Any]]:
+    """Every waiting job in admission order, with why it waits."""
+    if jobs is None:
+        jobs = load_state(store).jobs  # type: ignore[arg-type]
+    return admission.explain(jobs, policy, recent_usage(store, policy))
