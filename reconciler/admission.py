@@ -63,11 +63,21 @@ class Need:
     chips: int
 
 
+_NEEDS: dict[str, Need | None] = {}
+
+
 def need_of(job: JobState) -> Need | None:
     """The chips the job holds (or its next attempt asks for), or None when its type is unknown."""
     tpu = job.tpu or job.spec.get("tpu") or {}
-    kind = tpu_types.lookup(str(tpu.get("accelerator", "")))
-    return Need(kind.family, kind.chips) if kind else None
+    accelerator = tpu.get("accelerator", "")
+    try:
+        return _NEEDS[accelerator]
+    except (KeyError, TypeError):
+        kind = tpu_types.lookup(str(accelerator))
+        need = Need(kind.family, kind.chips) if kind else None
+        if isinstance(accelerator, str) and len(_NEEDS) < 4096:
+            _NEEDS[accelerator] = need
+        return need
 
 
 def is_spot(job: JobState) -> bool:
@@ -92,11 +102,14 @@ class Wait:
     needs: float = 0
     victims: tuple[str, ...] = ()
     behind: str = ""  # capacity: the job at the head of the line for these chips
+    # The reason recorded in the ledger: it changes only when the reason does (not at every
+    # chip another job takes), so a waiting job gets one `queued` per change.
+    recorded: str = field(default="", compare=False)
 
-    @property
-    def recorded(self) -> str:
-        """The reason recorded in the ledger: it changes only when the reason does (not at
-        every chip another job takes), so a waiting job gets one `queued` per change."""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "recorded", self._text())
+
+    def _text(self) -> str:
         if self.cause == "preempting":
             return f"preempting {', '.join(self.victims)} for {self.family} chips"
         if self.cause == "capacity":
@@ -166,9 +179,12 @@ def admit(
     in_flight = set(busy)
     held: dict[tuple[str, str], int] = {}
     waiting: list[JobState] = []
+    needs: dict[str, Need | None] = {}
     freeing: dict[str, list[JobState]] = {}  # winner -> its victims still holding chips
     for job in jobs.values():
-        need = need_of(job)
+        if job.terminal and job.tpu is None:
+            continue  # most of a ledger: nothing held, nothing asked
+        need = needs[job.id] = need_of(job)
         holds = job.tpu is not None or bool(job.pending_action and (job.pending_action.get("params") or {}).get("tpu"))
         if not holds and not job.terminal and job.state in WAITING_STATES and not job.cancel_requested:
             if job.id in in_flight and need is not None:
@@ -181,24 +197,31 @@ def admit(
             if preempted_for_another(job):
                 freeing.setdefault(job.last_error["winner"], []).append(job)  # type: ignore[index]
     decayed = usage.decayed
+    keyed = [((-j.priority, decayed.get(j.owner, 0.0), j.submitted_seq, j.id), j) for j in waiting]
+    keyed.sort(key=lambda kv: kv[0])
+    waiting = [j for _, j in keyed]
     week: dict[tuple[str, str], float] = {}  # (scope, family) -> chip-hours over the last 7 days
     for (owner, family), hours in usage.week.items():
         for scope, _ in scopes.of(owner):
             week[(scope, family)] = week.get((scope, family), 0.0) + hours
-    waiting.sort(key=lambda j: (-j.priority, decayed.get(j.owner, 0.0), j.submitted_seq, j.id))
     decision = Decision(order=[j.id for j in waiting], held=dict(held))
     head: dict[str, str] = {}  # family -> the first job that found the lab's chips used up
+    behind: dict[tuple[str, int], Wait] = {}  # (family, chips) -> the wait of every job behind the head
     taken: set[str] = {v.id for vs in freeing.values() for v in vs}
+    lab = policy.quotas.lab
     for job in waiting:
-        need = need_of(job)
+        need = needs[job.id]
         if need is None or need.chips == 0:
             decision.admitted.add(job.id)  # nothing to count: an unknown type fails at provisioning
             continue
-        if need.family in head:
-            lab = policy.quotas.lab
-            limit = lab.chips.get(need.family, 0) if lab else 0
-            decision.waits[job.id] = Wait("capacity", LAB, need.family, held=held.get((LAB, need.family), 0),
-                                          limit=limit, needs=need.chips, behind=head[need.family])
+        if need.family in head:  # nothing more of this family is admitted: one Wait serves all alike
+            wait = behind.get((need.family, need.chips))
+            if wait is None:
+                limit = lab.chips.get(need.family, 0) if lab else 0
+                wait = behind[(need.family, need.chips)] = Wait(
+                    "capacity", LAB, need.family, held=held.get((LAB, need.family), 0), limit=limit,
+                    needs=need.chips, behind=head[need.family])
+            decision.waits[job.id] = wait
             continue
         wait = _over(job, need, scopes.of(job.owner), held, week)
         if wait is None:
@@ -333,12 +356,12 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
         decision.admitted = set(decision.order)
         prio = Policy().priorities
     rows = []
-    higher: dict[str, list[int]] = {}  # family -> priorities of the waiting jobs seen so far
+    higher: dict[str, dict[int, int]] = {}  # family -> priority -> waiting jobs seen so far
     for position, job_id in enumerate(decision.order, 1):
         job = jobs[job_id]
         need = need_of(job)
         family = need.family if need else ""
-        ahead = sum(1 for p in higher.get(family, ()) if p > job.priority)
+        ahead = sum(n for p, n in higher.get(family, {}).items() if p > job.priority)
         wait = decision.waits.get(job_id)
         if wait is not None:
             cause, reason = wait.cause, wait.explain(ahead)
@@ -350,7 +373,8 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
             elif job.queued_reason:
                 cause = "shared" if "shared TPU" in job.queued_reason else "cloud"
         if wait is not None or cause != "admitted":
-            higher.setdefault(family, []).append(job.priority)
+            seen = higher.setdefault(family, {})
+            seen[job.priority] = seen.get(job.priority, 0) + 1
         rows.append({
             "position": position, "job": job_id, "owner": job.owner, "state": job.state,
             "priority": job.priority, "class": prio.class_of(job.priority)[0],
