@@ -355,6 +355,7 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
              and not j.cancel_requested), key=lambda j: (-j.priority, j.submitted_seq, j.id))])
         decision.admitted = set(decision.order)
         prio = Policy().priorities
+    shared = {j.tpu["name"]: j.id for j in jobs.values() if j.tpu and j.tpu.get("shared") and not j.terminal}
     rows = []
     higher: dict[str, dict[int, int]] = {}  # family -> priority -> waiting jobs seen so far
     for position, job_id in enumerate(decision.order, 1):
@@ -372,6 +373,10 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
                 reason = "admitted: its TPU is asked for at the next pass"
             elif job.queued_reason:
                 cause = "shared" if "shared TPU" in job.queued_reason else "cloud"
+            want = job.spec.get("tpu") or {}
+            holder = shared.get(want.get("name", "")) if want.get("shared") else None
+            if holder and holder != job_id:
+                cause, reason = "shared", f"shared TPU {want['name']} is held by {holder}"
         if wait is not None or cause != "admitted":
             seen = higher.setdefault(family, {})
             seen[job.priority] = seen.get(job.priority, 0) + 1

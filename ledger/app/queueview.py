@@ -7,13 +7,15 @@ pure admission (`reconciler.admission.explain`), so the explanation is the decis
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ledger.fold import JobState
+from ledger.events import format_time
+from ledger.fold import JobState, evolve, initial
 from ledger.replay import load_state
 from ledger.spec.policy import Policy, load_policy
 from ledger.store import Reader
@@ -53,3 +55,34 @@ def queue_rows(store: Reader, policy: Policy | None, jobs: dict[str, JobState] |
     if jobs is None:
         jobs = load_state(store).jobs  # type: ignore[arg-type]
     return admission.explain(jobs, policy, recent_usage(store, policy))
+
+
+def would_start(store: Reader | None) -> Callable[[Mapping[str, dict[str, Any]], Policy], Mapping[str, str]] | None:
+    """For `ledger plan`: whether each new job would start now or wait, and why, were it
+    submitted now beside the ledger's jobs (None without a ledger: nobody can tell)."""
+    if store is None:
+        return None
+
+    def answer(new: Mapping[str, dict[str, Any]], policy: Policy) -> Mapping[str, str]:
+        state = load_state(store)
+        jobs = dict(state.jobs)
+        when = format_time(datetime.now(UTC))
+        for i, (job_id, spec) in enumerate(sorted(new.items()), start=1):
+            old = jobs.get(job_id)
+            if old is not None and not old.terminal:
+                continue  # a live job of that id: the change is an update, not a new place in line
+            jobs[job_id] = evolve(initial(job_id), "submitted", {"spec": spec, "spec_hash": "0" * 8, "commit": "plan"},
+                                  time=when, seq=state.position + i)
+        rows = {r["job"]: r for r in admission.explain(jobs, policy, recent_usage(store, policy))}
+        out = {}
+        for job_id in new:
+            row = rows.get(job_id)
+            if row is None:
+                continue
+            if row["wait"] == "admitted":
+                out[job_id] = "would start now"
+            else:
+                out[job_id] = f"would wait (#{row['position']} in the queue): {row['reason']}"
+        return out
+
+    return answer

@@ -9,10 +9,11 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
+from ledger.app.queueview import would_start
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
 from ledger.store import open_store
-from tests.admission.lab import POLICY, ZONE, spec
+from tests.admission.lab import POLICY, ZONE, policy, spec
 
 GIT = {"spec_hash": "ab" * 32, "commit": "c0ffee", "path": "jobs/a/b.yaml"}
 
@@ -84,3 +85,18 @@ def test_admit_is_audited_and_lets_the_job_past_its_quota(tmp_path: Path):
     assert run(url, "verify").exit_code == 0
     bad = CliRunner().invoke(cli, ["--store", url, "admit", "nobody/x", "--reason", "r"])
     assert bad.exit_code != 0 and "no job" in bad.output
+
+
+def test_plan_says_whether_a_new_job_would_start_now_or_wait(tmp_path: Path):
+    url, _ = lab(tmp_path)
+    store = open_store(url)
+    try:
+        answer = would_start(store)
+        assert answer is not None
+        starts = answer({"alice/new": spec("v4-8"), "dave/new": spec("v4-8")}, policy())
+    finally:
+        store.close()
+    assert starts["dave/new"] == "would start now"
+    assert starts["alice/new"].startswith("would wait (#")
+    assert "over quota: user alice holds 64 of 64 v4 chips, needs 4" in starts["alice/new"]
+    assert would_start(None) is None
