@@ -180,7 +180,8 @@ def admit(
     held: dict[tuple[str, str], int] = {}
     waiting: list[JobState] = []
     needs: dict[str, Need | None] = {}
-    freeing: dict[str, list[JobState]] = {}  # winner -> its victims still holding chips
+    freeing: dict[str, list[JobState]] = {}  # family -> jobs preempted for others, still holding chips
+    unsettled: set[str] = set()  # families with a waiting job's action in flight: no preemption now
     for job in jobs.values():
         if job.terminal and job.tpu is None:
             continue  # most of a ledger: nothing held, nothing asked
@@ -189,13 +190,14 @@ def admit(
         if not holds and not job.terminal and job.state in WAITING_STATES and not job.cancel_requested:
             if job.id in in_flight and need is not None:
                 _add(held, scopes.of(job.owner), need)  # what it asks for may be under way
+                unsettled.add(need.family)
             elif not job.pending_action:
                 waiting.append(job)
             continue
         if holds and need is not None:
             _add(held, scopes.of(job.owner), need)
             if preempted_for_another(job):
-                freeing.setdefault(job.last_error["winner"], []).append(job)  # type: ignore[index]
+                freeing.setdefault(need.family, []).append(job)
     decayed = usage.decayed
     keyed = [((-j.priority, decayed.get(j.owner, 0.0), j.submitted_seq, j.id), j) for j in waiting]
     keyed.sort(key=lambda kv: kv[0])
@@ -230,7 +232,8 @@ def admit(
             continue
         if wait.cause == "capacity":
             head[need.family] = job.id
-            wait = _make_room(job, need, wait, jobs, policy, freeing.get(job.id, []), taken, in_flight, decision)
+            if need.family not in unsettled:  # counted held may be a mere record in flight: decide next pass
+                wait = _make_room(job, need, wait, jobs, policy, freeing.get(need.family, []), taken, in_flight, decision)
         decision.waits[job.id] = wait
     return decision
 
@@ -266,29 +269,27 @@ def _make_room(
     winner: JobState, need: Need, wait: Wait, jobs: Mapping[str, JobState], policy: Policy,
     freeing: list[JobState], taken: set[str], busy: set[str], decision: Decision,
 ) -> Wait:
-    """Choose victims for `winner` (blocked by the lab's chips of its family), or keep waiting."""
+    """Choose victims for `winner`, the head of its family's line, blocked by the lab's chips;
+    chips already being given back by earlier victims count first. Or keep waiting."""
     short = wait.held + need.chips - wait.limit
-    already = sum((need_of(v) or Need("", 0)).chips for v in freeing if (need_of(v) or Need("", 0)).family == need.family)
-    if already:
-        names = tuple(sorted(v.id for v in freeing))
-        return Wait("preempting", wait.scope, need.family, held=wait.held, limit=wait.limit, needs=need.chips, victims=names)
+    already = sum((need_of(v) or Need("", 0)).chips for v in freeing)
+    victims: list[JobState] = []
     prio = policy.priorities
-    if not prio.preempts:
+    if already < short and prio.preempts:
+        candidates = [
+            j for j in jobs.values()
+            if j.state in PREEMPTIBLE_STATES and j.tpu is not None and not j.pending_action and not j.cancel_requested
+            and j.id not in taken and j.id not in busy and (n := need_of(j)) is not None and n.family == need.family
+            and prio.may_preempt(winner.priority, j.priority, victim_spot=is_spot(j), winner_spot=is_spot(winner))
+        ]
+        victims = choose_victims(candidates, short - already)
+        for v in victims:
+            decision.preempt[v.id] = winner.id
+            taken.add(v.id)
+    if not victims and not already:
         return wait
-    candidates = [
-        j for j in jobs.values()
-        if j.state in PREEMPTIBLE_STATES and j.tpu is not None and not j.pending_action and not j.cancel_requested
-        and j.id not in taken and j.id not in busy and (n := need_of(j)) is not None and n.family == need.family
-        and prio.may_preempt(winner.priority, j.priority, victim_spot=is_spot(j), winner_spot=is_spot(winner))
-    ]
-    victims = choose_victims(candidates, short)
-    if not victims:
-        return wait
-    for v in victims:
-        decision.preempt[v.id] = winner.id
-        taken.add(v.id)
-    return Wait("preempting", wait.scope, need.family, held=wait.held, limit=wait.limit, needs=need.chips,
-                victims=tuple(sorted(v.id for v in victims)))
+    names = tuple(sorted(v.id for v in [*freeing, *victims]))
+    return Wait("preempting", wait.scope, need.family, held=wait.held, limit=wait.limit, needs=need.chips, victims=names)
 
 
 def _last_save(job: JobState) -> str:

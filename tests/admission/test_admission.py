@@ -153,3 +153,26 @@ def test_no_sharing_policy_admits_everyone():
     lab.waiting("alice/a", "v4-4096")
     assert not admission.active(policy("teams: {}\n"))
     assert explain(lab.jobs, None)[0]["wait"] == "admitted"
+
+
+def test_chips_already_being_given_back_are_counted_before_choosing_more_victims():
+    lab = Lab()
+    lab.running("carol/low", "v4-128", priority=100, started=100)  # 64
+    lab.running("dave/low", "v4-128", priority=100, started=200)  # 64: the lab is full
+    lab.waiting("gina/urgent", "v4-64", priority=900)  # needs 32
+    first = admit(lab.jobs, policy())
+    assert list(first.preempt) == ["dave/low"]  # the most recent save of two equals
+    lab.event("dave/low", "preempted", admission.preemption(lab.jobs["dave/low"], "gina/urgent").to_builtins())
+    lab.waiting("hank/urgent", "v4-32", priority=950)  # needs 16: dave's 64 being freed cover both
+    again = admit(lab.jobs, policy())
+    assert again.preempt == {}
+    assert again.waits["hank/urgent"].cause == "preempting" and again.waits["hank/urgent"].victims == ("dave/low",)
+
+
+def test_no_victim_is_chosen_while_a_waiting_job_of_that_family_has_an_action_in_flight():
+    lab = Lab()
+    lab.running("carol/low", "v4-256", priority=100)  # the whole lab
+    lab.waiting("dave/x", "v4-8")
+    lab.waiting("gina/urgent", "v4-64", priority=900)
+    assert admit(lab.jobs, policy(), busy=["dave/x"]).preempt == {}
+    assert admit(lab.jobs, policy()).preempt == {"carol/low": "gina/urgent"}
