@@ -14,14 +14,18 @@ from typing import Any
 
 import click
 
-from ledger.events import format_time
+from ledger.events import NewEvent, actor, format_time
+from ledger.events.data import PolicyApplied
 from ledger.fold import JobState, evolve, initial
 from ledger.replay import load_state
-from ledger.spec.policy import Policy, load_policy
-from ledger.store import Reader
+from ledger.spec.model import spec_hash
+from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
+from ledger.store import Reader, Store
 from ledger.usage import UsageFold, to_us
 from ledger.usage.share import ShareMeter
 from reconciler import admission
+
+POLICY_STREAM = "_policy"
 
 
 def policy_option(func):
@@ -29,13 +33,40 @@ def policy_option(func):
     return click.option(
         "--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",
         type=click.Path(path_type=Path),
-        help="The jobs repo's .ledger/policy.yaml: quotas, priority classes, fair share; the same file the "
-             "reconciler is given [env: LEDGER_POLICY; unset = no quotas].",
+        help="The jobs repo's .ledger/policy.yaml: quotas, priority classes, fair share [env: LEDGER_POLICY; "
+             "unset: the reconciler's, as recorded in the ledger when it started].",
     )(func)
 
 
-def policy_at(path: Path | None) -> Policy | None:
-    return load_policy(path) if path else None
+def policy_at(path: Path | None, store: Reader | None = None) -> Policy | None:
+    """The policy of the file at `path`; without one, the one the reconciler recorded."""
+    if path:
+        return load_policy(path)
+    return recorded_policy(store) if store is not None else None
+
+
+def recorded_policy(store: Reader) -> Policy | None:
+    """The sharing policy the reconciler last recorded it enforces (None: never recorded)."""
+    version = store.stream_version(POLICY_STREAM)
+    if not version:
+        return None
+    last = store.read_stream(POLICY_STREAM, after_version=version - 1)[-1]
+    return sharing_policy(last.data["blocks"])
+
+
+def record_policy(store: Store, policy: Policy | None, *, source: str, holder: str) -> bool:
+    """Record the sharing policy a reconciler starts with, when it differs from the last one
+    recorded (a reconciler without one records that nothing is enforced, once there was)."""
+    version = store.stream_version(POLICY_STREAM)
+    if policy is None and not version:
+        return False
+    blocks = sharing_blocks(policy or Policy())
+    digest = spec_hash(blocks)  # SHA-256 of the canonical JSON
+    if version and store.read_stream(POLICY_STREAM, after_version=version - 1)[-1].data["digest"] == digest:
+        return False
+    data = PolicyApplied(digest=digest, blocks=blocks, source=source, holder=holder)
+    store.append(POLICY_STREAM, [NewEvent("policy_applied", data, actor("reconciler", holder))], expected_version=version)
+    return True
 
 
 def recent_usage(store: Reader, policy: Policy | None, now: datetime | None = None) -> admission.Usage:

@@ -345,6 +345,19 @@ class Admitted(EventData):
     manual: Opt[bool] = UNSET
 
 
+class PolicyApplied(EventData):
+    """The sharing policy a reconciler enforces from now on (stream `_policy`): the blocks of
+    `.ledger/policy.yaml` that admission reads (quotas, priorities, fair_share, and the teams
+    the quotas name), as the schema filled them. Recorded when it starts with a policy that
+    differs from the last one recorded, so `ledger queue` and `inspect` explain by it."""
+
+    event_type: ClassVar[str] = "policy_applied"
+    digest: SpecHash  # SHA-256 of the blocks' canonical JSON
+    blocks: dict[str, Any]
+    source: Opt[str] = UNSET  # the file it was read from
+    holder: Opt[str] = UNSET  # the reconciler that enforces it
+
+
 class Cancelled(EventData):
     """The job was stopped (and its TPU released) after a cancel request."""
 
@@ -426,7 +439,7 @@ class Note(EventData):
 _CLASSES: tuple[type[EventData], ...] = (
     Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
     ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
-    Rerun, Finished, Admitted, Cancelled, Released, HistoryRewritten, RewriteAccepted, ActionIntent,
+    Rerun, Finished, Admitted, PolicyApplied, Cancelled, Released, HistoryRewritten, RewriteAccepted, ActionIntent,
     ActionOutcome, Note,
 )
 

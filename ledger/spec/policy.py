@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import functools
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -431,6 +432,30 @@ class FairShare(Section):
     @classmethod
     def from_data(cls, data: Any) -> Self:
         return cls(half_life_hours=float(data["half_life_hours"]))
+
+
+def sharing_blocks(policy: Policy) -> dict[str, Any]:
+    """The blocks admission reads, as plain data that `sharing_policy` reads back (what a
+    reconciler records in the ledger: no webhook, no address, nothing but the sharing rules)."""
+    def quota(q: Quota | None) -> dict[str, Any] | None:
+        return None if q is None else {"chips": dict(q.chips), "chip_hours_per_week": dict(q.chip_hours_per_week)}
+
+    q = policy.quotas
+    quotas = {"teams": {k: quota(v) for k, v in q.teams.items()}, "users": {k: quota(v) for k, v in q.users.items()}}
+    quotas.update({k: v for k, v in (("lab", quota(q.lab)), ("default_user", quota(q.default_user))) if v is not None})
+    p = policy.priorities
+    return {
+        "teams": {k: list(v) for k, v in policy.teams.members.items() if k in q.teams},
+        "quotas": quotas,
+        "priorities": {"classes": dict(p.classes), "preempt": {k: sorted(v) for k, v in p.preempt.items()},
+                       "spot_for_on_demand": p.spot_for_on_demand},
+        "fair_share": {"half_life_hours": policy.fair_share.half_life_hours},
+    }
+
+
+def sharing_policy(blocks: Mapping[str, Any]) -> Policy:
+    """A Policy with the sharing rules of `blocks` (from `sharing_blocks`) and defaults elsewhere."""
+    return parse_policy(json.dumps(dict(blocks), sort_keys=True), file="(recorded policy)").policy
 
 
 # -- the policy ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
-from ledger.app.queueview import would_start
+from ledger.app.queueview import record_policy, recorded_policy, would_start
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
 from ledger.store import open_store
@@ -100,3 +100,27 @@ def test_plan_says_whether_a_new_job_would_start_now_or_wait(tmp_path: Path):
     assert starts["alice/new"].startswith("would wait (#")
     assert "over quota: user alice holds 64 of 64 v4 chips, needs 4" in starts["alice/new"]
     assert would_start(None) is None
+
+
+def test_the_reconcilers_policy_is_recorded_once_and_queue_explains_by_it(tmp_path: Path):
+    url, _ = lab(tmp_path)
+    store = open_store(url)
+    try:
+        assert record_policy(store, None, source="", holder="r1") is False  # nothing to say yet
+        assert record_policy(store, policy(), source="jobs/.ledger/policy.yaml", holder="r1") is True
+        assert record_policy(store, policy(), source="jobs/.ledger/policy.yaml", holder="r1") is False  # unchanged
+        assert recorded_policy(store).quotas == policy().quotas
+        events = list(store.read_stream("_policy"))
+        assert len(events) == 1 and "webhook" not in json.dumps(events[0].data)
+    finally:
+        store.close()
+    rows = json.loads(run(url, "queue", "--json").output)  # no --policy: the recorded one
+    assert {r["job"]: r["wait"] for r in rows}["alice/b"] == "quota"
+    store = open_store(url)
+    try:  # a reconciler started without a policy records that nothing is enforced any more
+        assert record_policy(store, None, source="", holder="r2") is True
+    finally:
+        store.close()
+    rows = json.loads(run(url, "queue", "--json").output)
+    assert {r["wait"] for r in rows} == {"admitted"}
+    assert run(url, "verify").exit_code == 0

@@ -38,7 +38,8 @@ CLASSES = {cls.__name__: cls for cls in DATA_TYPES.values()}
 # Where the product appends events (NewEvent constructions), per file. A new append site
 # changes a count here: make its data a class from ledger/events/data.py, then update it.
 APPEND_SITES = {
-    "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun
+    "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun, admit
+    "ledger/app/queueview.py": 1,  # policy_applied: the sharing policy a reconciler enforces
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
     "ledger/gitops/ingest.py": 3,  # rewrite_accepted, history_rewritten, the `ingested` note
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
@@ -46,6 +47,7 @@ APPEND_SITES = {
 # Names an append site may pass as data, each bound to a class instance (see the site).
 TYPED_NAMES = {
     ("ledger/app/commands/reconcile.py", "data"),  # Callable[[JobState], EventData]
+    ("ledger/app/queueview.py", "data"),  # PolicyApplied(...)
     ("ledger/gitops/decide.py", "data"),  # emit(..., data: EventData, ...)
     ("ledger/gitops/ingest.py", "data"),  # HistoryRewritten(...)
     ("reconciler/executor.py", "d"),  # an element of Events = list[EventData]

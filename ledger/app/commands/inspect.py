@@ -62,7 +62,7 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
     if usage is not None:
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
-    line = waiting_line(store, job, policy_at(policy_path), events)
+    line = waiting_line(store, job, policy_at(policy_path, store), events)
     if line:
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
 

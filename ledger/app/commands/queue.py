@@ -33,7 +33,7 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, a
     ledger queue --json | jq '.[] | select(.wait == "quota") | .job'
     """
     store = store_from(ctx)
-    rows = queue_rows(store, policy_at(policy_path))
+    rows = queue_rows(store, policy_at(policy_path, store))
     if owner:
         rows = [r for r in rows if r["owner"] == owner]
     if as_json:

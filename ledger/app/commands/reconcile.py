@@ -18,7 +18,7 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
-from ledger.app.queueview import policy_at, policy_option
+from ledger.app.queueview import policy_at, record_policy
 from ledger.app.readmodels import tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
@@ -53,7 +53,10 @@ from ledger.fold import LIVE, JobState, replay
 @click.option("--checkpoint-every", type=float, default=60.0, show_default=True, envvar="LEDGER_CHECKPOINT_EVERY",
               help="Seconds between signed checkpoints of the ledger's head (made when it moved, and at "
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
-@policy_option
+@click.option("--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",
+              type=click.Path(path_type=Path),
+              help="The jobs repo's .ledger/policy.yaml to enforce: quotas, priority classes, fair share; recorded "
+                   "in the ledger when it differs from the last one [env: LEDGER_POLICY; unset = no quotas].")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
@@ -72,8 +75,11 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
     store = store_from(ctx, create=True)
+    policy = policy_at(policy_path)
+    # What it enforces goes into the ledger: `ledger queue` and `inspect` explain by it.
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
                         ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
+    record_policy(store, policy, source=str(policy_path or ""), holder=holder or settings.holder)
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key
@@ -81,7 +87,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
         settings.log_dir = log_dir
     if holder:
         settings.holder = holder
-    settings.policy = policy_at(policy_path)
+    settings.policy = policy
     out = console()
 
     def report(action, result) -> None:
