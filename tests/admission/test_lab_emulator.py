@@ -52,12 +52,14 @@ def test_a_user_over_quota_waits_while_others_run(lab_harness: LabHarness):
     h.submit("alice/one", spec("sleep 2; echo one"))  # 4 chips: alice's whole quota
     h.submit("alice/two", spec("echo two"))
     h.submit("bob/three", spec("sleep 1; echo three"))
+    h.submit("carol/four", spec("sleep 1; echo four", "v4-16"))  # 8 chips: the lab's 16 are all taken
     h.start()
     two = h.wait("alice/two", lambda j: j.state == "queued")
     assert two.queued_reason == "over quota: user alice holds 4 of 4 v4 chips, needs 4"
     h.wait("bob/three", lambda j: j.state in (RUNNING, FINISHED))
+    h.wait("carol/four", lambda j: j.state in (RUNNING, FINISHED))
     assert h.job("alice/two").tpu is None
-    for job_id in ("alice/one", "alice/two", "bob/three"):
+    for job_id in ("alice/one", "alice/two", "bob/three", "carol/four"):
         h.wait(job_id, lambda j: j.state == FINISHED and j.tpu is None, timeout=90)
     assert h.types("alice/two").count("queued") == 1  # once per change, not every pass
     never_over_quota(h)
