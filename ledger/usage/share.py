@@ -37,30 +37,32 @@ class ShareMeter:
         if iv.category not in _HELD or not iv.chips or iv.end <= iv.start:
             return
         owner = iv.key.owner
-        self.acc[owner] = self.acc.get(owner, 0.0) + self._integral(iv.start, iv.end, iv.chips)
+        amount = self._integral(iv.start, iv.end, iv.chips)  # first: it may rescale every account
+        self.acc[owner] = self.acc.get(owner, 0.0) + amount
         kind = tpu_types.lookup(iv.key.accelerator)
         if kind is not None:
             self.recent.append((iv.end, iv.start, owner, kind.family, iv.chips))
 
     def _integral(self, start: int, end: int, chips: int) -> float:
+        """chips * the integral of e^(rate*(t-ref)) over [start, end]; moves `ref` (and
+        rescales every account) when the exponent would grow too large. Only `add` calls it."""
         if self.ref is None:
             self.ref = start
-        elif end - self.ref > 400 / self.rate:  # keep the exponent small: rescale to a later reference
+        elif end - self.ref > 400 / self.rate:
             shift = math.exp(-self.rate * (start - self.ref))
             self.acc = {k: v * shift for k, v in self.acc.items()}
             self.ref = start
-        r = self.rate
-        return chips * (math.exp(r * (end - self.ref)) - math.exp(r * (start - self.ref))) / r
+        return _area(self.rate, self.ref, start, end, chips)
 
     def decayed(self, now: int, open_intervals: Iterable[Interval] = ()) -> dict[str, float]:
-        """Owner -> decayed chip-hours at `now` (open intervals counted up to `now`)."""
+        """Owner -> decayed chip-hours at `now` (open intervals counted up to `now`). Reads only."""
+        ref = self.ref if self.ref is not None else now
         extra: dict[str, float] = {}
         for iv in open_intervals:
-            if iv.category in _HELD and iv.chips and iv.end > iv.start:
-                extra[iv.key.owner] = extra.get(iv.key.owner, 0.0) + self._integral(iv.start, min(iv.end, now), iv.chips)
-        if self.ref is None:
-            return {}
-        scale = math.exp(-self.rate * (now - self.ref)) / US_PER_HOUR
+            end = min(iv.end, now)
+            if iv.category in _HELD and iv.chips and end > iv.start:
+                extra[iv.key.owner] = extra.get(iv.key.owner, 0.0) + _area(self.rate, ref, iv.start, end, iv.chips)
+        scale = math.exp(-self.rate * (now - ref)) / US_PER_HOUR
         owners = self.acc.keys() | extra.keys()
         return {o: (self.acc.get(o, 0.0) + extra.get(o, 0.0)) * scale for o in owners}
 
@@ -77,6 +79,10 @@ class ShareMeter:
             if hi > lo and family:
                 out[(owner, family)] = out.get((owner, family), 0.0) + chips * (hi - lo) / US_PER_HOUR
         return out
+
+
+def _area(rate: float, ref: int, start: int, end: int, chips: int) -> float:
+    return chips * (math.exp(rate * (end - ref)) - math.exp(rate * (start - ref))) / rate
 
 
 def _family(accelerator: str) -> str:
