@@ -25,7 +25,7 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, a
     the lab's chips of its family are in use (capacity), because lower-priority jobs are
     being preempted for it, because a shared TPU is held by another job, or because the
     cloud has no capacity; `admitted` means its TPU is asked for at the next pass.
-    Give the policy the reconciler enforces (--policy or LEDGER_POLICY).
+    The rules are the ones the reconciler recorded in the ledger; --policy FILE asks "what if".
 
     \b
     ledger queue --policy jobs/.ledger/policy.yaml
