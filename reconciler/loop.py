@@ -12,10 +12,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from ledger.fold import LedgerState
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
+from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
 from ledger.usage.share import ShareMeter
@@ -46,7 +48,10 @@ class Reconciler:
         workers: int = 8,
         on_action: Callable[[Action, str], None] | None = None,
         lease_ttl: float = 0.0,
+        policy_source: Callable[[], Policy | None] | None = None,
     ) -> None:
+        """`policy_source`: asked at every pass for the sharing policy in force (a file that
+        an admin may change); None keeps `config.policy` for good."""
         self.store_url = store_url
         self.tpu = tpu
         self.runner = runner
@@ -67,10 +72,8 @@ class Reconciler:
         self._caught_up_once = False
         # Fair share and weekly quotas need recent usage: the usage fold, fed the same tail.
         self.usage: UsageFold | None = None
-        policy = self.config.policy
-        if policy is not None and admission.active(policy):
-            self.meter = ShareMeter(policy.fair_share.half_life_hours)
-            self.usage = UsageFold(on_interval=self.meter.add)
+        self.policy_source = policy_source
+        self._follow_policy(self.config.policy)
         self.passes = 0
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
@@ -96,6 +99,16 @@ class Reconciler:
             self.usage.apply_rows(fold_rows(store, self.usage.position))
         if self.passes % 200 == 0:
             maybe_snapshot(store, self.state)
+
+    def _follow_policy(self, policy: Policy | None) -> None:
+        """Plan by `policy` from now on; keep the usage fold while the half-life stays."""
+        if policy is not self.config.policy:
+            self.config = replace(self.config, policy=policy)
+        if policy is None or not admission.active(policy):
+            self.usage = None
+        elif self.usage is None or self.meter.half_life_hours != policy.fair_share.half_life_hours:
+            self.meter = ShareMeter(policy.fair_share.half_life_hours)
+            self.usage = UsageFold(on_interval=self.meter.add)  # fed from the start at the next catch-up
 
     def recent_usage(self, now: float) -> admission.Usage:
         """Fair-share and weekly figures at `now` (nothing without a sharing policy)."""
@@ -148,6 +161,8 @@ class Reconciler:
     def step(self) -> list[Action]:
         """One pass; returns the actions it dispatched."""
         self._reap()
+        if self.policy_source is not None:
+            self._follow_policy(self.policy_source())
         self.catch_up()
         obs = self.observe()
         self._reap()

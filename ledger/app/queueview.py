@@ -7,6 +7,8 @@ pure admission (`reconciler.admission.explain`), so the explanation is the decis
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,18 +16,20 @@ from typing import Any
 
 import click
 
+from ledger.errors import LedgerError
 from ledger.events import NewEvent, actor, format_time
 from ledger.events.data import PolicyApplied
 from ledger.fold import JobState, evolve, initial
 from ledger.replay import load_state
 from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
-from ledger.store import Reader, Store
+from ledger.store import Reader, Store, open_store
 from ledger.usage import UsageFold, to_us
 from ledger.usage.share import ShareMeter
 from reconciler import admission
 
 POLICY_STREAM = "_policy"
+log = logging.getLogger("tpu_ledger.policy")
 
 
 def policy_option(func):
@@ -86,6 +90,42 @@ def queue_rows(store: Reader, policy: Policy | None, jobs: dict[str, JobState] |
     if jobs is None:
         jobs = load_state(store).jobs  # type: ignore[arg-type]
     return admission.explain(jobs, policy, recent_usage(store, policy))
+
+
+class PolicyFile:
+    """The policy file a reconciler follows: read again when it changes (its mtime or size),
+    its rules recorded in the ledger whenever they differ from the last recorded. A broken
+    edit is logged and the last good policy kept: a typo never lifts every quota."""
+
+    def __init__(self, path: Path, store_url: str, holder: str) -> None:
+        self.path, self.store_url, self.holder = Path(path), store_url, holder
+        self.key: tuple[int, int] | None = None
+        self.policy: Policy | None = None
+
+    def __call__(self) -> Policy | None:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            log.warning("policy %s: %s; keeping the last one read", self.path, exc.strerror)
+            return self.policy
+        key = (st.st_mtime_ns, st.st_size)
+        if key == self.key:
+            return self.policy
+        self.key = key
+        try:
+            policy = load_policy(self.path)
+        except LedgerError as exc:
+            if self.policy is None:
+                raise  # at start: refuse to run with a broken policy
+            log.warning("policy %s not applied: %s; keeping the last good one", self.path, exc)
+            return self.policy
+        store = open_store(self.store_url)
+        try:
+            record_policy(store, policy, source=str(self.path), holder=self.holder)
+        finally:
+            store.close()
+        self.policy = policy
+        return policy
 
 
 def would_start(store: Reader | None) -> Callable[[Mapping[str, dict[str, Any]], Policy], Mapping[str, str]] | None:

@@ -27,6 +27,7 @@ _HELD = frozenset(HELD)
 
 class ShareMeter:
     def __init__(self, half_life_hours: float) -> None:
+        self.half_life_hours = half_life_hours
         self.rate = math.log(2) / (half_life_hours * US_PER_HOUR)  # decay per microsecond
         self.ref: int | None = None  # the reference time the accumulators are scaled to
         self.acc: dict[str, float] = {}  # owner -> sum of chip-us * e^(rate*(t-ref)) over held time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from emulator import Emulator
-from ledger.app.wiring import Settings
+from ledger.app.queueview import PolicyFile
+from ledger.app.wiring import Settings, build
 from ledger.spec.policy import Policy, parse_policy
 from tests.reconciler.conftest import Harness
 
@@ -37,6 +39,15 @@ class LabHarness(Harness):
         settings = super().settings(holder)
         settings.policy = self.policy
         return settings
+
+    def follow(self, path: Path, holder: str = "test-reconciler"):
+        """A reconciler that follows the policy file at `path`, as `ledger reconcile --policy`."""
+        rec = build(self.settings(holder), policy_source=PolicyFile(path, self.store_url, holder))
+        thread = threading.Thread(target=rec.run, kwargs={"stop": self.stop}, daemon=True)
+        thread.start()
+        self.reconcilers.append(rec)
+        self.threads.append(thread)
+        return rec
 
     def use(self, text: str) -> None:
         policy, errors = parse_policy(text)

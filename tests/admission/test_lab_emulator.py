@@ -6,7 +6,7 @@ from __future__ import annotations
 from ledger.fold import FINISHED, RUNNING, replay
 from ledger.store import open_store
 from reconciler.admission import need_of
-from tests.admission.conftest import LabHarness
+from tests.admission.conftest import LAB_POLICY, LabHarness
 from tests.reconciler.conftest import job_spec
 
 
@@ -131,3 +131,22 @@ def _runs(items: list[str]) -> list[int]:
             runs.append(1)
         last = x
     return runs
+
+
+def test_an_admin_raising_a_quota_in_the_policy_file_lets_the_waiting_job_start(lab_harness: LabHarness):
+    h = lab_harness
+    path = h.tmp / "policy.yaml"
+    path.write_text(LAB_POLICY)
+    h.submit("alice/one", spec("sleep 30; echo one"))
+    h.submit("alice/two", spec("echo two"))
+    h.follow(path)
+    h.wait("alice/two", lambda j: j.queued_reason.startswith("over quota: user alice"))
+    path.write_text(LAB_POLICY.replace("alice: {chips: {v4: 4}}", "alice: {chips: {v4: 8}}"))
+    h.wait("alice/two", lambda j: j.state == FINISHED, timeout=90)
+    assert h.job("alice/one").state == RUNNING  # both at once: 8 chips, her new quota
+    store = open_store(h.store_url)
+    try:
+        assert [e.data["source"] for e in store.read_stream("_policy")] == [str(path), str(path)]
+    finally:
+        store.close()
+    h.verify()

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
-from ledger.app.queueview import record_policy, recorded_policy, would_start
+from ledger.app.queueview import PolicyFile, record_policy, recorded_policy, would_start
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
 from ledger.store import open_store
@@ -124,3 +124,25 @@ def test_the_reconcilers_policy_is_recorded_once_and_queue_explains_by_it(tmp_pa
     rows = json.loads(run(url, "queue", "--json").output)
     assert {r["wait"] for r in rows} == {"admitted"}
     assert run(url, "verify").exit_code == 0
+
+
+def test_the_policy_file_is_followed_recorded_per_change_and_a_broken_edit_kept_out(tmp_path: Path):
+    url, path = lab(tmp_path)
+    source = PolicyFile(Path(path), url, "r1")
+    first = source()
+    assert first is not None and first.quotas.users["alice"].chips["v4"] == 64
+    assert source() is first  # unchanged file: not even parsed again
+
+    def recorded() -> int:
+        store = open_store(url)
+        try:
+            return store.stream_version("_policy")
+        finally:
+            store.close()
+
+    assert recorded() == 1
+    Path(path).write_text(POLICY.replace("alice: {chips: {v4: 64}}", "alice: {chips: {v4: 128}}"))
+    second = source()
+    assert second is not None and second.quotas.users["alice"].chips["v4"] == 128 and recorded() == 2
+    Path(path).write_text(POLICY + "quotas: [broken\n")
+    assert source() is second and recorded() == 2  # the last good one stays in force
