@@ -176,3 +176,19 @@ def test_no_victim_is_chosen_while_a_waiting_job_of_that_family_has_an_action_in
     lab.waiting("gina/urgent", "v4-64", priority=900)
     assert admit(lab.jobs, policy(), busy=["dave/x"]).preempt == {}
     assert admit(lab.jobs, policy()).preempt == {"carol/low": "gina/urgent"}
+
+
+def test_spot_for_on_demand_lets_an_on_demand_job_preempt_a_lower_spot_job_only():
+    text = ("quotas:\n  lab: {chips: {v4: 64}}\npriorities:\n  classes: {low: 100, normal: 500}\n"
+            "  spot_for_on_demand: true\n")
+    lab = Lab()
+    lab.running("carol/spot", "v4-64", priority=100, pricing="spot")  # 32
+    lab.running("dave/ondemand", "v4-64", priority=100, pricing="ondemand")  # 32: the lab is full
+    lab.waiting("erin/x", "v4-64", priority=500, pricing="ondemand")
+    assert admit(lab.jobs, policy(text)).preempt == {"carol/spot": "erin/x"}
+    lab.jobs.pop("erin/x")
+    lab.waiting("frank/spot", "v4-64", priority=500, pricing="spot")  # a spot job gains nothing from the rule
+    assert admit(lab.jobs, policy(text)).preempt == {}
+    lab.jobs.pop("frank/spot")
+    lab.waiting("gina/same", "v4-64", priority=100, pricing="ondemand")  # same class: never
+    assert admit(lab.jobs, policy(text)).preempt == {}
