@@ -72,24 +72,29 @@ def relative(path: str, root: Path) -> str:
         return Path(path).as_posix()
 
 
-def read_limited(path: str) -> bytes:
-    """At most MAX_BYTES + 1 bytes (enough to tell the file is too big); refuses symlinks."""
+def read_limited(path: str) -> tuple[bytes, int]:
+    """(at most MAX_BYTES + 1 bytes, the file's real size): enough to tell the file is too
+    big without reading it all, and the size to tell the user. Refuses symlinks."""
     fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     with os.fdopen(fd, "rb") as fh:
-        return fh.read(MAX_BYTES + 1)
+        return fh.read(MAX_BYTES + 1), os.fstat(fh.fileno()).st_size
 
 
 def validate_file(path: str | Path, root: Path, config: RepoConfig) -> SpecResult:
     path = os.path.abspath(path)
     rel = relative(path, root)
     try:
-        data = read_limited(path)
+        data, size = read_limited(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP or os.path.islink(path):
             return SpecResult(rel, None, None, [Message(rel, 0, 0, "", "job files may not be symbolic links",
                                                         "replace the link with the file itself", "error")])
         return SpecResult(rel, None, None, [Message(rel, 0, 0, "", f"cannot read the file: {exc.strerror or exc}",
                                                     "check that it exists and is a readable file", "error")])
+    if len(data) > MAX_BYTES:  # only the first MAX_BYTES + 1 were read: say the real size
+        return SpecResult(rel, None, None, [Message(rel, 0, 0, "", f"file is {max(size, len(data)):,} bytes, over the {MAX_BYTES // 1024} KiB limit",
+                                                    "a job spec is a few kilobytes: move large scripts into your code repository "
+                                                    "and call them from `command.cmd`", "error")])
     return validate_text(data, rel, config)
 
 

@@ -10,6 +10,7 @@ aliases, priorities and the repository's policy limits.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 
@@ -32,6 +33,10 @@ RESERVED_METADATA = ("ssh-keys", "startup-script", "enable-oslogin")
 # A repeated group that itself ends in a repetition, e.g. (a+)+ or (\w*)*: the shape of
 # patterns that backtrack exponentially. The reconciler runs these over job output.
 NESTED_REPEAT = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
+# The normalised spec travels in every `submitted` event and in each reconciler's memory: a
+# spec is a few kilobytes, and this bounds what one file can make of itself (references,
+# policy defaults) whatever the input's own size limit lets through.
+MAX_SPEC_BYTES = 512 * 1024
 KEY_MATERIAL = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----|PRIVATE KEY-----")
 
 
@@ -187,6 +192,8 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
     except InterpolationError as exc:
         report.error(_input_pointer(exc.pointer), exc.message, exc.hint)
         return None
+    if _too_big(spec, report):
+        return None
     if not spec["tpu"]["shared"]:
         name = spec["tpu"]["name"]
         if not isinstance(name, str) or len(name) > TPU_NAME_MAX or not TPU_NAME_RE.match(name):
@@ -197,6 +204,19 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
 
 
 _SECTION_SET = frozenset(SECTIONS)
+
+
+def _too_big(spec: dict, report: _Report) -> bool:
+    """Refuse a normalised spec over MAX_SPEC_BYTES, naming its biggest section."""
+    size = len(json.dumps(spec, default=str))
+    if size <= MAX_SPEC_BYTES:
+        return False
+    sizes = {k: len(json.dumps(v, default=str)) for k, v in spec.items()}
+    biggest = max(sizes, key=lambda k: sizes[k])
+    report.error(f"/{biggest}", f"the normalised spec is {size:,} bytes, over the limit of {MAX_SPEC_BYTES:,} "
+                 f"(`{biggest}` alone is {sizes[biggest]:,})",
+                 "a job spec is a few kilobytes: keep long text in your code repository and call it from `command.cmd`")
+    return True
 
 
 def _has_reference(node: Any) -> bool:
