@@ -29,3 +29,7 @@ PROJECT = "tpu-ledger-local"
 # A managed TPU that no live job holds is deleted after this long (a node created moments ago
 # may belong to an intent whose outcome is not recorded yet).
 ORPHAN_GRACE_S = 300.0
+
+# After a failed ingest (git or the store unreachable) the watcher waits interval * 2^n
+# seconds, at most this long, before it tries again; file system hints do not cut it short.
+WATCH_MAX_BACKOFF_S = 300.0
