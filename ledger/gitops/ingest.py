@@ -27,6 +27,7 @@ from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, Ve
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
+from ledger.spec.files import secrets_check
 from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_job_path
 from ledger.store import Store
 
@@ -76,6 +77,7 @@ def read_position(store: Store, branch: str) -> Position:
 def spec_validator() -> Validator:
     """Validate with `ledger.spec`, building the repo config once per approved configuration."""
     cache: dict[tuple, Any] = {}
+    secrets = secrets_check()  # the secrets folder of the host the watcher runs on, if any
 
     def config_for(state: RepoState) -> Any:
         key = (state.files.get(ALIASES_PATH, ("",))[0], state.files.get(POLICY_PATH, ("",))[0])
@@ -90,7 +92,7 @@ def spec_validator() -> Validator:
         config = config_for(state)
         if is_ignored(path, config):
             return Ignored(path)
-        return validate_text(text, path, config)
+        return validate_text(text, path, config, secrets=secrets)
 
     # decide() asks this before cancelling: an ignored file never ran, so never cancels
     validate.ignored = lambda path, state: is_ignored(path, config_for(state))  # type: ignore[attr-defined]

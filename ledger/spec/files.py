@@ -6,10 +6,12 @@ import errno
 import os
 from pathlib import Path
 
+from ledger import defaults
 from ledger.spec.config import RepoConfig, load_repo_config
 from ledger.spec.layout import CODEOWNERS_PATHS, CONFIG_FILES, JOB_SUFFIXES, JOBS_DIR
 from ledger.spec.model import Message, SpecResult
-from ledger.spec.normalize import validate_text
+from ledger.spec.normalize import SecretsCheck, validate_text
+from ledger.spec.secrets import SecretsDir
 from ledger.spec.yamlsafe import MAX_BYTES
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -80,7 +82,14 @@ def read_limited(path: str) -> tuple[bytes, int]:
         return fh.read(MAX_BYTES + 1), os.fstat(fh.fileno()).st_size
 
 
-def validate_file(path: str | Path, root: Path, config: RepoConfig) -> SpecResult:
+def secrets_check() -> SecretsCheck | None:
+    """The secrets folder's check on this host, when this host has one (the ledger host);
+    elsewhere (a laptop, CI) only the references' text is checked."""
+    root = defaults.secrets_dir()
+    return SecretsDir(root, defaults.ssh_key()).problem if root.is_dir() else None
+
+
+def validate_file(path: str | Path, root: Path, config: RepoConfig, secrets: SecretsCheck | None = None) -> SpecResult:
     path = os.path.abspath(path)
     rel = relative(path, root)
     try:
@@ -95,7 +104,7 @@ def validate_file(path: str | Path, root: Path, config: RepoConfig) -> SpecResul
         return SpecResult(rel, None, None, [Message(rel, 0, 0, "", f"file is {max(size, len(data)):,} bytes, over the {MAX_BYTES // 1024} KiB limit",
                                                     "a job spec is a few kilobytes: move large scripts into your code repository "
                                                     "and call them from `command.cmd`", "error")])
-    return validate_text(data, rel, config)
+    return validate_text(data, rel, config, secrets=secrets)
 
 
 def config_results(config: RepoConfig) -> list[SpecResult]:
@@ -117,5 +126,6 @@ def validate_paths(paths: list[Path], repo_root: Path | None = None) -> list[Spe
     config = load_repo_config(root)
     results = config_results(config)
     config_files = {str(root / f) for f in CONFIG_FILES}  # checked above, not jobs
-    results.extend(validate_file(p, root, config) for p in collect(paths, root) if p not in config_files)
+    secrets = secrets_check()
+    results.extend(validate_file(p, root, config, secrets) for p in collect(paths, root) if p not in config_files)
     return results

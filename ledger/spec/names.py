@@ -30,7 +30,7 @@ def _suggest(text: str, allow_underscore: bool) -> str:
 
 
 # Characters a shell gives a meaning to: a name holding one is refused for what it is.
-SHELL_META = frozenset("$`\\\"'|&;<>()*?[]{}~!#= ")
+SHELL_META = frozenset("$`\\\"'|&;<>()*?[]{}~!#=")
 
 
 def shown(text: str) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
-from ledger import tpu_types
+from ledger import defaults, tpu_types
 from ledger.spec import recovery as rec
 from ledger.spec.config import RepoConfig
 from ledger.spec.interpolate import InterpolationError, interpolate
@@ -22,7 +23,12 @@ from ledger.spec.model import Message, SpecResult
 from ledger.spec.names import TPU_NAME_MAX, TPU_NAME_RE, default_tpu_name, job_id_from_path
 from ledger.spec.policy import Policy
 from ledger.spec.schema import close_match, fill_defaults, problems
+from ledger.spec.secrets import file_fields, reference_problem
 from ledger.spec.yamlsafe import Loaded, LoadError, escape, load
+
+# `check(owner, reference) -> (severity, message) | None`: a look at the secrets folder on
+# this host (ledger.spec.secrets.SecretsDir.problem), when there is one to look at.
+SecretsCheck = Callable[[str, str], "tuple[str, str] | None"]
 
 SECTIONS = ("job", "tpu", "gcsfuse", "ssh", "docker", "conda", "venv", "setup", "command", "recovery", "args", "priority")
 ENVS = ("docker", "conda", "venv")
@@ -95,8 +101,9 @@ def _with_policy_defaults(data: dict, defaults: dict, report: _Report) -> dict:
     return out
 
 
-def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResult:
-    """Validate one job file's contents; never raises on bad input."""
+def validate_text(text: bytes | str, path: str, config: RepoConfig, *, secrets: SecretsCheck | None = None) -> SpecResult:
+    """Validate one job file's contents; never raises on bad input. With `secrets`, the files
+    the spec names are also looked up in its owner's secrets folder."""
     job_id, problem, hint = job_id_from_path(path)
     try:
         loaded = load(text)
@@ -116,7 +123,7 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
         return SpecResult(path, job_id, None, report.errors, [])
     try:
         refs = (b"${" in text) if isinstance(text, bytes) else ("${" in text)
-        spec = _check(data, job_id, path, config, report, refs)
+        spec = _check(data, job_id, path, config, report, refs, secrets)
     except Exception as exc:  # a bug here must not take the watcher down: report it as a finding
         report.error("", f"internal error while validating: {type(exc).__name__}: {exc}", "please report this to the ledger maintainers")
         spec = None
@@ -124,7 +131,8 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
     return SpecResult(path, job_id if job_id else None, spec if ok else None, report.errors, report.warnings)
 
 
-def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True) -> dict | None:
+def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True,
+           secrets: SecretsCheck | None = None) -> dict | None:
     policy = config.policy
     merged = _with_policy_defaults(data, policy.defaults.spec, report)
     found = list(problems("job", merged))
@@ -194,6 +202,8 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
         return None
     if _too_big(spec, report):
         return None
+    if not _files_stay_home(spec, job_id, report, secrets):
+        return None
     if not spec["tpu"]["shared"]:
         name = spec["tpu"]["name"]
         if not isinstance(name, str) or len(name) > TPU_NAME_MAX or not TPU_NAME_RE.match(name):
@@ -204,6 +214,27 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
 
 
 _SECTION_SET = frozenset(SECTIONS)
+
+
+def _files_stay_home(spec: dict, job_id: str | None, report: _Report, secrets: SecretsCheck | None) -> bool:
+    """Every file the spec names is in its owner's secrets folder (after references are
+    resolved, so a reference cannot smuggle a path in); False after reporting one that is not."""
+    key = str(defaults.ssh_key())
+    owner = (job_id or "").partition("/")[0]
+    ok = True
+    for pointer, ref in file_fields(spec):
+        problem = reference_problem(ref, key)
+        if problem is not None:
+            report.error(pointer, problem[0], problem[1])
+            ok = False
+        elif secrets is not None and owner:
+            found = secrets(owner, ref)
+            if found is not None and found[0] == "error":
+                report.error(pointer, found[1], "only files inside your own secrets folder are copied to your hosts")
+                ok = False
+            elif found is not None:
+                report.warn(pointer, found[1], "ask an admin to put the file there before the job runs")
+    return ok
 
 
 def _too_big(spec: dict, report: _Report) -> bool:
@@ -415,7 +446,7 @@ def _ssh(ssh: dict | None, report: _Report) -> dict | None:
     def check(value: Any, pointer: str) -> None:
         if isinstance(value, str) and KEY_MATERIAL.search(value):
             report.error(pointer, "this looks like private key material; a job spec holds paths, never secrets",
-                         "give the path of the key file (e.g. ~/.ssh/id_rsa), and rotate the key: it is now in git history")
+                         "put the key in your secrets folder and name it (e.g. secret://id_rsa), and rotate the key: it is now in git history")
 
     for k, v in ssh.items():
         if isinstance(v, str):
