@@ -78,31 +78,47 @@ def interpolate(spec: dict, sections: frozenset[str]) -> dict:
     """A copy of `spec` with every reference resolved; raises InterpolationError."""
     budget = _Budget()
     resolved: dict[str, Any] = {}  # dotted -> its expanded value: each reference costs once
+    depth: dict[str, int] = {}  # dotted -> the longest chain of references it starts
+    frames: list[int] = [0]  # per expansion under way: the deepest reference it met
+
+    def too_deep(chain: str) -> None:
+        raise InterpolationError(pointer_now[0], f"`{_field(pointer_now[0])}`: references nested more than {MAX_DEPTH} deep ({chain})",
+                                 "reference the value itself, not a reference to a reference")
+
+    pointer_now = [""]
 
     def expand(value: str, pointer: str, seen: tuple[str, ...]) -> Any:
         whole = REF.fullmatch(value)
 
         def resolve(dotted: str) -> Any:
             budget.substitution(pointer)
-            if dotted in resolved:
-                return resolved[dotted]
-            if dotted in seen:
-                chain = " -> ".join((*seen, dotted))
-                raise InterpolationError(pointer, f"circular reference: {chain}", "break the cycle: one of the fields must hold a plain value")
-            if len(seen) >= MAX_DEPTH:
-                chain = " -> ".join((*seen, dotted))
-                raise InterpolationError(pointer, f"`{_field(pointer)}`: references nested more than {MAX_DEPTH} deep: {chain}",
-                                         "reference the value itself, not a reference to a reference")
-            found, target = _lookup(spec, dotted)
-            if not found or target is None:
-                raise InterpolationError(
-                    pointer, f"reference ${{{dotted}}} points at nothing",
-                    "reference a field that has a value, e.g. ${tpu.accelerator}",
-                )
-            if isinstance(target, str) and "${" in target:
-                target = expand(target, pointer, (*seen, dotted))
-            resolved[dotted] = target
-            return target
+            if dotted not in resolved:
+                if dotted in seen:
+                    chain = " -> ".join((*seen, dotted))
+                    raise InterpolationError(pointer, f"circular reference: {chain}", "break the cycle: one of the fields must hold a plain value")
+                if len(seen) >= MAX_DEPTH:  # before recursing further: the stack stays short
+                    too_deep(" -> ".join((*seen, dotted)))
+                found, target = _lookup(spec, dotted)
+                if not found or target is None:
+                    raise InterpolationError(
+                        pointer, f"reference ${{{dotted}}} points at nothing",
+                        "reference a field that has a value, e.g. ${tpu.accelerator}",
+                    )
+                inner = 0
+                if isinstance(target, str) and "${" in target:
+                    frames.append(0)
+                    try:
+                        target = expand(target, pointer, (*seen, dotted))
+                    finally:
+                        inner = frames.pop()
+                resolved[dotted] = target
+                depth[dotted] = inner + 1
+            # The chain's length is remembered with the value, so the verdict does not depend
+            # on which field happened to be expanded first.
+            if depth[dotted] > MAX_DEPTH:
+                too_deep(dotted)
+            frames[-1] = max(frames[-1], depth[dotted])
+            return resolved[dotted]
 
         if whole and whole.group(1).split(".", 1)[0] in sections:
             return resolve(whole.group(1))
@@ -135,6 +151,7 @@ def interpolate(spec: dict, sections: frozenset[str]) -> dict:
         if isinstance(node, list):
             return [walk(v, f"{pointer}/{i}") for i, v in enumerate(node)]
         if isinstance(node, str) and "${" in node:
+            pointer_now[0] = pointer
             out = expand(node, pointer, ())
             # a whole reference to a mapping or list copies it: that counts as output too
             budget.output += len(out) if isinstance(out, str) else len(json.dumps(out, default=str))
