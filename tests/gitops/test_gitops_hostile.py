@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from gitops_helpers import BOB, Hub, git, run_cli, spec
+from gitops_helpers import BOB, Hub, git, run_cli, spec, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -278,3 +278,29 @@ def test_fuzzed_interpolation_is_bounded_through_the_watcher(fuzz_hub, tmp_path_
     finally:
         store.close()
 
+
+
+def test_a_running_watcher_keeps_ingesting_after_hostile_commits(hub, store):
+    hub.bootstrap()
+    watcher = Watcher(str(hub.bare), store, "main", interval=0.05, use_watchdog=False)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        bad, ok = push_hostile_then_good(hub, {"jobs/alice/new\nline.yaml": spec(), "jobs/alice/bomb.yaml": BOMB})
+        wait_for(lambda: [e for e in store.read_stream("alice/good") if e.data.get("commit") == ok], timeout=60)
+    finally:
+        watcher.stop()
+        thread.join(timeout=30)
+    assert sorted(e.stream for e in rejected_for(store, bad)) == ["_git:main", "alice/bomb"]
+    assert_good_submitted(store, ok)
+
+
+def test_ledger_plan_shows_hostile_names_escaped(hub, store_url):
+    hub.bootstrap()
+    git(hub.work, "checkout", "-q", "-b", "pr")
+    put(hub, {"jobs/alice/new\nline.yaml": spec(), os.fsdecode(b"jobs/alice/caf\xe9.yaml"): spec(), GOOD: spec()})
+    hub.commit({}, "hostile pull request")
+    proc = run_cli(store_url, "plan", "pr", "--repo", str(hub.work), "--branch", "main", "--format", "markdown", check=False)
+    assert proc.returncode == 1, proc.stderr  # invalid specs fail the check: data, not usage (2)
+    assert "| invalid | `alice/new\\nline` |" in proc.stdout and "| invalid | `alice/caf\\xe9` |" in proc.stdout
+    assert "| submit | `alice/good` |" in proc.stdout
