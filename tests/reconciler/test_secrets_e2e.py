@@ -70,3 +70,14 @@ def test_a_spec_in_the_ledger_naming_the_reconcilers_key_fails_setup_without_cop
         finally:
             store.close()
         assert reasons and needle in reasons[0], reasons
+
+
+def test_job_keys_are_per_job_private_and_stable(tmp_path):
+    keys = JobKeys(tmp_path / "jobs")
+    a, b = keys.public("alice/a"), keys.public("bob/b")
+    assert a != b and keys.public("alice/a") == a  # made once, then reused
+    path = keys.existing("alice/a")
+    assert path is not None and path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert "alice" not in str(path)  # the folder is a digest: a job id never becomes a path
+    assert keys.existing("carol/never") is None
