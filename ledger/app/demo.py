@@ -32,7 +32,7 @@ from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thr
 from ledger.fold import FINISHED, RUNNING, JobState, replay
 from ledger.gitops import Watcher
 from ledger.store import open_store
-from ledger.usage import UsageRow, job_usage, to_us
+from ledger.usage import POLICY_STREAM, UsageRow, job_usage, to_us
 from reconciler.remote import layout
 
 JOB_ID = "alice/demo-pod"
@@ -160,7 +160,7 @@ def _roles(store_url: str, job_id: str) -> tuple[Any, Any, Any]:
 def _usage(store_url: str, job_id: str) -> UsageRow | None:
     store = open_store(store_url)
     try:
-        return job_usage(store.read_stream(job_id), to_us(datetime.now(UTC)))
+        return job_usage(store.read_stream(job_id), to_us(datetime.now(UTC)), policy=store.read_stream(POLICY_STREAM))
     finally:
         store.close()
 

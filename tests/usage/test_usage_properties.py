@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.usage import GROUPINGS, HELD, UsageFold, chips_of, from_us, summarize, to_us
-from ledger.usage.fold import LOST, RUNNING, WAITING
+from ledger.usage.fold import COST, LOST, RUNNING, WAITING
 
 T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z in us
 MIN = 60_000_000
@@ -130,10 +130,11 @@ def held_by_hand(rows, lo, hi, now) -> dict[str, int]:
 
 
 def per_job(figures) -> dict[str, list[int]]:
+    """The counted figures (not the costs) of each job, summed over its accounts."""
     out: dict[str, list[int]] = {}
     for key, values in figures.items():
-        acc = out.setdefault(key.job, [0] * len(values))
-        for i, v in enumerate(values):
+        acc = out.setdefault(key.job, [0] * COST)
+        for i, v in enumerate(values[:COST]):
             acc[i] += v
     return out
 
@@ -177,9 +178,9 @@ def test_intervals_never_overlap_and_held_adds_up(rows, a, b, now_min):
     st.floats(0, 10, allow_nan=False), max_size=4))
 def test_totals_by_owner_equal_totals_by_job(rows, a, b, prices):
     lo, hi = window(a, b)
-    figures = UsageFold(lo, hi).apply_rows(rows).figures(T0 + 10_000 * MIN)
-    jobs = summarize(figures, "job", prices)
-    owners = summarize(figures, "owner", prices)
+    figures = UsageFold(lo, hi, prices=prices).apply_rows(rows).figures(T0 + 10_000 * MIN)
+    jobs = summarize(figures, "job")
+    owners = summarize(figures, "owner")
     for owner in owners.rows:
         mine = [r for r in jobs.rows if r.group.partition("/")[0] == owner.group]
         assert owner.chip_us == tuple(map(sum, zip(*(r.chip_us for r in mine), strict=True)))
@@ -192,7 +193,7 @@ def test_totals_by_owner_equal_totals_by_job(rows, a, b, prices):
             assert owner.cost == pytest.approx(sum(r.cost for r in mine))
     assert {r.group.partition("/")[0] for r in jobs.rows} == {r.group for r in owners.rows}
     # every grouping adds up to the same total
-    totals = {by: summarize(figures, by, prices).total for by in GROUPINGS}
+    totals = {by: summarize(figures, by).total for by in GROUPINGS}
     assert len({(t.chip_us, t.preemptions, t.lost_us, t.recoveries, t.recover_us, t.missing) for t in totals.values()}) == 1
 
 
@@ -208,10 +209,10 @@ def test_incremental_and_per_attempt_agree(rows, cut, a, b):
     f.apply_rows(rows[cut:])
     assert f.figures(now) == whole
     by_attempt = UsageFold(lo, hi, per_attempt=True).apply_rows(rows).figures(now)
-    merged = defaultdict(lambda: [0] * 10)
+    merged = defaultdict(lambda: [0] * COST)
     for key, values in by_attempt.items():
-        for i, v in enumerate(values):
+        for i, v in enumerate(values[:COST]):
             merged[key._replace(attempt=0)][i] += v
-    assert {k: v for k, v in merged.items() if any(v)} == {k: v for k, v in whole.items() if any(v)}
+    assert {k: v for k, v in merged.items() if any(v)} == {k: v[:COST] for k, v in whole.items() if any(v[:COST])}
     # waiting never weighs a TPU held: a job waits with the chips it asks for
     assert all(values[WAITING] >= 0 for values in whole.values())
