@@ -29,3 +29,9 @@ PROJECT = "tpu-ledger-local"
 # A managed TPU that no live job holds is deleted after this long (a node created moments ago
 # may belong to an intent whose outcome is not recorded yet).
 ORPHAN_GRACE_S = 300.0
+
+# Checkpoint reporting (a job spec's `job.checkpoints`): a job prints a line matching the
+# pattern, whose one group is the step; the reconciler records at most one `checkpointed`
+# event per job per interval, and only for a newer step.
+CHECKPOINT_PATTERN = r"LEDGER_CHECKPOINT step=(\d+)"
+CHECKPOINT_EVERY_S = 60.0
