@@ -47,16 +47,18 @@ HELD = (PROVISIONING, SETUP, RUNNING, RECOVERING, AFTER_END)
 # completed recoveries (count) and their total wall time (us); then the cost of the chips
 # held (USD, each interval at the price in force when it happened) and what they would have
 # cost on demand, and the prices ("family/pricing") each of the two missed (frozensets).
+# PRICED is the held chip-time already priced: costs are settled lazily (at a price change,
+# and when figures are asked), so counting an interval costs nothing more than its sum.
 PREEMPTIONS, LOST, RECOVERIES, RECOVER_US = 6, 7, 8, 9
-COST, ONDEMAND, MISSING, MISSING_ONDEMAND = 10, 11, 12, 13
-SLOTS = 14
+COST, ONDEMAND, MISSING, MISSING_ONDEMAND, PRICED = 10, 11, 12, 13, 14
+SLOTS = 15
 _US_PER_HOUR = 3_600_000_000
 _NONE: frozenset[str] = frozenset()
 
 
 def blank() -> list:
     """An account's figures before anything is counted."""
-    return [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, _NONE, _NONE]
+    return [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, _NONE, _NONE, 0]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -245,7 +247,9 @@ class UsageFold:
                 values = out.get(iv.key)
                 if values is None:
                     values = out[iv.key] = blank()
-                self._add(values, iv.key, iv.category, (iv.end - iv.start) * iv.chips)
+                values[iv.category] += (iv.end - iv.start) * iv.chips
+        for key, values in out.items():
+            self._settle(key, values)
         return out
 
     def open_intervals(self, now: int) -> list[Interval]:
@@ -278,18 +282,20 @@ class UsageFold:
             values = self.accounts.get(key)
             if values is None:
                 values = self.accounts[key] = blank()
-            self._add(values, key, category, (b - a) * chips)
+            values[category] += (b - a) * chips
             if self._sinks:
                 interval = Interval(key, category, a, b, chips)
                 for sink in self._sinks:
                     sink(interval)
 
-    def _add(self, values: list, key: AccountKey, category: int, chip_us: int) -> None:
-        """Count `chip_us` of `category` on an account, priced (held chips only) at the table
+    def _settle(self, key: AccountKey, values: list) -> None:
+        """Price the account's held chip-time counted since it was last priced, at the table
         in force now; a missing price is named and leaves that cost unknown."""
-        values[category] += chip_us
-        if category == WAITING:
+        held = values[1] + values[2] + values[3] + values[4] + values[5]  # HELD
+        chip_us = held - values[PRICED]
+        if not chip_us:
             return
+        values[PRICED] = held
         rate, ondemand, name, ondemand_name = self.prices.rates(key.accelerator, key.pricing)
         if rate is None:
             if name not in values[MISSING]:
@@ -303,13 +309,15 @@ class UsageFold:
             values[ONDEMAND] += chip_us * ondemand / _US_PER_HOUR
 
     def _policy_changed(self, t: int, data: Mapping[str, Any]) -> None:
-        """New prices from `t` on: every open interval is split at `t`, so what came before
-        is priced at the old table and what comes after at the new one."""
+        """New prices from `t` on: every open interval is split at `t` and everything counted
+        so far is priced at the old table; what comes after is priced at the new one."""
         for job in self.jobs.values():
             if job.open is not None and job.since < t:
                 self._close(job, t)
                 job.since = t
                 job.last = max(job.last, t)
+        for key, values in self.accounts.items():
+            self._settle(key, values)
         self.prices.replace(from_event(data))
 
     def _account(self, key: AccountKey) -> list:
