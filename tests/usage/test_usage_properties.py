@@ -216,3 +216,32 @@ def test_incremental_and_per_attempt_agree(rows, cut, a, b):
     assert {k: v for k, v in merged.items() if any(v)} == {k: v[:COST] for k, v in whole.items() if any(v[:COST])}
     # waiting never weighs a TPU held: a job waits with the chips it asks for
     assert all(values[WAITING] >= 0 for values in whole.values())
+
+
+def _priced(usd: float) -> str:
+    return json.dumps({"commit": "c", "prices": [
+        {"family": f, "pricing": p, "usd_per_chip_hour": usd} for f in ("v4", "v5litepod") for p in ("spot", "ondemand")]})
+
+
+@settings(max_examples=150, deadline=None)
+@given(ledgers(), st.lists(st.integers(0, 60), max_size=4), edges, edges)
+def test_price_changes_split_intervals_but_change_no_figure_and_a_constant_price_is_held_times_price(rows, cuts, a, b):
+    lo, hi = window(a, b)
+    now = T0 + 10_000 * MIN
+    with_prices = list(rows)
+    for cut in sorted(set(cuts), reverse=True):  # the same price every time: only the splits differ
+        at = min(cut, len(rows) - 1)
+        with_prices.insert(at, (0, "_policy", 0, "policy_changed", rows[at][4], _priced(2.0)))
+    with_prices = [(seq, *r[1:]) for seq, r in enumerate(with_prices, 1)]
+    plain = UsageFold(lo, hi, prices={(f, p): 2.0 for f in ("v4", "v5litepod") for p in ("spot", "ondemand")})
+    plain = plain.apply_rows(rows).figures(now)
+    split = UsageFold(lo, hi, prices={("v4", "spot"): 2.0, ("v4", "ondemand"): 2.0,
+                                      ("v5litepod", "spot"): 2.0, ("v5litepod", "ondemand"): 2.0})
+    split = split.apply_rows(with_prices).figures(now)
+    assert {k: v[:COST] for k, v in plain.items() if any(v[:COST])} == {k: v[:COST] for k, v in split.items() if any(v[:COST])}
+    ledger_only = UsageFold(lo, hi).apply_rows([(0, "_policy", 0, "policy_changed", rows[0][4], _priced(2.0)), *with_prices])
+    for report in (summarize(plain, "job"), summarize(ledger_only.figures(now), "job")):
+        for row in report.rows:
+            if row.missing:  # v9-8 weighs 0 chips; any other family here has a price
+                continue
+            assert row.cost == pytest.approx(row.held_us / 3_600_000_000 * 2.0)
