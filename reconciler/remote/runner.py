@@ -241,8 +241,12 @@ class RemoteRunner:
         extra = patterns_extra if patterns_extra is not None else list(saved.get("error_patterns") or [])
         compiled = patterns.compile_patterns(extra)
         checkpoint = patterns.checkpoint_rx(saved.get("checkpoint_pattern"))
-        return self._parallel(self._select(hosts, workers),
-                              lambda h: self._probe_host(job_id, attempt, h, compiled, checkpoint))
+        chosen = self._select(hosts, workers)
+        # Checkpoint lines are looked for on the first selected worker only (the planner
+        # records that one's): one regex pass per probe, not one per host.
+        first = min((h.worker for h in chosen), default=None)
+        return self._parallel(chosen, lambda h: self._probe_host(
+            job_id, attempt, h, compiled, checkpoint if h.worker == first else None))
 
     def _saved_patterns(self, job_id: str, attempt: int) -> dict:
         """What `start` saved of the attempt's spec: its error and checkpoint patterns."""
@@ -253,7 +257,7 @@ class RemoteRunner:
             return {}
         return saved if isinstance(saved, dict) else {}
 
-    def _probe_host(self, job_id: str, attempt: int, host: Host, compiled, checkpoint: re.Pattern[str]) -> HostStatus:
+    def _probe_host(self, job_id: str, attempt: int, host: Host, compiled, checkpoint: re.Pattern[str] | None) -> HostStatus:
         out = layout.output_log(self.log_dir, job_id, attempt, host.worker)
         out.parent.mkdir(parents=True, exist_ok=True)
         offset = out.stat().st_size if out.exists() else 0
