@@ -53,3 +53,9 @@ ORPHAN_GRACE_S = 300.0
 # After a failed ingest (git or the store unreachable) the watcher waits interval * 2^n
 # seconds, at most this long, before it tries again; file system hints do not cut it short.
 WATCH_MAX_BACKOFF_S = 300.0
+
+# Checkpoint reporting (a job spec's `job.checkpoints`): a job prints a line matching the
+# pattern, whose one group is the step; the reconciler records at most one `checkpointed`
+# event per job per interval, and only for a newer step.
+CHECKPOINT_PATTERN = r"LEDGER_CHECKPOINT step=(\d+)"
+CHECKPOINT_EVERY_S = 60.0

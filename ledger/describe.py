@@ -87,6 +87,14 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"commit {str(g('commit', ''))[:10]} set aside: {g('error', '')}"
         case "note":
             return str(g("text", ""))
+        case "checkpointed":
+            worker = f" (worker {g('worker')})" if g("worker") is not None else ""
+            return f"attempt {g('attempt', '?')}, step {g('step', '?')}{worker}"
+        case "policy_changed":
+            prices = g("prices") or []
+            table = ", ".join(f"{p.get('family')}/{p.get('pricing')} {p.get('usd_per_chip_hour')}" for p in prices
+                              if isinstance(p, Mapping))
+            return f"policy @ {str(g('commit', ''))[:10]}: " + (f"prices {table}" if table else "no prices")
     return ", ".join(sorted(d))
 
 

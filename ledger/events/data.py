@@ -335,6 +335,41 @@ class Released(EventData):
     labels: Opt[dict[str, str]] = UNSET
 
 
+class Checkpointed(EventData):
+    """The job reported a checkpoint: its output printed a line matching its checkpoint
+    pattern (`job.checkpoints.pattern`) with a step newer than the last one recorded.
+    Throttled by the reconciler (at most one per `job.checkpoints.every_s`)."""
+
+    event_type: ClassVar[str] = "checkpointed"
+    attempt: Count
+    step: Count
+    worker: Opt[Worker] = UNSET
+
+
+PricingModel = Literal["spot", "ondemand", "preemptible", "reserved"]
+
+
+class Price(_Part):
+    """One price of the policy's table: USD per chip-hour of a family under a pricing model."""
+
+    family: NonEmpty
+    pricing: PricingModel
+    usd_per_chip_hour: Annotated[float, Meta(ge=0)]
+
+
+class PolicyChanged(EventData):
+    """`.ledger/policy.yaml` changed in an ingested commit (on the `_policy` stream): the
+    price table in force from this event on, as parsed (a broken or absent `prices` block
+    records no prices: costs are then unknown, never guessed)."""
+
+    event_type: ClassVar[str] = "policy_changed"
+    commit: NonEmpty
+    prices: list[Price]
+    blob: Opt[str] = UNSET  # the policy file's blob; absent when the file was deleted
+    branch: Opt[str] = UNSET
+    broken: Opt[bool] = UNSET  # the file's `prices` block had errors (the table is empty)
+
+
 class HistoryRewritten(EventData):
     """The watched branch no longer contains the last ingested commit: ingestion pauses."""
 
@@ -411,7 +446,7 @@ _CLASSES: tuple[type[EventData], ...] = (
     Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
     ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
     Rerun, Finished, Cancelled, Released, HistoryRewritten, RewriteAccepted, ActionIntent,
-    ActionOutcome, Note, Quarantined,
+    ActionOutcome, Note, Quarantined, Checkpointed, PolicyChanged,
 )
 
 # Every type the domain knows, in the order the schema lists them.

@@ -275,6 +275,42 @@ class Ignore(Section):
         return any(fnmatch.fnmatchcase(path, g) for g in self.globs)
 
 
+# -- prices -------------------------------------------------------------------------------
+PRICING_MODELS = ("spot", "ondemand", "preemptible", "reserved")  # the job spec's tpu.pricing
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable(Section):
+    """USD per chip-hour by accelerator family and pricing model; nothing when not given.
+
+        prices:
+          v4: {spot: 1.00, ondemand: 3.00}     # example numbers: put your own
+          v5litepod: {ondemand: 1.00}
+
+    The watcher records the table in a `policy_changed` event whenever the file changes,
+    so `ledger usage` prices each interval with the table in force when it happened.
+    """
+
+    KEY: ClassVar[str] = "prices"
+    usd: Mapping[tuple[str, str], float]  # (family, pricing) -> USD per chip-hour
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(usd=MappingProxyType({(family, pricing): float(value) for family, models in sorted(data.items())
+                                         for pricing, value in sorted(models.items())}))
+
+    def rate(self, family: str, pricing: str) -> float | None:
+        return self.usd.get((family, pricing))
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        known = {t.family for t in tpu_types.all_types()}
+        for family in sorted({f for f, _ in self.usd}):
+            if family not in known:
+                # a typo here would leave every cost of the real family unknown
+                yield Problem(f"/prices/{family}", f"`prices` names {family!r}, which is not a Cloud TPU family",
+                              f"use one of {', '.join(sorted(known))}")
+
+
 # -- the policy ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Policy:
@@ -286,6 +322,7 @@ class Policy:
     defaults: Defaults = section(Defaults)
     limits: Limits = section(Limits)
     ignore: Ignore = section(Ignore)
+    prices: PriceTable = section(PriceTable)
 
 
 SECTIONS: dict[str, type[Section]] = {f.name: f.metadata["section"] for f in fields(Policy)}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ledger import defaults
+
 DEFAULT_PATTERNS: dict[str, list[str]] = {
     # Checked in this order: a preemption notice wins over the GRPC error it causes.
     "preempted": [
@@ -56,6 +58,24 @@ def classify(line: str, patterns: list[tuple[str, re.Pattern[str]]] | None = Non
     for kind, rx in patterns if patterns is not None else _DEFAULT:
         if rx.search(line):
             return kind
+    return None
+
+
+def checkpoint_rx(pattern: str | None) -> re.Pattern[str]:
+    """A job's checkpoint pattern (its one group is the step), or the default one. The spec
+    validator checked it; a pattern that still does not compile is matched as a literal."""
+    return _compile(pattern or defaults.CHECKPOINT_PATTERN)
+
+
+def newest_step(text: str, rx: re.Pattern[str]) -> int | None:
+    """The step of the last line of `text` that matches the checkpoint pattern (lines are
+    cut to MAX_MATCH_CHARS before matching: the pattern runs on bounded input)."""
+    for line in reversed(text.splitlines()):
+        m = rx.search(line[:MAX_MATCH_CHARS])
+        if m is not None and m.groups():
+            digits = (m.group(1) or "").strip()
+            if digits.isdigit() and len(digits) <= 18:
+                return int(digits)
     return None
 
 

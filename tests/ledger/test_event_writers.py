@@ -40,7 +40,7 @@ CLASSES = {cls.__name__: cls for cls in DATA_TYPES.values()}
 APPEND_SITES = {
     "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
-    "ledger/gitops/ingest.py": 5,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note
+    "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
 }
 # Names an append site may pass as data, each bound to a class instance (see the site).
@@ -126,6 +126,8 @@ def _minimal(t: mi.Type) -> Any:
         return _SAMPLE_STR.get(t.pattern or "", "x")
     if isinstance(t, mi.IntType):
         return t.ge if t.ge is not None else 1
+    if isinstance(t, mi.FloatType):
+        return t.ge if t.ge is not None else 1.5
     if isinstance(t, mi.BoolType):
         return True
     if isinstance(t, mi.ListType):

@@ -14,7 +14,7 @@ from ledger.app.commands.usage import accounting_line
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
 from ledger.timeline import Row, compact, wrap
-from ledger.usage import job_usage, to_us
+from ledger.usage import POLICY_STREAM, job_usage, to_us
 
 
 @click.command("inspect")
@@ -50,7 +50,7 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool) -> None
         click.echo("\n".join(compact(title, rows, width)))
     else:
         _wide_table(title, rows)
-    usage = job_usage(events, to_us(datetime.now(UTC)))
+    usage = job_usage(events, to_us(datetime.now(UTC)), policy=store.read_stream(POLICY_STREAM))
     if usage is not None:
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
