@@ -45,6 +45,12 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"{g('path', '')} @ {str(g('commit', ''))[:10]}: {who_asked(d)}"
         case "rejected":
             return str(g("reason", ""))
+        case "policy_applied":
+            q = g("blocks", {}).get("quotas", {})
+            return f"sharing policy {str(g('digest', ''))[:10]} from {g('source') or '(none)'} by {g('holder', '?')}: " \
+                   f"{len(q.get('users', {}))} user, {len(q.get('teams', {}))} team quota(s)" + (", a lab quota" if q.get("lab") else "")
+        case "admitted":
+            return f"past its quotas by {g('by', '?')}: {g('reason', '')}"
         case "queued" | "cancel_requested" | "cancelled":
             return str(g("reason", ""))
         case "provisioning":
@@ -61,6 +67,8 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
         case "started":
             return f"attempt {g('attempt')}" if "attempt" in d else ""
         case "preempted":
+            if g("cause") == "priority":
+                return f"for {g('winner', '?')} (priority): {g('reason', '')}"
             return " ".join(str(x) for x in (g("tpu_state"), g("reason")) if x)
         case "failed":
             code = f" exit {g('exit_code')}" if g("exit_code") is not None else ""

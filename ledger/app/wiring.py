@@ -9,6 +9,7 @@ from typing import Any
 
 from ledger import defaults
 from ledger.fold import JobState
+from ledger.spec.policy import Policy
 from reconciler.keys import JobKeys, ensure_key
 from reconciler.loop import Reconciler
 from reconciler.model import PlanConfig
@@ -32,6 +33,7 @@ class Settings:
     intent_timeout_s: float = 600.0
     queued_retry_s: float = 10.0
     lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
+    policy: Policy | None = None  # quotas, priority classes, fair share: None = admit every job
 
 
 def hosts_of(username: str, job_keys: JobKeys | None = None):
@@ -71,7 +73,7 @@ def build(settings: Settings, **overrides: Any):
         holder=settings.holder, orphan_grace_s=settings.orphan_grace_s,
         # With leases a peer's intent is taken over once its lease lapses, never by age.
         intent_timeout_s=settings.intent_timeout_s if settings.lease_ttl_s <= 0 else float("inf"),
-        queued_retry_s=settings.queued_retry_s,
+        queued_retry_s=settings.queued_retry_s, policy=settings.policy,
     )
     return Reconciler(
         settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,

@@ -18,6 +18,7 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.queueview import PolicyFile, record_policy
 from ledger.app.readmodels import tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
@@ -55,20 +56,37 @@ from ledger.fold import LIVE, JobState, replay
 @click.option("--checkpoint-every", type=float, default=60.0, show_default=True, envvar="LEDGER_CHECKPOINT_EVERY",
               help="Seconds between signed checkpoints of the ledger's head (made when it moved, and at "
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
+@click.option("--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",
+              type=click.Path(path_type=Path),
+              help="The jobs repo's .ledger/policy.yaml to enforce: quotas, priority classes, fair share; read "
+                   "again when it changes, and recorded in the ledger when its rules do [env: LEDGER_POLICY; "
+                   "unset = no quotas].")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
-              checkpoint_every: float) -> None:
+              checkpoint_every: float, policy_path: Path | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
 
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
     recovers from preemptions and errors by each job's rules. Every action is recorded as
     an intent before and an outcome after, so a restart repairs instead of repeating.
+
+    With --policy, jobs are admitted by the policy's quotas, priority classes and fair
+    share, and urgent jobs may preempt lower classes (`ledger queue` explains who waits).
+
+    \b
+    ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
                         ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
+    # What it enforces goes into the ledger (`ledger queue` and `inspect` explain by it), and
+    # the file is followed: an admin's change applies at the next pass.
+    source = PolicyFile(policy_path, store.url, holder or settings.holder) if policy_path else None
+    policy = source() if source else None
+    if source is None:
+        record_policy(store, None, source="", holder=holder or settings.holder)
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key
@@ -77,12 +95,13 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
         settings.log_dir = log_dir
     if holder:
         settings.holder = holder
+    settings.policy = policy
     out = console()
 
     def report(action, result) -> None:
         out.print(f"[bold]{action.kind}[/] {action.job_id or '-'}: {result}")
 
-    rec = build(settings, on_action=report)
+    rec = build(settings, on_action=report, policy_source=source)
     checkpoints = start_checkpoints(settings.store_url, settings.ssh_key, settings.holder, repo=checkpoint_repo,
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
