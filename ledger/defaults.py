@@ -29,3 +29,10 @@ PROJECT = "tpu-ledger-local"
 # A managed TPU that no live job holds is deleted after this long (a node created moments ago
 # may belong to an intent whose outcome is not recorded yet).
 ORPHAN_GRACE_S = 300.0
+
+# Host hygiene (`ledger doctor`, and the checks before every start): where a TPU VM keeps
+# what the checks look at, relative to HOST_ROOT ("" on a real VM; "~/.vm" in the emulator's
+# sandboxes, where `--tpu-endpoint` points at it), and the free disk a start needs.
+HOST_ROOT = ""
+EMULATOR_HOST_ROOT = "~/.vm"
+DOCTOR_MIN_FREE_BYTES = 1 << 30

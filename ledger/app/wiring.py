@@ -9,6 +9,7 @@ from typing import Any
 
 from ledger import defaults
 from ledger.fold import JobState
+from reconciler.doctor import Doctor, Gate, Paths
 from reconciler.keys import ensure_key
 from reconciler.loop import Reconciler
 from reconciler.model import PlanConfig
@@ -30,6 +31,16 @@ class Settings:
     intent_timeout_s: float = 600.0
     queued_retry_s: float = 10.0
     lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
+    host_root: str | None = None  # the VMs' root for the host checks; None: the emulator's with tpu_endpoint
+    host_checks: bool = True  # check (and safely repair) the hosts before every start
+
+
+def host_paths(settings: Settings) -> Paths:
+    """Where the host checks look: a real VM's paths, or the emulator's sandbox (`~/.vm`)."""
+    root = settings.host_root
+    if root is None:
+        root = defaults.EMULATOR_HOST_ROOT if settings.tpu_endpoint else defaults.HOST_ROOT
+    return Paths.for_root(root)
 
 
 def hosts_of(username: str):
@@ -65,9 +76,12 @@ def build(settings: Settings, **overrides: Any):
         intent_timeout_s=settings.intent_timeout_s if settings.lease_ttl_s <= 0 else float("inf"),
         queued_retry_s=settings.queued_retry_s,
     )
-    return Reconciler(
+    rec = Reconciler(
         settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,
         holder=settings.holder, ssh_user=settings.ssh_user, ssh_public_key=public,
         hosts_of=hosts_of(settings.ssh_user), extra_args_of=extra_args_of,
         interval=settings.interval, config=config, lease_ttl=settings.lease_ttl_s, **overrides,
     )
+    if settings.host_checks:
+        rec.executor.doctor = Gate(Doctor(runner, host_paths(settings)), settings.holder)
+    return rec

@@ -1,0 +1,129 @@
+"""The doctor and the ledger: what the ledger knows of the processes it started, and the
+intent + outcome of every repair, recorded before and after it acts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ledger.events import NewEvent, event_id
+from ledger.events import data as ev
+from ledger.fold import JobState, replay
+from ledger.store import Reader, Store
+from reconciler.doctor.model import Context, JobInfo
+from reconciler.doctor.run import Doctor, Report
+
+
+class LedgerJobs(Mapping[str, JobInfo]):
+    """Jobs read from the ledger when a process names one (rarely more than a few)."""
+
+    def __init__(self, store: Reader) -> None:
+        self.store = store
+        self._cache: dict[str, JobInfo | None] = {}
+
+    def __getitem__(self, job_id: str) -> JobInfo:
+        if job_id not in self._cache:
+            events = self.store.read_stream(job_id)
+            job = replay(events).jobs.get(job_id) if events else None
+            self._cache[job_id] = None if job is None else info(job)
+        found = self._cache[job_id]
+        if found is None:
+            raise KeyError(job_id)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(k for k, v in self._cache.items() if v is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._cache.values() if v is not None)
+
+
+def info(job: JobState) -> JobInfo:
+    ended_at = _epoch(max(job.times.values())) if job.terminal and job.times else None
+    return JobInfo(state=job.state, ended=job.terminal, ended_at=ended_at, attempt=job.attempt)
+
+
+def _epoch(iso: str) -> float | None:
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def started_pids(events: Sequence[Any], attempt: int, tpu: str) -> dict[int, dict[int, int]]:
+    """worker -> {pid: attempt} of the earlier attempts this job started on TPU `tpu`. Pure."""
+    out: dict[int, dict[int, int]] = {}
+    on = ""
+    for e in events:
+        if e.type in ("provisioning", "provisioned"):
+            on = ((e.data or {}).get("tpu") or {}).get("name", on)
+        elif e.type == "started" and on == tpu:
+            a = (e.data or {}).get("attempt")
+            if a is None or a >= attempt:
+                continue
+            for w, pid in ((e.data or {}).get("pids") or {}).items():
+                out.setdefault(int(w), {})[int(pid)] = int(a)
+    return out
+
+
+def context(store: Reader, job: JobState | None, *, tpu: Mapping[str, Any] | None = None) -> Context:
+    """The checks' context for `job` (None: a TPU no job holds), from the ledger."""
+    held = tpu or (job.tpu if job else None) or {}
+    name = str(held.get("name", ""))
+    started = started_pids(store.read_stream(job.id), job.attempt, name) if job else {}
+    return Context(job_id=job.id if job else None, attempt=job.attempt if job else 0,
+                   spec=job.spec if job else {}, tpu=name, shared=bool(held.get("shared")),
+                   started=started, jobs=LedgerJobs(store), now=time.time())
+
+
+def clean(doctor: Doctor, store: Store, job: JobState, hosts: Sequence[Any], report: Report,
+          ctx: Context, actor: dict[str, Any], *, key: str, holder: str = "", reason: str) -> Report:
+    """Record what was found (intent), repair it, record what was done (outcome); the report
+    after the repairs, from a fresh look."""
+    action_id = event_id(job.id, key)
+    found = [f.to_dict() for f in report.findings if f.status != "ok"]
+    intent = ev.ActionIntent(action_id=action_id, action="clean", params={"found": found, "tpu": ctx.tpu},
+                             holder=holder, reason=reason)
+    res = store.append(job.id, [NewEvent("action_intent", intent, actor, key=key)])
+    if res.duplicate:
+        return report
+    repairs = doctor.repair(report, hosts)
+    after = doctor.examine(hosts, ctx)
+    result = {
+        "tpu": ctx.tpu, "health": "unhealthy" if after.failures or any(not r.ok for r in repairs) else "fixed",
+        "done": [{"worker": r.finding.worker, "check": r.finding.check, "what": r.finding.fix.done}
+                 for r in repairs if r.ok and r.finding.fix is not None],
+        "failed": [{"worker": r.finding.worker, "check": r.finding.check, "what": r.finding.message}
+                   for r in repairs if not r.ok],
+    }
+    ok = not result["failed"]
+    outcome = ev.ActionOutcome(action_id=action_id, action="clean", ok=ok, result=result,
+                               **({} if ok else {"error": f"{len(result['failed'])} repair(s) failed"}))
+    store.append(job.id, [NewEvent("action_outcome", outcome, actor, key=f"{action_id}:outcome")])
+    return after
+
+
+class Gate:
+    """The checks before every start (the executor calls it): repairs what is safe, and
+    says what cannot be repaired. Returns (health, problem or None)."""
+
+    def __init__(self, doctor: Doctor, holder: str = "") -> None:
+        self.doctor = doctor
+        self.holder = holder
+
+    def __call__(self, store: Store, job: JobState, hosts: Sequence[Any], actor: dict[str, Any]) -> tuple[str, str | None]:
+        ctx = context(store, job)
+        report = self.doctor.examine(hosts, ctx)
+        health = report.health
+        if report.fixable:
+            report = clean(self.doctor, store, job, hosts, report, ctx, actor, key=f"v{job.version}:clean",
+                           holder=self.holder, reason="host check before start")
+            health = "fixed" if not report.failures else "unhealthy"
+            if report.fixable:  # repaired, yet still there: the host is not fit to start on
+                report.findings = [f if f.status != "fix" else type(f)(f.check, f.worker, "fail", f"{f.message} (the repair did not hold)")
+                                   for f in report.findings]
+        if report.failures:
+            return "unhealthy", report.problem()
+        return health, None
