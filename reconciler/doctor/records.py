@@ -79,16 +79,16 @@ def context(store: Reader, job: JobState | None, *, tpu: Mapping[str, Any] | Non
 
 
 def clean(doctor: Doctor, store: Store, job: JobState, hosts: Sequence[Any], report: Report,
-          ctx: Context, actor: dict[str, Any], *, key: str, holder: str = "", reason: str) -> Report:
-    """Record what was found (intent), repair it, record what was done (outcome); the report
-    after the repairs, from a fresh look."""
+          ctx: Context, actor: dict[str, Any], *, key: str, holder: str = "", reason: str) -> tuple[Report, dict[str, Any]]:
+    """Record what was found (intent), repair it, record what was done (outcome). Returns the
+    report after the repairs (a fresh look) and the outcome's result."""
     action_id = event_id(job.id, key)
     found = [f.to_dict() for f in report.findings if f.status != "ok"]
     intent = ev.ActionIntent(action_id=action_id, action="clean", params={"found": found, "tpu": ctx.tpu},
                              holder=holder, reason=reason)
     res = store.append(job.id, [NewEvent("action_intent", intent, actor, key=key)])
     if res.duplicate:
-        return report
+        return report, {}
     repairs = doctor.repair(report, hosts)
     after = doctor.examine(hosts, ctx)
     result = {
@@ -102,7 +102,7 @@ def clean(doctor: Doctor, store: Store, job: JobState, hosts: Sequence[Any], rep
     outcome = ev.ActionOutcome(action_id=action_id, action="clean", ok=ok, result=result,
                                **({} if ok else {"error": f"{len(result['failed'])} repair(s) failed"}))
     store.append(job.id, [NewEvent("action_outcome", outcome, actor, key=f"{action_id}:outcome")])
-    return after
+    return after, result
 
 
 class Gate:
@@ -118,7 +118,7 @@ class Gate:
         report = self.doctor.examine(hosts, ctx)
         health = report.health
         if report.fixable:
-            report = clean(self.doctor, store, job, hosts, report, ctx, actor, key=f"v{job.version}:clean",
+            report, _ = clean(self.doctor, store, job, hosts, report, ctx, actor, key=f"v{job.version}:clean",
                            holder=self.holder, reason="host check before start")
             health = "fixed" if not report.failures else "unhealthy"
             if report.fixable:  # repaired, yet still there: the host is not fit to start on

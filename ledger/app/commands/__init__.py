@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "resume": "reconcile:resume",
     "rerun": "reconcile:rerun",
     "tpus": "reconcile:tpus",
+    "doctor": "doctor:doctor_cmd",
     # questions to the ledger
     "replay": "replay:replay_cmd",
     "inspect": "inspect:inspect_cmd",

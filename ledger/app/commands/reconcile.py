@@ -18,7 +18,7 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
-from ledger.app.readmodels import tpu_rows
+from ledger.app.readmodels import tpu_health, tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
@@ -147,14 +147,22 @@ def rerun(ctx: click.Context, job_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.pass_context
 def tpus(ctx: click.Context, as_json: bool) -> None:
-    """Every TPU the ledger knows: its state, the job and owner holding it, and since when."""
+    """Every TPU the ledger knows: its state, the job and owner holding it, since when, and
+    its hosts' health at the last check (before a start, or `ledger doctor --fix`)."""
     store = store_from(ctx)
-    rows = tpu_rows(replay(store.read_all()).jobs.values())
-    if as_json:
+    events = list(store.read_all())
+    rows = tpu_rows(replay(events).jobs.values())
+    if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows)
         return
-
-    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since")
+    health = tpu_health(events)
     for r in rows:
-        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"])
+        r["health"] = health.get(r["tpu"] or "", {}).get("health", "")
+
+    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
+    colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}
+    for r in rows:
+        h = r["health"]
+        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"],
+                      f"[{colour[h]}]{h}[/]" if h in colour else h)
     console().print(table if rows else "no TPU is held or awaited")
