@@ -5,8 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ledger.describe import summarize
-from reconciler.doctor import CHECKS, Context, Facts, JobInfo, Paths, Proc, judge
-from reconciler.doctor import fixes, probe
+from reconciler.doctor import CHECKS, Context, Facts, JobInfo, Paths, Proc, fixes, judge, probe
 from reconciler.doctor.owners import ago
 from reconciler.doctor.records import started_pids
 
