@@ -66,7 +66,7 @@ def script(checks: Iterable[Check], paths: Paths, ctx: Context) -> str:
         "exec 2>/dev/null",  # processes come and go while we look: their errors mean nothing
         f"R={root}",
         'RR=$(cd "$R/" 2>/dev/null && pwd -P); RR=${RR%/}',
-        "printf 'root\\t%s\\n' \"$RR\"",
+        "printf 'root\\t%s\\t%s\\n' \"$RR\" \"$HOME\"",
         'P=""',
         "read -r up _ < /proc/uptime; printf 'uptime\\t%s\\t%s\\n' \"$up\" \"$(getconf CLK_TCK 2>/dev/null || echo 100)\"",
     ]
@@ -77,14 +77,16 @@ def script(checks: Iterable[Check], paths: Paths, ctx: Context) -> str:
 def parse(worker: int, out: str) -> Facts:
     """The host's answer; paths under the VM's root are shown as the VM sees them (/dev/accel0)."""
     facts = Facts(worker)
-    root = ""
+    root = home = ""
     for line in out.splitlines():
         tag, _, rest = line.partition("\t")
         if tag == "root":
-            root = rest
+            root, _, home = rest.partition("\t")
             continue
-        if root and tag in ("dev", "holder", "lock"):
+        if root and tag in ("dev", "holder", "lock", "df"):
             rest = rest.replace(root + "/", "/")
+        if home and tag == "df" and rest.endswith("\t" + home):
+            rest = rest[: -len(home)] + "~"
         f = rest.split("\t")
         try:
             _take(facts, tag, f)

@@ -38,7 +38,7 @@ class Pod:
         return self.doctor.examine(self.hosts, ctx or Context(job_id=None, attempt=0, spec={}))
 
 
-def make_pod(tmp_path: Path, emu: Emulator, accel: str = "v4-16", node_id: str = "pod") -> Pod:
+def make_pod(tmp_path: Path, emu: Emulator, accel: str = "v4-32", node_id: str = "pod") -> Pod:
     key = paramiko.ECDSAKey.generate(bits=256)
     key_path = tmp_path / f"id_{node_id}"
     key.write_private_key_file(str(key_path))
