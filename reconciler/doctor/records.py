@@ -84,7 +84,8 @@ def clean(doctor: Doctor, store: Store, job: JobState, hosts: Sequence[Any], rep
     report after the repairs (a fresh look) and the outcome's result."""
     action_id = event_id(job.id, key)
     found = [f.to_dict() for f in report.findings if f.status != "ok"]
-    intent = ev.ActionIntent(action_id=action_id, action="clean", params={"found": found, "tpu": ctx.tpu},
+    # `tpu_name`, not `tpu`: the planner reads a pending intent's params.tpu as a TPU dict
+    intent = ev.ActionIntent(action_id=action_id, action="clean", params={"found": found, "tpu_name": ctx.tpu},
                              holder=holder, reason=reason)
     res = store.append(job.id, [NewEvent("action_intent", intent, actor, key=key)])
     if res.duplicate:
