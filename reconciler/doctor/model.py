@@ -70,8 +70,6 @@ class Facts:
     disk: list[tuple[str, int]] = field(default_factory=list)  # (path, bytes free)
     python: str = ""
     packages: dict[str, str] = field(default_factory=dict)
-    uptime: float = 0.0
-    ticks: int = 100
     error: str | None = None  # the host could not be probed
 
 

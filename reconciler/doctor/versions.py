@@ -28,7 +28,7 @@ def _sites(paths: Paths, ctx: Context) -> list[str]:
 def _probe(paths: Paths, ctx: Context) -> str:
     globs = " ".join(f"{probe.glob(s)}/{p}[-_]*.dist-info" for s in _sites(paths, ctx) for p in PACKAGES)
     return "\n".join([
-        "printf 'py\\t%s\\n' \"$(python3 --version 2>&1 | head -n1)\"",
+        "command -v python3 >/dev/null && { printf 'py\\t'; python3 --version 2>&1; }",
         f"for f in {globs}; do [ -e \"$f\" ] && printf 'pkg\\t%s\\n' \"${{f##*/}}\"; done",
     ])
 

@@ -119,7 +119,7 @@ def test_an_unreachable_host_fails():
 
 def test_the_parser_reads_what_the_probe_prints_and_shows_paths_as_the_vm_sees_them():
     out = "\n".join([
-        "root\t/srv/h/w0/.vm", "uptime\t1000.5\t100", "dev\t/srv/h/w0/.vm/dev/accel0",
+        "root\t/srv/h/w0/.vm\t/srv/h/w0", "dev\t/srv/h/w0/.vm/dev/accel0",
         "holder\t42\t/srv/h/w0/.vm/dev/accel0", "lock\t/srv/h/w0/.vm/tmp/libtpu_lockfile", "mine\t43",
         "proc\t42\t42\t42\t777\tLEDGER_JOB_ID=a/b LEDGER_ATTEMPT=1 LEDGER_WORKER_ID=0 \tpython -c x ",
         "df\t1024\t/", "py\tPython 3.11.2", "pkg\tlibtpu_nightly-0.1.dev2024.dist-info", "garbage line", "proc\tcut",
@@ -128,7 +128,7 @@ def test_the_parser_reads_what_the_probe_prints_and_shows_paths_as_the_vm_sees_t
     assert f.devices == ["/dev/accel0"] and f.holders == {42: ["/dev/accel0"]} and f.lockfile == "/tmp/libtpu_lockfile"
     assert f.procs[42] == Proc(42, 42, 42, 777, job="a/b", attempt=1, worker=0, cmd="python -c x")
     assert f.mine == {43} and f.disk == [("/", 1 << 20)] and f.python == "3.11.2"
-    assert f.packages == {"libtpu-nightly": "0.1.dev2024"} and f.uptime == 1000.5
+    assert f.packages == {"libtpu-nightly": "0.1.dev2024"}
 
 
 def test_probe_and_repair_scripts_quote_what_comes_from_a_spec():
