@@ -15,7 +15,7 @@ from emulator import Emulator, Timings
 from ledger import defaults
 from reconciler.doctor import Context, Doctor, Paths
 from reconciler.remote import Host, RemoteRunner
-from tests.reconciler.conftest import Harness
+from tests.reconciler.conftest import Harness, harness  # noqa: F401 - the reconciler's harness fixture, here too
 
 PARENT = "projects/proj/locations/us-central2-b"
 USER = "alice"
@@ -69,12 +69,3 @@ def pod(tmp_path: Path) -> Iterator[Pod]:
             p.doctor.close()
             p.runner.close()
 
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    with Emulator(state_dir=tmp_path / "emulator") as emu:
-        h = Harness(emu, f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path)
-        try:
-            yield h
-        finally:
-            h.close()

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from ledger import defaults
-from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.common import console, print_json, store_from, tpu_access_options
 from ledger.app.wiring import Settings, host_paths, hosts_of
 from ledger.errors import UsageError
 from ledger.events import actor
@@ -75,13 +75,7 @@ def _table(report: Report, title: str) -> Table:
 @click.option("--fix", is_flag=True, help="Apply the safe repairs, recorded in the job's stream as an audited override.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--zone", default=None, help="The TPU's zone, when no job of the ledger names it.")
-@click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
-              help="Google Cloud project of the TPUs [env: LEDGER_PROJECT].")
-@click.option("--tpu-endpoint", envvar="LEDGER_TPU_ENDPOINT", default=None,
-              help="host:port of a TPU API without TLS (the emulator) [env: LEDGER_TPU_ENDPOINT].")
-@click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,
-              help="Private key for TPU hosts (the reconciler's) [env: LEDGER_SSH_KEY].")
-@click.option("--ssh-user", envvar="LEDGER_SSH_USER", default=defaults.SSH_USER, show_default=True)
+@tpu_access_options
 @click.option("--host-root", envvar="LEDGER_HOST_ROOT", default=None,
               help="Where the VMs' /dev, /tmp and /proc/mounts are: '' on real VMs (the default), "
                    f"{defaults.EMULATOR_HOST_ROOT} on the emulator's hosts (the default with --tpu-endpoint) [env: LEDGER_HOST_ROOT].")

@@ -17,7 +17,14 @@ from ledger.app.commands.checkpoint import (
     checkpoint_repo_option,
     start_checkpoints,
 )
-from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.commands.common import (
+    console,
+    print_json,
+    publishing,
+    store_from,
+    topic_option,
+    tpu_access_options,
+)
 from ledger.app.readmodels import tpu_health, tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
@@ -30,13 +37,7 @@ from ledger.fold import LIVE, JobState, replay
 @click.option("--once", is_flag=True, help="Act until nothing is left to do right now, then exit.")
 @click.option("--interval", type=float, default=2.0, show_default=True, envvar="LEDGER_INTERVAL",
               help="Seconds between observations when no event wakes the loop.")
-@click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
-              help="Google Cloud project of the TPUs [env: LEDGER_PROJECT].")
-@click.option("--tpu-endpoint", envvar="LEDGER_TPU_ENDPOINT", default=None,
-              help="host:port of a TPU API without TLS (the emulator); unset = Google Cloud [env: LEDGER_TPU_ENDPOINT].")
-@click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,
-              help="Private key for TPU hosts; created if missing [env: LEDGER_SSH_KEY].")
-@click.option("--ssh-user", envvar="LEDGER_SSH_USER", default=defaults.SSH_USER, show_default=True)
+@tpu_access_options
 @click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
               help="Where job and setup logs are kept [env: LEDGER_LOG_DIR].")
 @click.option("--id", "holder", envvar="LEDGER_RECONCILER_ID", default=None,
