@@ -19,7 +19,7 @@ def _probe(paths: Paths, ctx: Context) -> str:
     return "\n".join([
         f"for f in {devs}; do [ -e \"$f\" ] && printf 'dev\\t%s\\n' \"$f\"; done",
         f"while IFS=$'\\t' read -r d l; do p=${{d#/proc/}}; p=${{p%/fd}}; printf 'holder\\t%s\\t%s\\n' \"$p\" \"$l\"; P+=\" $p\"; "
-        f"done < <(find /proc/[0-9]*/fd -maxdepth 1 \\( {pats} \\) -printf '%h\\t%l\\n')",
+        f"done < <($S find /proc/[0-9]*/fd -maxdepth 1 \\( {pats} \\) -printf '%h\\t%l\\n')",
         f"[ -e {probe.rooted(paths.lockfile)} ] && printf 'lock\\t%s\\n' \"$RR\"/{probe.q(paths.lockfile)}",
     ])
 

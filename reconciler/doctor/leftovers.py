@@ -15,7 +15,7 @@ def _probe(paths: Paths, ctx: Context) -> str:
     if not ctx.job_id or ctx.attempt <= 1 and not ctx.started:
         return ""  # a job's first attempt has no earlier one to leave anything behind
     lines = [
-        f"for f in $(grep -lzxF -- {probe.q('LEDGER_JOB_ID=' + ctx.job_id)} /proc/[0-9]*/environ); do "
+        f"for f in $($S grep -lzxF -- {probe.q('LEDGER_JOB_ID=' + ctx.job_id)} /proc/[0-9]*/environ); do "
         "p=${f#/proc/}; p=${p%/environ}; printf 'mine\\t%s\\n' \"$p\"; P+=\" $p\"; done",
     ]
     pgids = sorted({g for per in ctx.started.values() for g in per})

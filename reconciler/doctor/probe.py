@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from reconciler.doctor.model import Check, Context, Facts, Paths, Proc
 
 q = shlex.quote
+# Root looks as is; a user with passwordless sudo (a TPU VM's SSH user) looks through it, to
+# see other users' processes (a docker container's are root's). A builtin test for root.
+SUDO = '''S=""; [ "$EUID" != 0 ] && sudo -n true 2>/dev/null && S="sudo -n"'''
 
 
 def bash(script: str) -> str:
@@ -51,9 +54,10 @@ for p in $P; do
   [ -r /proc/$p/stat ] || continue; s=$(< /proc/$p/stat)
   s=${s##*) }; set -- $s
   e=""; c=""
-  while IFS= read -r -d '' kv; do
+  if [ -r /proc/$p/environ ]; then exec 4< /proc/$p/environ; else exec 4< <($S cat /proc/$p/environ); fi
+  while IFS= read -r -d '' -u 4 kv; do
     case $kv in LEDGER_JOB_ID=*|LEDGER_ATTEMPT=*|LEDGER_WORKER_ID=*) e+="$kv ";; esac
-  done < /proc/$p/environ 2>/dev/null
+  done; exec 4<&-
   while IFS= read -r -d '' a; do c+="${a//[$'\t\n']/ } "; [ ${#c} -gt 200 ] && break; done < /proc/$p/cmdline 2>/dev/null
   printf 'proc\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$3" "$4" "${20}" "$e" "${c:0:200}"
 done
@@ -64,6 +68,7 @@ def script(checks: Iterable[Check], paths: Paths, ctx: Context) -> str:
     root = word(paths.root) if paths.root else "''"
     head = [
         "exec 2>/dev/null",  # processes come and go while we look: their errors mean nothing
+        SUDO,
         f"R={root}",
         'RR=$R; cd -P "$R/" && RR=${PWD%/}; cd "$HOME"',  # builtins only: no subshell
         "printf 'root\\t%s\\t%s\\n' \"$RR\" \"$HOME\"",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -116,15 +117,20 @@ class Gate:
 
     def __call__(self, store: Store, job: JobState, hosts: Sequence[Any], actor: dict[str, Any]) -> tuple[str, str | None]:
         ctx = context(store, job)
-        report = self.doctor.examine(hosts, ctx)
-        health = report.health
-        if report.fixable:
-            report, _ = clean(self.doctor, store, job, hosts, report, ctx, actor, key=f"v{job.version}:clean",
-                           holder=self.holder, reason="host check before start")
-            health = "fixed" if not report.failures else "unhealthy"
-            if report.fixable:  # repaired, yet still there: the host is not fit to start on
-                report.findings = [f if f.status != "fix" else type(f)(f.check, f.worker, "fail", f"{f.message} (the repair did not hold)")
-                                   for f in report.findings]
-        if report.failures:
-            return "unhealthy", report.problem()
-        return health, None
+        report = _judged(self.doctor.examine(hosts, ctx))
+        if not report.fixable:
+            return (report.health, None) if not report.failures else ("unhealthy", report.problem())
+        after, _ = clean(self.doctor, store, job, hosts, report, ctx, actor, key=f"v{job.version}:clean",
+                         holder=self.holder, reason="host check before start")
+        after = _judged(after)
+        # repaired, yet still there: the host is not fit to start on
+        after.findings = [f if f.status != "fix" else replace(f, status="fail", message=f"{f.message} (the repair did not hold)")
+                          for f in after.findings]
+        return ("fixed", None) if not after.failures else ("unhealthy", after.problem())
+
+
+def _judged(report: Report) -> Report:
+    """A host the probe could not reach is not judged before a start: the start reaches for it
+    next and fails its own way (a lost host), as it did before the checks."""
+    report.findings = [f for f in report.findings if f.check != "ssh"]
+    return report
