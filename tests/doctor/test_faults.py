@@ -95,3 +95,34 @@ def test_doctor_json_names_each_fault_and_fix_repairs_only_what_is_safe(pod: Pod
     assert {f["worker"] for f in one["findings"]} == {3}
     code, by_name = doctor(pod, url, pod.node, "--zone", ZONE)
     assert by_name["job"] == "alice/train"  # the job holding it
+
+
+def test_the_faults_over_the_control_api_and_a_stale_process_dies_with_its_vm(pod: Pod):
+    from emulator.control import ControlClient, ControlError
+
+    control = ControlClient(pod.emu.control_url)
+    home = Path(pod.sh(1, "echo -n $HOME"))
+    pid = control.stale_process(pod.node, 1, env={"LEDGER_JOB_ID": "x/y"})
+    held = {str(home / ".vm/dev" / f"accel{i}") for i in range(4)} | {str(home / ".vm/tmp/libtpu_lockfile")}
+    assert {str(Path(f"/proc/{pid}/fd", fd).readlink()) for fd in __import__("os").listdir(f"/proc/{pid}/fd")} >= held
+    assert b"LEDGER_JOB_ID=x/y" in Path(f"/proc/{pid}/environ").read_bytes()
+    assert control.stale_lock(pod.node, 0).endswith("/.vm/tmp/libtpu_lockfile")
+    pod.sh(2, "gcsfuse --implicit-dirs data ~/gcs && gcsfuse other ~/more")
+    home2 = pod.sh(2, "echo -n $HOME")
+    assert control.unmount(pod.node, 2, "~/gcs") == [str((Path(home2) / "gcs").resolve())]
+    assert pod.sh(2, "mountpoint ~/gcs; mountpoint ~/more").splitlines() == [
+        f"{home2}/gcs is not a mountpoint", f"{home2}/more is a mountpoint"]
+    control.fill_disk(pod.node, 3, 5 << 20)
+    assert pod.sh(3, "df -Pk ~ | tail -n1").split()[3] == str(5 << 10)
+    control.fill_disk(pod.node, 3, None)
+    assert pod.sh(3, "df -Pk ~ | tail -n1").split()[0] != "emulated"
+    assert [f["fault"] for f in control.faults()][-5:] == ["stale_process", "stale_lock", "unmount", "fill_disk", "fill_disk"]
+    try:
+        control.stale_lock(pod.node, 9)
+        raise AssertionError("worker 9 does not exist")
+    except ControlError as exc:
+        assert exc.code == "INVALID_ARGUMENT"
+    client = pod.emu.client()
+    client.delete_node(name=f"projects/proj/locations/us-central2-b/nodes/{pod.node}").result(timeout=60)
+    client.transport.close()
+    assert not pid_alive(pid)  # the VM went away, and its processes with it
