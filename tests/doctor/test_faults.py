@@ -73,6 +73,11 @@ def test_doctor_json_names_each_fault_and_fix_repairs_only_what_is_safe(pod: Pod
     assert by[(3, "devices")]["message"].startswith(f"pid {live} (carol/live, pending: a live job)")
     assert by[(3, "disk")]["message"].startswith("only 10.0 MiB free on ~ (a start needs 1.0 GiB); only 10.0 MiB free on /tmp")
 
+    table = CliRunner().invoke(cli, ["--store", url, "doctor", "alice/train", "--project", "proj", "--tpu-endpoint", pod.emu.endpoint,
+                                     "--ssh-key", str(pod.tmp / f"id_{pod.node}"), "--ssh-user", "alice"], terminal_width=250)
+    assert table.exit_code == 1 and "pod (alice/train, attempt 1): unhealthy" in table.output
+    assert "fixable" in table.output and "kill it" in table.output and "run again with --fix" in table.output
+
     code, fixed = doctor(pod, url, "alice/train", "--fix")
     assert sorted((r["worker"], r["check"]) for r in fixed["repaired"]) == [(0, "libtpu_lock"), (1, "devices"), (1, "libtpu_lock"), (2, "mounts")]
     assert {k: v for k, v in statuses(fixed).items() if v != "ok"} == {(3, "devices"): "fail", (3, "disk"): "fail"}
