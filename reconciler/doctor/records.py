@@ -14,7 +14,7 @@ from ledger.events import data as ev
 from ledger.fold import JobState, replay
 from ledger.store import Reader, Store
 from reconciler.doctor.model import Context, JobInfo
-from reconciler.doctor.run import Doctor, Report
+from reconciler.doctor.run import Doctor, Repair, Report
 
 
 class LedgerJobs(Mapping[str, JobInfo]):
@@ -92,7 +92,7 @@ def clean(doctor: Doctor, store: Store, job: JobState, hosts: Sequence[Any], rep
     if res.duplicate:
         return report, {}
     repairs = doctor.repair(report, hosts)
-    after = doctor.examine(hosts, ctx)
+    after = repaired(report, repairs)
     result = {
         "tpu": ctx.tpu, "health": "unhealthy" if after.failures or any(not r.ok for r in repairs) else "fixed",
         "done": [{"worker": r.finding.worker, "check": r.finding.check, "what": r.finding.fix.done}
@@ -105,6 +105,23 @@ def clean(doctor: Doctor, store: Store, job: JobState, hosts: Sequence[Any], rep
                                **({} if ok else {"error": f"{len(result['failed'])} repair(s) failed"}))
     store.append(job.id, [NewEvent("action_outcome", outcome, actor, key=f"{action_id}:outcome")])
     return after, result
+
+
+def repaired(report: Report, repairs: Sequence[Repair]) -> Report:
+    """The report once the repairs ran, without probing again: each repair checked at the
+    moment it acted that it was still safe and that it worked (the pid gone, no holder of the
+    lock left, gcsfuse's exit status), so its answer is the host's state. Pure."""
+    ok = {(r.finding.worker, r.finding.fix) for r in repairs if r.ok}
+    tried = {(r.finding.worker, r.finding.fix) for r in repairs}
+    findings = []
+    for f in report.findings:
+        if f.status != "fix" or (f.worker, f.fix) not in tried:
+            findings.append(f)
+        elif (f.worker, f.fix) in ok and f.fix is not None:
+            findings.append(replace(f, status="ok", message=f.fix.done, fix=None))
+        else:
+            findings.append(replace(f, status="fail", message=f"{f.message} (the repair failed)", fix=None))
+    return Report(report.facts, findings)
 
 
 class Gate:

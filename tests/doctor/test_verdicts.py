@@ -159,3 +159,19 @@ def test_inspect_says_what_was_killed_and_whose_it_was():
         {"worker": 1, "check": "libtpu_lock", "status": "fix", "message": "stale lockfile /tmp/libtpu_lockfile"}]}})
     assert found == "host checks will repair: worker 1: stale lockfile /tmp/libtpu_lockfile"
     assert [ago(s) for s in (5, 600, 7200, 200000)] == ["5 s ago", "10 min ago", "2 h ago", "2 d ago"]
+
+
+def test_after_the_repairs_each_finding_says_what_was_done_or_that_it_failed():
+    from reconciler.doctor.records import repaired
+    from reconciler.doctor.run import Repair
+
+    r = judge({0: facts(**holding(4242, "alice/old-run", 1, lock=True)), 1: facts(1, lockfile="/tmp/libtpu_lockfile")}, ctx(), PATHS)
+    kill, lock0, lock1 = r.fixable
+    after = repaired(r, [Repair(kill, True), Repair(lock0, True), Repair(lock1, False)])
+    assert {(f.worker, f.check): (f.status, f.message) for f in after.findings if f.check in ("devices", "libtpu_lock")} == {
+        (0, "devices"): ("ok", "killed pid 4242 (alice/old-run, ended 2 h ago) holding /dev/accel0"),
+        (0, "libtpu_lock"): ("ok", "removed stale lockfile /tmp/libtpu_lockfile"),
+        (1, "devices"): ("ok", "2 device(s) free"),
+        (1, "libtpu_lock"): ("fail", "stale lockfile /tmp/libtpu_lockfile (no process holds it) (the repair failed)"),
+    }
+    assert after.health == "unhealthy" and not after.fixable
