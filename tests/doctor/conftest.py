@@ -3,6 +3,7 @@ reconciler harness (tests/reconciler) for whole jobs."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ class Pod:
     tmp: Path
 
     def sh(self, worker: int, command: str) -> str:
-        res = self.runner.run(self.hosts[worker], "bash -c " + __import__("shlex").quote(command))
+        res = self.runner.run(self.hosts[worker], "bash -c " + shlex.quote(command))
         return res.stdout.decode()
 
     def examine(self, ctx: Context | None = None):

@@ -4,10 +4,12 @@ JSON, what --fix repairs and records, and what it never touches."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from click.testing import CliRunner
 
+from emulator.control import ControlClient, ControlError
 from ledger.app.cli import cli
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
@@ -103,13 +105,11 @@ def test_doctor_json_names_each_fault_and_fix_repairs_only_what_is_safe(pod: Pod
 
 
 def test_the_faults_over_the_control_api_and_a_stale_process_dies_with_its_vm(pod: Pod):
-    from emulator.control import ControlClient, ControlError
-
     control = ControlClient(pod.emu.control_url)
     home = Path(pod.sh(1, "echo -n $HOME"))
     pid = control.stale_process(pod.node, 1, env={"LEDGER_JOB_ID": "x/y"})
     held = {str(home / ".vm/dev" / f"accel{i}") for i in range(4)} | {str(home / ".vm/tmp/libtpu_lockfile")}
-    assert {str(Path(f"/proc/{pid}/fd", fd).readlink()) for fd in __import__("os").listdir(f"/proc/{pid}/fd")} >= held
+    assert {str(Path(f"/proc/{pid}/fd", fd).readlink()) for fd in os.listdir(f"/proc/{pid}/fd")} >= held
     assert b"LEDGER_JOB_ID=x/y" in Path(f"/proc/{pid}/environ").read_bytes()
     assert control.stale_lock(pod.node, 0).endswith("/.vm/tmp/libtpu_lockfile")
     pod.sh(2, "gcsfuse --implicit-dirs data ~/gcs && gcsfuse other ~/more")

@@ -4,6 +4,8 @@ job's process, and a TPU that said it was busy."""
 
 from __future__ import annotations
 
+import os
+
 from google.cloud import tpu_v2
 
 from ledger.app.readmodels import tpu_health
@@ -71,7 +73,7 @@ def test_a_stale_lock_is_found_and_removed_before_the_start(harness: Harness):
     harness.start()
     harness.wait("kim/locked", lambda j: j.state == FINISHED, timeout=60)
     assert [d["what"] for d in cleaned(harness, "kim/locked")] == ["removed stale lockfile /tmp/libtpu_lockfile"]
-    assert not __import__("os").path.exists(lock)
+    assert not os.path.exists(lock)
 
 
 def test_a_live_jobs_process_is_never_killed_and_the_start_fails_host_unhealthy(harness: Harness):

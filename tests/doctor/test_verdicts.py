@@ -7,7 +7,8 @@ from types import SimpleNamespace
 from ledger.describe import summarize
 from reconciler.doctor import CHECKS, Context, Facts, JobInfo, Paths, Proc, fixes, judge, probe
 from reconciler.doctor.owners import ago
-from reconciler.doctor.records import started_pids
+from reconciler.doctor.records import repaired, started_pids
+from reconciler.doctor.run import Repair
 
 PATHS = Paths()
 NOW = 1_800_000_000.0
@@ -162,9 +163,6 @@ def test_inspect_says_what_was_killed_and_whose_it_was():
 
 
 def test_after_the_repairs_each_finding_says_what_was_done_or_that_it_failed():
-    from reconciler.doctor.records import repaired
-    from reconciler.doctor.run import Repair
-
     r = judge({0: facts(**holding(4242, "alice/old-run", 1, lock=True)), 1: facts(1, lockfile="/tmp/libtpu_lockfile")}, ctx(), PATHS)
     kill, lock0, lock1 = r.fixable
     after = repaired(r, [Repair(kill, True), Repair(lock0, True), Repair(lock1, False)])
