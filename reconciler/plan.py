@@ -225,6 +225,8 @@ def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | 
     matches = {m for h in hosts.values() for m in h.matches}
     if "preempted" in matches or node.health == "UNHEALTHY_MAINTENANCE":
         return _record(job, ev.Preempted(tpu_state=node.state, reason="maintenance or preemption announced in the job's output", attempt=job.attempt))
+    if "tpu_busy" in matches:
+        return _record(job, ev.Failed(kind="tpu_busy", message="the TPU was in use by another process (or its lock was)", attempt=job.attempt))
     if "grpc" in matches:
         return _record(job, ev.Failed(kind="grpc", message="GRPC error in the job's output", attempt=job.attempt))
     gone = sorted(w for w, h in hosts.items() if h.state == "gone")

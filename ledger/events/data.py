@@ -44,14 +44,18 @@ Worker = Annotated[int, Meta(ge=0, description="worker index within the TPU slic
 # -- closed vocabularies -------------------------------------------------------------------
 # What ended an attempt: the TPU was preempted, a GRPC error or another failure pattern
 # appeared in the output ("failure" also covers a command that could not start), a worker
-# exited non-zero, a host was lost, setup failed, the TPU could not be provisioned.
-FailureKind = Literal["exit", "grpc", "lost_host", "failure", "setup", "preempted", "provision"]
+# exited non-zero, a host was lost, setup failed, the TPU could not be provisioned, the host
+# checks before a start found what they may not repair (`host_unhealthy`), the output said
+# the TPU was held by another process or its lock could not be taken (`tpu_busy`).
+FailureKind = Literal["exit", "grpc", "lost_host", "failure", "setup", "preempted", "provision",
+                      "host_unhealthy", "tpu_busy"]
 # Why a failure is final: the job's rule for that kind is `pass`, or its restart budget is spent.
 FinalRule = Literal["pass", "exhausted"]
 # How a job runs again: a recovery rule, an operator's override, a spec change, `job.loop`.
 RecoveryRule = Literal["reapply", "resume", "rerun", "manual", "spec_updated", "loop"]
 RecoveryCause = Literal[FailureKind, "spec_updated", "loop"]
-ActionKind = Literal["provision", "setup", "start", "release", "cancel", "recover", "restart"]
+# `clean`: the host checks' safe repairs (reconciler.doctor), found before, done after.
+ActionKind = Literal["provision", "setup", "start", "release", "cancel", "recover", "restart", "clean"]
 TpuKind = Literal["node", "queued_resource"]
 # Why admission holds a job back: over a quota (user, team, lab), its chip-hours of the
 # week spent, behind others for the lab's chips, or waiting for preempted jobs to let go.
@@ -272,6 +276,8 @@ class Started(EventData):
     resume: Opt[bool] = UNSET
     spec_hash: Opt[str] = UNSET
     how: Opt[str] = UNSET
+    # What the host checks before the start said: healthy | fixed | warning.
+    health: Opt[str] = UNSET
 
 
 class Preempted(EventData):

@@ -43,6 +43,7 @@ APPEND_SITES = {
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
     "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
+    "reconciler/doctor/records.py": 2,  # the host checks' repairs: clean intent, clean outcome
 }
 # Names an append site may pass as data, each bound to a class instance (see the site).
 TYPED_NAMES = {
@@ -53,6 +54,8 @@ TYPED_NAMES = {
     ("reconciler/executor.py", "d"),  # an element of Events = list[EventData]
     ("reconciler/executor.py", "outcome"),  # ActionOutcome(...)
     ("reconciler/executor.py", "released"),  # Released(...)
+    ("reconciler/doctor/records.py", "intent"),  # ActionIntent(...)
+    ("reconciler/doctor/records.py", "outcome"),  # ActionOutcome(...)
 }
 
 
