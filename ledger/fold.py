@@ -60,6 +60,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
     "admitted": _ANY_LIVE,
     "released": frozenset({*_ANY_LIVE, *TERMINAL}),
+    "checkpointed": frozenset({RUNNING, *_IN_FLIGHT}),
 }
 
 
@@ -92,6 +93,7 @@ class JobState:
     admitted_by: str = ""  # an operator let this submission past its quotas (`ledger admit`)
     failures: list[dict[str, Any]] = field(default_factory=list)  # every failed attempt, in order
     released: list[list[str]] = field(default_factory=list)  # [tpu name, time] of the latest releases
+    checkpoint: dict[str, Any] | None = None  # the last checkpoint the job reported: {attempt, step}
     version: int = 0  # stream version this state reflects
     position: int = 0  # global seq this state reflects
     anomalies: list[dict[str, Any]] = field(default_factory=list)
@@ -176,6 +178,7 @@ def _submitted(j: JobState, d: Mapping[str, Any]) -> None:
     j.tpu = None
     j.hosts = []
     j.last_error = None
+    j.checkpoint = None
     j.cancel_requested = False
     j.recovery = None
     j.queued_reason = ""
@@ -298,6 +301,10 @@ def _recovery(kind: str):
     return apply
 
 
+def _checkpointed(j: JobState, d: Mapping[str, Any]) -> None:
+    j.checkpoint = {"attempt": d.get("attempt", j.attempt), "step": d.get("step", 0)}
+
+
 def _admitted(j: JobState, d: Mapping[str, Any]) -> None:
     j.admitted_by = str(d.get("by") or "operator")
 
@@ -347,6 +354,7 @@ _HANDLERS = {
     "admitted": _admitted,
     "cancelled": _cancelled,
     "released": _released,
+    "checkpointed": _checkpointed,
     "action_intent": _action_intent,
     "action_outcome": _action_outcome,
 }

@@ -146,7 +146,7 @@ class Reconciler:
         def probe(job) -> tuple[str, dict[int, HostObs]]:
             status = self.runner.probe(job.id, job.attempt, self.hosts_of(job), workers=selected_workers(job))
             return job.id, {
-                w: HostObs(s.state, s.exit_code, tuple(sorted(set(s.kinds))), s.error) for w, s in status.items()
+                w: HostObs(s.state, s.exit_code, tuple(sorted(set(s.kinds))), s.error, s.checkpoint) for w, s in status.items()
             }
 
         results: dict[str, dict[int, HostObs]] = {}

@@ -43,6 +43,7 @@ class HostObs:
     exit_code: int | None = None
     matches: tuple[str, ...] = ()  # failure kinds matched in new output: grpc, preempted, failure
     error: str | None = None
+    checkpoint: int | None = None  # the newest checkpoint step the attempt printed on this host
 
 
 @dataclass(slots=True)

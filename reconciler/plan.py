@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger import fold
+from ledger import defaults, fold
 from ledger.events import data as ev
 from ledger.events import format_time, parse_time
 from ledger.fold import JobState
@@ -130,7 +130,7 @@ def plan_job(
         resume = job.attempt > 1 and (job.recovery or {}).get("rule", "resume") != "rerun"
         return Action("start", job.id, {"attempt": job.attempt, "resume": resume}, "set up")
     if s == fold.RUNNING:
-        return _watch_running(job, node, obs.hosts.get(job.id))
+        return _watch_running(job, node, obs.hosts.get(job.id)) or _checkpointed(job, obs.hosts.get(job.id), obs.now)
     if s in (fold.PREEMPTED, fold.FAILED):  # preempted for another job: its TPU is given back
         return _recover(job, tpu_usable=not admission.preempted_for_another(job))
     return None
@@ -225,6 +225,8 @@ def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | 
     matches = {m for h in hosts.values() for m in h.matches}
     if "preempted" in matches or node.health == "UNHEALTHY_MAINTENANCE":
         return _record(job, ev.Preempted(tpu_state=node.state, reason="maintenance or preemption announced in the job's output", attempt=job.attempt))
+    if "tpu_busy" in matches:
+        return _record(job, ev.Failed(kind="tpu_busy", message="the TPU was in use by another process (or its lock was)", attempt=job.attempt))
     if "grpc" in matches:
         return _record(job, ev.Failed(kind="grpc", message="GRPC error in the job's output", attempt=job.attempt))
     gone = sorted(w for w, h in hosts.items() if h.state == "gone")
@@ -241,6 +243,25 @@ def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | 
             return Action("restart", job.id, {"attempt": job.attempt + 1, "rule": "loop", "reapply": False, "tpu": job.tpu, "stop": False}, "job.loop: run again")
         return _record(job, ev.Finished(attempt=job.attempt, exit_codes={str(w): 0 for w in workers}))
     return None
+
+
+def _checkpointed(job: JobState, hosts: Mapping[int, HostObs] | None, now: float) -> Action | None:
+    """The job printed a checkpoint line (its first selected worker's output): record the
+    step when it is newer than the last one recorded for this attempt, at most once per
+    `job.checkpoints.every_s`. Asked only when nothing else about the running job needs
+    recording, so a failure is never held back by a checkpoint."""
+    workers = selected_workers(job)
+    seen = (hosts or {}).get(workers[0]) if workers else None
+    if seen is None or seen.checkpoint is None:
+        return None
+    last = job.checkpoint or {}
+    if last.get("attempt") == job.attempt and seen.checkpoint <= last.get("step", -1):
+        return None
+    every = ((job.spec.get("job") or {}).get("checkpoints") or {}).get("every_s", defaults.CHECKPOINT_EVERY_S)
+    since = _age(job, "checkpointed", now) if last else None
+    if since is not None and since < every:
+        return None
+    return _record(job, ev.Checkpointed(attempt=job.attempt, step=seen.checkpoint, worker=workers[0]))
 
 
 def selected_workers(job: JobState) -> list[int]:

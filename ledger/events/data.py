@@ -44,14 +44,18 @@ Worker = Annotated[int, Meta(ge=0, description="worker index within the TPU slic
 # -- closed vocabularies -------------------------------------------------------------------
 # What ended an attempt: the TPU was preempted, a GRPC error or another failure pattern
 # appeared in the output ("failure" also covers a command that could not start), a worker
-# exited non-zero, a host was lost, setup failed, the TPU could not be provisioned.
-FailureKind = Literal["exit", "grpc", "lost_host", "failure", "setup", "preempted", "provision"]
+# exited non-zero, a host was lost, setup failed, the TPU could not be provisioned, the host
+# checks before a start found what they may not repair (`host_unhealthy`), the output said
+# the TPU was held by another process or its lock could not be taken (`tpu_busy`).
+FailureKind = Literal["exit", "grpc", "lost_host", "failure", "setup", "preempted", "provision",
+                      "host_unhealthy", "tpu_busy"]
 # Why a failure is final: the job's rule for that kind is `pass`, or its restart budget is spent.
 FinalRule = Literal["pass", "exhausted"]
 # How a job runs again: a recovery rule, an operator's override, a spec change, `job.loop`.
 RecoveryRule = Literal["reapply", "resume", "rerun", "manual", "spec_updated", "loop"]
 RecoveryCause = Literal[FailureKind, "spec_updated", "loop"]
-ActionKind = Literal["provision", "setup", "start", "release", "cancel", "recover", "restart"]
+# `clean`: the host checks' safe repairs (reconciler.doctor), found before, done after.
+ActionKind = Literal["provision", "setup", "start", "release", "cancel", "recover", "restart", "clean"]
 TpuKind = Literal["node", "queued_resource"]
 # Why admission holds a job back: over a quota (user, team, lab), its chip-hours of the
 # week spent, behind others for the lab's chips, or waiting for preempted jobs to let go.
@@ -272,6 +276,8 @@ class Started(EventData):
     resume: Opt[bool] = UNSET
     spec_hash: Opt[str] = UNSET
     how: Opt[str] = UNSET
+    # What the host checks before the start said: healthy | fixed | warning.
+    health: Opt[str] = UNSET
 
 
 class Preempted(EventData):
@@ -375,6 +381,41 @@ class Released(EventData):
     labels: Opt[dict[str, str]] = UNSET
 
 
+class Checkpointed(EventData):
+    """The job reported a checkpoint: its output printed a line matching its checkpoint
+    pattern (`job.checkpoints.pattern`) with a step newer than the last one recorded.
+    Throttled by the reconciler (at most one per `job.checkpoints.every_s`)."""
+
+    event_type: ClassVar[str] = "checkpointed"
+    attempt: Count
+    step: Count
+    worker: Opt[Worker] = UNSET
+
+
+PricingModel = Literal["spot", "ondemand", "preemptible", "reserved"]
+
+
+class Price(_Part):
+    """One price of the policy's table: USD per chip-hour of a family under a pricing model."""
+
+    family: NonEmpty
+    pricing: PricingModel
+    usd_per_chip_hour: Annotated[float, Meta(ge=0)]
+
+
+class PolicyChanged(EventData):
+    """`.ledger/policy.yaml` changed in an ingested commit (on the `_policy` stream): the
+    price table in force from this event on, as parsed (a broken or absent `prices` block
+    records no prices: costs are then unknown, never guessed)."""
+
+    event_type: ClassVar[str] = "policy_changed"
+    commit: NonEmpty
+    prices: list[Price]
+    blob: Opt[str] = UNSET  # the policy file's blob; absent when the file was deleted
+    branch: Opt[str] = UNSET
+    broken: Opt[bool] = UNSET  # the file's `prices` block had errors (the table is empty)
+
+
 class HistoryRewritten(EventData):
     """The watched branch no longer contains the last ingested commit: ingestion pauses."""
 
@@ -424,6 +465,17 @@ class ActionOutcome(EventData):
             raise ValueError("an outcome that is not ok names its `error`")
 
 
+class Quarantined(EventData):
+    """A commit the watcher could not turn into events at all (its error is not one a retry
+    fixes): set aside once, with this event and one alert, so every later commit is still
+    ingested. Its job files are not acted on; fix them in a new commit."""
+
+    event_type: ClassVar[str] = "quarantined"
+    commit: NonEmpty
+    error: NonEmpty
+    kind: Opt[str] = UNSET  # the exception's class, for the operator
+
+
 class Note(EventData):
     """Free text for people, or a marker: `kind: ingested` records how far the watcher got."""
 
@@ -439,8 +491,8 @@ class Note(EventData):
 _CLASSES: tuple[type[EventData], ...] = (
     Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
     ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
-    Rerun, Finished, Admitted, PolicyApplied, Cancelled, Released, HistoryRewritten, RewriteAccepted, ActionIntent,
-    ActionOutcome, Note,
+    Rerun, Finished, Admitted, PolicyApplied, Cancelled, Released, HistoryRewritten, RewriteAccepted,
+    ActionIntent, ActionOutcome, Note, Quarantined, Checkpointed, PolicyChanged,
 )
 
 # Every type the domain knows, in the order the schema lists them.

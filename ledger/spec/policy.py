@@ -194,7 +194,7 @@ class NotifyPolicy(Section):
         notify:
           webhook: https://hooks.slack.com/services/...   # optional; --webhook overrides
           from: tpu-ledger@example.org                     # optional sender address
-          events: [rejected, preempted, failed, finished, cancelled]   # optional, the default
+          events: [rejected, quarantined, preempted, failed, finished, cancelled]   # optional, the default
           owners:
             alice: {email: alice@example.org}
             bob: {email: bob@example.org, opt_out: true}          # no messages about bob's jobs
@@ -274,6 +274,42 @@ class Ignore(Section):
 
     def matches(self, path: str) -> bool:
         return any(fnmatch.fnmatchcase(path, g) for g in self.globs)
+
+
+# -- prices -------------------------------------------------------------------------------
+PRICING_MODELS = ("spot", "ondemand", "preemptible", "reserved")  # the job spec's tpu.pricing
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable(Section):
+    """USD per chip-hour by accelerator family and pricing model; nothing when not given.
+
+        prices:
+          v4: {spot: 1.00, ondemand: 3.00}     # example numbers: put your own
+          v5litepod: {ondemand: 1.00}
+
+    The watcher records the table in a `policy_changed` event whenever the file changes,
+    so `ledger usage` prices each interval with the table in force when it happened.
+    """
+
+    KEY: ClassVar[str] = "prices"
+    usd: Mapping[tuple[str, str], float]  # (family, pricing) -> USD per chip-hour
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(usd=MappingProxyType({(family, pricing): float(value) for family, models in sorted(data.items())
+                                         for pricing, value in sorted(models.items())}))
+
+    def rate(self, family: str, pricing: str) -> float | None:
+        return self.usd.get((family, pricing))
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        known = {t.family for t in tpu_types.all_types()}
+        for family in sorted({f for f, _ in self.usd}):
+            if family not in known:
+                # a typo here would leave every cost of the real family unknown
+                yield Problem(f"/prices/{family}", f"`prices` names {family!r}, which is not a Cloud TPU family",
+                              f"use one of {', '.join(sorted(known))}")
 
 
 # -- sharing a lab's TPUs: quotas, priority classes, fair share ---------------------------
@@ -469,6 +505,7 @@ class Policy:
     defaults: Defaults = section(Defaults)
     limits: Limits = section(Limits)
     ignore: Ignore = section(Ignore)
+    prices: PriceTable = section(PriceTable)
     quotas: Quotas = section(Quotas)
     priorities: Priorities = section(Priorities)
     fair_share: FairShare = section(FairShare)

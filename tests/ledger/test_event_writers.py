@@ -41,8 +41,9 @@ APPEND_SITES = {
     "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun, admit
     "ledger/app/queueview.py": 1,  # policy_applied: the sharing policy a reconciler enforces
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
-    "ledger/gitops/ingest.py": 3,  # rewrite_accepted, history_rewritten, the `ingested` note
+    "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
+    "reconciler/doctor/records.py": 2,  # the host checks' repairs: clean intent, clean outcome
 }
 # Names an append site may pass as data, each bound to a class instance (see the site).
 TYPED_NAMES = {
@@ -53,6 +54,8 @@ TYPED_NAMES = {
     ("reconciler/executor.py", "d"),  # an element of Events = list[EventData]
     ("reconciler/executor.py", "outcome"),  # ActionOutcome(...)
     ("reconciler/executor.py", "released"),  # Released(...)
+    ("reconciler/doctor/records.py", "intent"),  # ActionIntent(...)
+    ("reconciler/doctor/records.py", "outcome"),  # ActionOutcome(...)
 }
 
 
@@ -138,6 +141,8 @@ def _minimal(t: mi.Type) -> Any:
         return _SAMPLE_STR.get(t.pattern or "", "x")
     if isinstance(t, mi.IntType):
         return t.ge if t.ge is not None else 1
+    if isinstance(t, mi.FloatType):
+        return t.ge if t.ge is not None else 1.5
     if isinstance(t, mi.BoolType):
         return True
     if isinstance(t, mi.ListType):

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "tpus": "reconcile:tpus",
     "admit": "admit:admit_cmd",
     "queue": "queue:queue_cmd",
+    "doctor": "doctor:doctor_cmd",
     # questions to the ledger
     "replay": "replay:replay_cmd",
     "inspect": "inspect:inspect_cmd",

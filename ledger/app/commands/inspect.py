@@ -20,7 +20,7 @@ from ledger.fold import replay
 from ledger.spec.policy import Policy
 from ledger.store import Reader
 from ledger.timeline import Row, compact, wrap
-from ledger.usage import job_usage, to_us
+from ledger.usage import POLICY_STREAM, job_usage, to_us
 
 
 @click.command("inspect")
@@ -58,7 +58,7 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
         click.echo("\n".join(compact(title, rows, width)))
     else:
         _wide_table(title, rows)
-    usage = job_usage(events, to_us(datetime.now(UTC)))
+    usage = job_usage(events, to_us(datetime.now(UTC)), policy=store.read_stream(POLICY_STREAM))
     if usage is not None:
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
