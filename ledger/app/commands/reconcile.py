@@ -25,7 +25,7 @@ from ledger.app.commands.common import (
     topic_option,
     tpu_access_options,
 )
-from ledger.app.queueview import PolicyFile, record_policy
+from ledger.app.queueview import LedgerPolicy, PolicyFile
 from ledger.app.readmodels import tpu_health, tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
@@ -59,9 +59,9 @@ from ledger.fold import LIVE, JobState, replay
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
 @click.option("--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",
               type=click.Path(path_type=Path),
-              help="The jobs repo's .ledger/policy.yaml to enforce: quotas, priority classes, fair share; read "
-                   "again when it changes, and recorded in the ledger when its rules do [env: LEDGER_POLICY; "
-                   "unset = no quotas].")
+              help="A .ledger/policy.yaml to enforce (quotas, priority classes, fair share) instead of the one the "
+                   "watcher recorded from the branch; read again when it changes, its rules recorded in the "
+                   "ledger when they differ [env: LEDGER_POLICY; unset = the ledger's: the branch's file].")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
@@ -73,8 +73,10 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     recovers from preemptions and errors by each job's rules. Every action is recorded as
     an intent before and an outcome after, so a restart repairs instead of repeating.
 
-    With --policy, jobs are admitted by the policy's quotas, priority classes and fair
-    share, and urgent jobs may preempt lower classes (`ledger queue` explains who waits).
+    Jobs are admitted by the policy's quotas, priority classes and fair share, and urgent
+    jobs may preempt lower classes (`ledger queue` explains who waits): the policy the
+    watcher recorded from the branch's .ledger/policy.yaml, followed as it changes, or the
+    file given with --policy.
 
     \b
     ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
@@ -82,12 +84,11 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
                         ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
-    # What it enforces goes into the ledger (`ledger queue` and `inspect` explain by it), and
-    # the file is followed: an admin's change applies at the next pass.
-    source = PolicyFile(policy_path, store.url, holder or settings.holder) if policy_path else None
-    policy = source() if source else None
-    if source is None:
-        record_policy(store, None, source="", holder=holder or settings.holder)
+    # The sharing rules in force, followed at every pass: by default the ones the watcher
+    # recorded from the branch's policy file; with --policy, that file's, recorded in the
+    # ledger when they differ (`ledger queue` and `inspect` explain by the ledger's).
+    source = PolicyFile(policy_path, store.url, holder or settings.holder) if policy_path else LedgerPolicy(store.url)
+    policy = source()
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key
