@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ import pytest
 
 from emulator import Emulator
 from ledger.app.queueview import LedgerPolicy, PolicyFile
-from ledger.app.wiring import Settings, build
+from ledger.app.wiring import Settings
 from ledger.spec.policy import Policy, parse_policy
 from tests.reconciler.conftest import Harness
 
@@ -45,12 +44,7 @@ class LabHarness(Harness):
         or (None) the rules recorded in the ledger, as `ledger reconcile` does by default."""
         source = PolicyFile(path, self.store_url, holder) if path else LedgerPolicy(self.store_url)
         self.policy = None
-        rec = build(self.settings(holder), policy_source=source)
-        thread = threading.Thread(target=rec.run, kwargs={"stop": self.stop}, daemon=True)
-        thread.start()
-        self.reconcilers.append(rec)
-        self.threads.append(thread)
-        return rec
+        return self.start(holder, policy_source=source)
 
     def use(self, text: str) -> None:
         policy, errors = parse_policy(text)
