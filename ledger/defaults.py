@@ -29,3 +29,8 @@ PROJECT = "tpu-ledger-local"
 # A managed TPU that no live job holds is deleted after this long (a node created moments ago
 # may belong to an intent whose outcome is not recorded yet).
 ORPHAN_GRACE_S = 300.0
+
+# A worker the SSH probe finds gone (or killed by a signal) while the TPU API still reads the
+# node READY and healthy: the API is asked again for this long before the loss is recorded as
+# `lost_host`, because Google may flip the node to PREEMPTED a little after its VMs die.
+LOST_HOST_CONFIRM_S = 5.0

@@ -10,20 +10,49 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ledger.fold import LedgerState
+from ledger.fold import JobState, LedgerState
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.store import Store, open_store
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
-from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
-from reconciler.plan import plan, queued_resource_zones, selected_workers, zones_in_use
+from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
+from reconciler.plan import plan, queued_resource_zones, selected_workers, suspect, zones_in_use
 from reconciler.tpu import TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
+
+
+def recheck_suspects(
+    jobs: Mapping[str, JobState], obs: Observed, get_node: Callable[[str, str], NodeObs | None],
+    since: Mapping[str, float],
+) -> dict[str, float]:
+    """The probe saw a worker of a job die: ask the TPU API about that job's node now, after
+    the probe, so the planner chooses the failure kind from what the API says (a preemption
+    the host noticed first is still recorded as a preemption). Updates `obs` in place and
+    returns when each suspect was first seen, for the next pass."""
+    first_seen: dict[str, float] = {}
+    for job_id, hosts in list(obs.hosts.items()):
+        job = jobs.get(job_id)
+        if job is None or not job.tpu or not suspect(hosts):
+            continue
+        first_seen[job_id] = since.get(job_id, obs.now)
+        name = job.tpu["name"]
+        try:
+            node = get_node(job.tpu.get("zone", ""), name)
+        except Exception as exc:  # the API cannot say why: conclude nothing from the probe
+            log.warning("could not re-read %s after its worker died: %s", name, exc)
+            del obs.hosts[job_id]
+            continue
+        if node is None:
+            obs.nodes.pop(name, None)
+        else:
+            obs.nodes[name] = node
+    obs.suspect_since = dict(first_seen)
+    return first_seen
 
 
 class Reconciler:
@@ -62,6 +91,7 @@ class Reconciler:
         if lease_ttl > 0:
             self.membership = Membership(store_url, holder, lease_ttl)
         self._caught_up_once = False
+        self._suspect_since: dict[str, float] = {}
         self.passes = 0
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
@@ -102,6 +132,7 @@ class Reconciler:
             obs.queued.update({q.name: q for q in queued})
         obs.zones = frozenset(zones)
         obs.hosts = self._probe_running(obs)
+        self._suspect_since = recheck_suspects(self.state.jobs, obs, self.tpu.get_node, self._suspect_since)
         return obs
 
     def _probe_running(self, obs: Observed) -> dict[str, dict[int, HostObs]]:
