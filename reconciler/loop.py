@@ -21,6 +21,7 @@ from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
 from reconciler.plan import plan, queued_resource_zones, selected_workers, suspect, zones_in_use
+from reconciler.settle import awaiting
 from reconciler.tpu import TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
@@ -92,6 +93,7 @@ class Reconciler:
             self.membership = Membership(store_url, holder, lease_ttl)
         self._caught_up_once = False
         self._suspect_since: dict[str, float] = {}
+        self.last_observed = Observed(now=0.0)
         self.passes = 0
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
@@ -161,7 +163,7 @@ class Reconciler:
         """One pass; returns the actions it dispatched."""
         self._reap()
         self.catch_up()
-        obs = self.observe()
+        obs = self.last_observed = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
@@ -222,14 +224,25 @@ class Reconciler:
         return bool(self._in_flight)
 
     # -- driving --------------------------------------------------------------------------
-    def run(self, *, once: bool = False, stop: threading.Event | None = None) -> None:
+    def run(self, *, once: bool = False, stop: threading.Event | None = None, timeout: float | None = None) -> None:
+        """Forever (until `stop`), or with `once` until nothing more can be done without
+        waiting: passes go on while they act or while a cloud operation under way (a TPU
+        being created, a node restarting) will let a next step be planned; `timeout` caps
+        the whole call."""
         stop = stop or threading.Event()
+        give_up = time.monotonic() + timeout if timeout is not None else None
         while not stop.is_set():
             actions = self.step()
             if once:
-                self.drain()
-                if not actions:
+                self.drain(timeout=max(0.0, give_up - time.monotonic()) if give_up is not None else 600)
+                if give_up is not None and time.monotonic() >= give_up:
                     return
+                if actions:
+                    continue
+                self.catch_up()
+                if not awaiting(self.state.jobs, self.last_observed):
+                    return
+                stop.wait(min(self.interval, 0.5))
                 continue
             head = self.store().head()
             # Wake on any new event (ours included: the next step of a story follows at once).
