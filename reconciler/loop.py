@@ -163,19 +163,34 @@ class Reconciler:
         """One pass; returns the actions it dispatched."""
         self._reap()
         self.catch_up()
+        self._take_up_unfinished()
         obs = self.last_observed = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
                        taken_over=self._adoptable())
         for action in actions:
-            if self.membership is not None and action.job_id and not action.job_id.startswith("_") \
-                    and not self.membership.may_act(action.job_id):
-                continue  # another live reconciler holds or should take this job
-            self._dispatch(action)
+            if self._may_act(action):
+                self._dispatch(action)
         self._let_go_of_ended_jobs()
         self.passes += 1
         return actions
+
+    def _take_up_unfinished(self) -> None:
+        """Intents without an outcome are taken up before observing: resolving one needs no
+        observation of the whole zone (it looks at its own node), and under a crash loop a
+        process may not live through a full pass (SSH probes of every running job)."""
+        unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
+        if not unfinished:
+            return
+        for action in plan(unfinished, Observed(now=time.time()), config=self.config, taken_over=self._adoptable()):
+            if action.kind == "resolve" and self._may_act(action):
+                self._dispatch(action)
+
+    def _may_act(self, action: Action) -> bool:
+        """Another live reconciler holds or should take this job?"""
+        return self.membership is None or not action.job_id or action.job_id.startswith("_") \
+            or self.membership.may_act(action.job_id)
 
     def _adoptable(self) -> list[str]:
         """Jobs with another holder's unfinished intent whose lease we could win: that
