@@ -19,8 +19,8 @@ from ledger.events import data as ev
 from ledger.fold import JobState
 from ledger.store import Recorder
 from reconciler import naming
-from reconciler.model import Action
-from reconciler.remote.errors import RemoteError
+from reconciler.model import NODE_GONE_STATES, Action
+from reconciler.remote.errors import HostUnreachable, RemoteError
 from reconciler.tpu import CapacityError, CreateRequest, PermanentTpuError, TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
@@ -184,6 +184,8 @@ class Executor:
         report = self.runner.setup(job.id, job.attempt, self.hosts_of(job), job.spec)
         if getattr(report, "ok", False):
             return [ev.SetupDone(attempt=job.attempt)]
+        if (gone := self._tpu_gone(job, "setup could not finish")) is not None:
+            return gone
         failures = list(getattr(report, "failures", []) or [])
         worker, module, message = failures[0] if failures else (None, "", "setup failed")
         return [ev.SetupFailed(attempt=job.attempt, worker=worker, module=module,
@@ -195,10 +197,27 @@ class Executor:
                 job.id, job.attempt, self.hosts_of(job), job.spec,
                 extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
             )
+        except HostUnreachable as exc:  # the host died under us: the API says whether it was preempted
+            gone = self._tpu_gone(job, "could not start")
+            return gone or [ev.Failed(kind="lost_host", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
         except RemoteError as exc:  # the runner already retried what was transient
             return [ev.Failed(kind="failure", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
         return [ev.Started(attempt=job.attempt, workers=sorted(pids), pids={str(w): pid for w, pid in pids.items()},
                            resume=bool(p.get("resume")), spec_hash=job.spec_hash)]
+
+    def _tpu_gone(self, job: JobState, what: str) -> Events | None:
+        """A step on the hosts failed: ask the TPU API before choosing the kind, so a TPU
+        preempted under the step is recorded as a preemption, not as the step's failure."""
+        tpu = job.tpu or {}
+        try:
+            node = self.tpu.get_node(tpu.get("zone", ""), tpu.get("name", ""))
+        except Exception as exc:  # the API cannot say: the step's own failure stands
+            log.warning("could not read %s after a failed step: %s", tpu.get("name"), exc)
+            return None
+        if node is not None and node.state not in NODE_GONE_STATES:
+            return None
+        state = node.state if node is not None else "DELETED"
+        return [ev.Preempted(tpu_state=state, reason=f"TPU {tpu.get('name')} is {state}: {what}", attempt=job.attempt)]
 
     def _stop(self, job: JobState, p: dict) -> None:
         if not p.get("stop"):

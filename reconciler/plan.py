@@ -268,11 +268,11 @@ def selected_workers(job: JobState) -> list[int]:
 
 
 def _cause_when_tpu_gone(job: JobState) -> str | None:
-    """A host that vanished, or a command killed by a signal, on a TPU that now reads
-    PREEMPTED (or is gone) was the preemption seen first from the host's side: the probe
-    raced the TPU API. Judge it by the preemption rule, not the failure rule."""
+    """A host that vanished, a command killed by a signal, or a setup that failed, on a TPU
+    that now reads PREEMPTED (or is gone) was the preemption seen first from the host's
+    side: the step raced the TPU API. Judge it by the preemption rule, not the failure rule."""
     err = job.last_error or {}
-    if err.get("kind") == "lost_host" or err.get("kind") == "exit" and (err.get("exit_code") or 0) >= 128:
+    if err.get("kind") in ("lost_host", "setup") or err.get("kind") == "exit" and (err.get("exit_code") or 0) >= 128:
         return "preempted"
     return None
 
