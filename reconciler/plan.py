@@ -226,7 +226,9 @@ def _watch_running(
         return _record(job, ev.Preempted(tpu_state=node.state, reason="maintenance or preemption announced in the job's output", attempt=job.attempt))
     if "grpc" in matches:
         return _record(job, ev.Failed(kind="grpc", message="GRPC error in the job's output", attempt=job.attempt))
-    if suspect(hosts) and node.health in UNEXPLAINED_HEALTH and (suspect_age or 0.0) < (config or PlanConfig()).lost_host_confirm_s:
+    # `suspect_age` None: the caller does not track suspects (the loop always does).
+    confirm = (config or PlanConfig()).lost_host_confirm_s
+    if suspect(hosts) and node.health in UNEXPLAINED_HEALTH and suspect_age is not None and suspect_age < confirm:
         # The node reads READY and healthy, yet a worker is gone or was killed: the host may
         # have seen the preemption before the API did. Ask again next pass (the loop re-reads
         # the node after such a probe) rather than record a host loss that was a preemption.
