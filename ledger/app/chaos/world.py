@@ -7,7 +7,6 @@ same `ledger` processes a lab runs. Only Google Cloud is the emulator (started b
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import sys
@@ -17,12 +16,10 @@ from pathlib import Path
 import psycopg
 
 from ledger.app.chaos.scenario import JobPlan
+from ledger.app.demo import STEWARD, _git  # git as a person; a member of @lab/tpu-stewards
 from ledger.store import open_store
 from reconciler.keys import ensure_key
 
-AUTHOR = ("Chaos Author", "chaos@lab.example")
-# A member of the template's @lab/tpu-stewards team (.ledger/policy.yaml `teams`).
-STEWARD = ("Sam Steward", "sam@lab.example")
 OWNER = "chaos"
 ZONE = "us-central2-b"
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -119,11 +116,3 @@ def make_world(workdir: Path, store: str, pg_url: str | None = None) -> World:
     _git(["clone", "-q", str(world.hub), str(world.clone)], workdir)
     return world
 
-
-def _git(args: list[str], cwd: Path, who: tuple[str, str] = AUTHOR) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": who[0], "GIT_AUTHOR_EMAIL": who[1],
-           "GIT_COMMITTER_NAME": who[0], "GIT_COMMITTER_EMAIL": who[1], "GIT_TERMINAL_PROMPT": "0"}
-    done = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
