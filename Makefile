@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench chaos lint schemas clean
+.PHONY: install test test-fast demo bench chaos lint schemas model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ test: $(STAMP)
 # Unit tests and the SQLite contract tests: no server, under a minute (tests/README.md).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "(unit or (contract and sqlite)) and not slow"
+
+# The reconciler's property-based model test, many more and longer fault sequences than CI's
+# (tests/reconciler/test_model.py; a few minutes). MODEL_EXAMPLES / MODEL_STEPS override.
+MODEL_EXAMPLES ?= 500
+MODEL_STEPS ?= 40
+model: $(STAMP)
+	MODEL_EXAMPLES=$(MODEL_EXAMPLES) MODEL_STEPS=$(MODEL_STEPS) $(BIN)/python -m pytest -q -p no:logging \
+		tests/reconciler/test_model.py --hypothesis-show-statistics
 
 demo: $(STAMP)
 	$(BIN)/ledger demo

@@ -27,7 +27,11 @@ from ledger.fold import LIVE, JobState, replay
 
 
 @click.command()
-@click.option("--once", is_flag=True, help="Act until nothing is left to do right now, then exit.")
+@click.option("--once", is_flag=True,
+              help="Run passes until nothing more can be done without waiting (a TPU being created is "
+                   "awaited; capacity and running commands are not), then exit.")
+@click.option("--timeout", type=float, default=None, envvar="LEDGER_ONCE_TIMEOUT",
+              help="With --once: exit after SECONDS even if operations are still under way.")
 @click.option("--interval", type=float, default=2.0, show_default=True, envvar="LEDGER_INTERVAL",
               help="Seconds between observations when no event wakes the loop.")
 @click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
@@ -37,6 +41,9 @@ from ledger.fold import LIVE, JobState, replay
 @click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,
               help="Private key for TPU hosts; created if missing [env: LEDGER_SSH_KEY].")
 @click.option("--ssh-user", envvar="LEDGER_SSH_USER", default=defaults.SSH_USER, show_default=True)
+@click.option("--secrets-dir", envvar="LEDGER_SECRETS_DIR", type=click.Path(path_type=Path), default=None,
+              help="The only place files a spec names (secret://NAME, keys, conda and requirements files) are "
+                   "read from: <dir>/<owner>/NAME [default: ~/.local/share/tpu-ledger/secrets; env: LEDGER_SECRETS_DIR].")
 @click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
               help="Where job and setup logs are kept [env: LEDGER_LOG_DIR].")
 @click.option("--id", "holder", envvar="LEDGER_RECONCILER_ID", default=None,
@@ -53,8 +60,8 @@ from ledger.fold import LIVE, JobState, replay
               help="Seconds between signed checkpoints of the ledger's head (made when it moved, and at "
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
 @click.pass_context
-def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
-              ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
+def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
+              ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
               checkpoint_every: float) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
@@ -62,6 +69,12 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
     recovers from preemptions and errors by each job's rules. Every action is recorded as
     an intent before and an outcome after, so a restart repairs instead of repeating.
+
+    \b
+    Examples:
+      ledger reconcile --tpu-endpoint 127.0.0.1:8470     # run until stopped (SIGTERM)
+      ledger reconcile --once --timeout 300              # cron/CI: carry every job as far
+                                                         # as it goes now, then exit
     """
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
@@ -69,6 +82,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key
+    settings.secrets_dir = secrets_dir
     if log_dir:
         settings.log_dir = log_dir
     if holder:
@@ -86,7 +100,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     out.print(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
     try:
         with publishing(settings.store_url, project, topic):
-            rec.run(once=once, stop=stop)
+            rec.run(once=once, stop=stop, timeout=timeout)
     except KeyboardInterrupt:
         stop.set()
     finally:
