@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import GENESIS_HASH, Event, NewEvent, dumps, now, sealed_hash
@@ -22,77 +22,115 @@ from ledger.store.sqlite.database import SQLiteDatabase, connect
 _NO_LIMIT = 2**62
 
 
-# Batched appends hand rows to a writer thread in chunks of this many: SQLite steps the
-# inserts (B-trees, the trigger, the WAL) with the GIL released while this thread encodes
-# and hashes the next chunk, so the two halves of an append run on two cores.
-_CHUNK = 2048
+class _Request:
+    """One caller's append waiting for the group commit that carries it."""
 
+    __slots__ = ("batches", "done", "error", "result")
 
-class _Retry(Exception):
-    """The optimistic attempt of an append was refused: redo it with every lookup."""
+    def __init__(self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]) -> None:
+        self.batches = batches
+        self.done = False
+        self.result: list[AppendResult] = []
+        self.error: BaseException | None = None
 
 
 class SQLiteRecorder(AppendOne, SQLiteDatabase):
     _read_db: sqlite3.Connection | None = None
-    _writer: ThreadPoolExecutor | None = None
-    # What this connection knows of the log after its last commit: the head and stream
-    # versions, valid while `PRAGMA data_version` (bumped by other connections' commits
-    # only) still reads `_seen`. An append then needs no SELECT before its INSERT.
+    # What this connection knows of the log: the head and stream versions, kept exact by
+    # this connection's own appends and valid while `PRAGMA data_version` (bumped by other
+    # connections' commits only) still reads `_seen`. An append then needs no SELECT.
     _seen: int | None = None
     _head: tuple[int, str] = (0, GENESIS_HASH)
     _versions: dict[str, int]
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - SQLiteDatabase's
+        super().__init__(*args, **kwargs)
+        self._versions = {}
+        self._queue: list[_Request] = []
+        self._queue_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
 
     # -- writing --------------------------------------------------------------------------
     def append_many(
         self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]
     ) -> list[AppendResult]:
-        """Optimistic first: head and versions from this connection's cache, no lookup of
-        stored ids (the insert trigger refuses a stored id, a stale head or version, so a
-        wrong guess cannot be written). When the database refuses, the whole append is
-        redone with every lookup, which tells a retried batch (its original positions) or a
-        conflict (ConflictError) from a real error."""
-        stamp = now()  # one instant per transaction: the batch is one decision
-        try:
-            return self._append(batches, stamp, optimistic=True)
-        except _Retry:
-            return self._append(batches, stamp, optimistic=False)
+        """Group commit: threads appending through this store at once share one transaction
+        and one fsync. Whoever takes the commit lock commits every append queued by then,
+        each in its own savepoint (one refused append fails alone); the others find theirs
+        done. A lone writer pays one uncontended lock."""
+        request = _Request(batches)
+        with self._queue_lock:
+            self._queue.append(request)
+        with self._commit_lock:
+            if not request.done:
+                with self._queue_lock:
+                    group, self._queue = self._queue, []
+                self._commit(group)
+        if request.error is not None:
+            raise request.error
+        return request.result
 
-    def _append(
-        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]], stamp: str, optimistic: bool
-    ) -> list[AppendResult]:
+    def _commit(self, group: list[_Request]) -> None:
+        stamp = now()  # one instant per transaction: the batch is one decision
         db = self._db
-        optimistic_write = False
         try:
             with self._tx():
                 seen = db.execute("PRAGMA data_version").fetchone()[0]
-                if seen != self._seen or not optimistic:
-                    self._seen = None
-                    row = db.execute(self._q["head_row"]).fetchone()
-                    self._head = row if row else (0, GENESIS_HASH)
-                    self._versions = {}
-                plan, results = self._plan(batches, optimistic)
-                optimistic_write = bool(plan)
-                head = self._insert(plan, stamp) if plan else self._head
-        except sqlite3.IntegrityError:
+                if seen != self._seen:
+                    self._reload()
+                for request in group:
+                    try:
+                        request.result = self._append_one(request.batches, stamp)
+                    except Exception as exc:  # this append fails alone; the others commit
+                        request.error = exc
+        except BaseException as exc:
             self._seen = None
-            if optimistic and optimistic_write:
-                raise _Retry from None
+            for request in group:
+                request.error = request.error or exc
+                request.done = True
             raise
-        except ConflictError:
-            self._seen = None
-            if optimistic:
-                raise _Retry from None
-            raise
+        self._seen = seen
+        if len(self._versions) > 65_536:
+            self._versions = {}
+        for request in group:
+            request.done = True
+
+    def _reload(self) -> None:
+        row = self._db.execute(self._q["head_row"]).fetchone()
+        self._head = row if row else (0, GENESIS_HASH)
+        self._versions = {}
+
+    def _append_one(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]], stamp: str
+    ) -> list[AppendResult]:
+        """Optimistic first: head and versions from this connection's cache, no lookup of
+        stored ids (the insert trigger refuses a stored id, a stale head or version, so a
+        wrong guess cannot be written). When the database refuses, the append is redone
+        with every lookup, which tells a retried batch (its original positions) or a
+        conflict (ConflictError) from a real error."""
+        try:
+            return self._attempt(batches, stamp, optimistic=True)
+        except (sqlite3.IntegrityError, ConflictError):
+            self._reload()
+            return self._attempt(batches, stamp, optimistic=False)
+
+    def _attempt(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]], stamp: str, optimistic: bool
+    ) -> list[AppendResult]:
+        """One append inside the open transaction, in a savepoint: all of it or none."""
+        db = self._db
+        db.execute("SAVEPOINT append")
+        try:
+            plan, results = self._plan(batches, optimistic)
+            head = self._insert(plan, stamp) if plan else self._head
         except BaseException:
-            self._seen = None
+            db.execute("ROLLBACK TO append")
+            db.execute("RELEASE append")
             raise
-        # Committed: what this connection now knows is the truth until someone else writes.
+        db.execute("RELEASE append")
         self._head = head
         for stream, events, _, version in plan:
             self._versions[stream] = version + len(events)
-        if len(self._versions) > 65_536:
-            self._versions = {}
-        self._seen = seen
         return [r if isinstance(r, AppendResult) else AppendResult(*r, False) for r in results]
 
     def _plan(
@@ -134,9 +172,9 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
         return plan, results
     def import_events(self, events: Sequence[Event]) -> None:
         """Store sealed envelopes as they are, after checking each continues the chain."""
-        self._seen = None  # the head moves without the append path knowing it
         try:
-            with self._tx() as db:
+            with self._commit_lock, self._tx() as db:
+                self._seen = None  # the head moves past what the append path knows
                 head = db.execute(self._q["head_row"]).fetchone()
                 db.executemany(self._q["insert"], chained_rows(events, *(head or (0, GENESIS_HASH))))
         except sqlite3.IntegrityError as exc:
@@ -144,45 +182,26 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
 
     def _insert(self, plan: list[tuple[str, Sequence[NewEvent], list[str], int]], stamp: str) -> tuple[int, str]:
         """Seal and insert the planned events; the new head (seq, hash)."""
-        db, insert = self._db, self._q["insert"]
+        insert = self._q["insert"]
         seq, prev_hash = self._head
         rows: list[tuple] = []
-        flushing: Future | None = None
         # Writers pass the same actor dict for many events: encode each object once.
         actors: dict[int, tuple[object, str]] = {}
-        try:
-            for stream, events, ids, version in plan:
-                for new, id_ in zip(events, ids, strict=True):
-                    seq += 1
-                    version += 1
-                    time_ = new.time or stamp
-                    cached = actors.get(id(new.actor))
-                    if cached is None or cached[0] is not new.actor:
-                        cached = actors[id(new.actor)] = (new.actor, dumps(new.actor))
-                    actor_json = cached[1]
-                    data_json = dumps(new.data)
-                    hash_ = sealed_hash(seq, stream, version, new.type, time_, actor_json, id_, new.causation, data_json, prev_hash)
-                    rows.append((seq, stream, version, new.type, time_, actor_json, id_, new.causation, data_json, prev_hash, hash_))
-                    prev_hash = hash_
-                    if len(rows) >= _CHUNK:
-                        if flushing is not None:
-                            flushing.result()
-                        flushing = self._writer_thread().submit(db.executemany, insert, rows)
-                        rows = []
-            if flushing is not None:
-                flushing.result()
-            if rows:
-                db.executemany(insert, rows)
-        except BaseException:
-            if flushing is not None:  # let the writer finish before the rollback
-                wait([flushing])
-            raise
+        for stream, events, ids, version in plan:
+            for new, id_ in zip(events, ids, strict=True):
+                seq += 1
+                version += 1
+                time_ = new.time or stamp
+                cached = actors.get(id(new.actor))
+                if cached is None or cached[0] is not new.actor:
+                    cached = actors[id(new.actor)] = (new.actor, dumps(new.actor))
+                actor_json = cached[1]
+                data_json = dumps(new.data)
+                hash_ = sealed_hash(seq, stream, version, new.type, time_, actor_json, id_, new.causation, data_json, prev_hash)
+                rows.append((seq, stream, version, new.type, time_, actor_json, id_, new.causation, data_json, prev_hash, hash_))
+                prev_hash = hash_
+        self._db.executemany(insert, rows)
         return seq, prev_hash
-
-    def _writer_thread(self) -> ThreadPoolExecutor:
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-sqlite-insert")
-        return self._writer
 
     def _stored_positions(self, ids: list[str]) -> dict[str, int]:
         return dict(self._db.execute(self._q["stored_ids"], (json.dumps(ids),)).fetchall())
@@ -248,9 +267,6 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
         return self._read_db.execute(self._q[query], (after, _NO_LIMIT if until is None else until))
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.shutdown()
-            self._writer = None
         if self._read_db is not None:
             self._read_db.close()
             self._read_db = None
