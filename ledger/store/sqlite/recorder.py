@@ -119,15 +119,21 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
     ) -> list[AppendResult]:
         """One append inside the open transaction, in a savepoint: all of it or none."""
         db = self._db
-        db.execute("SAVEPOINT append")
+        # The attempt's only write is one executemany: for one row, SQLite's statement
+        # rollback already undoes a refused insert, so only batches need a savepoint.
+        savepoint = sum(len(events) for _, events, _ in batches) > 1
+        if savepoint:
+            db.execute("SAVEPOINT append")
         try:
             plan, results = self._plan(batches, optimistic)
             head = self._insert(plan, stamp) if plan else self._head
         except BaseException:
-            db.execute("ROLLBACK TO append")
-            db.execute("RELEASE append")
+            if savepoint:
+                db.execute("ROLLBACK TO append")
+                db.execute("RELEASE append")
             raise
-        db.execute("RELEASE append")
+        if savepoint:
+            db.execute("RELEASE append")
         self._head = head
         for stream, events, _, version in plan:
             self._versions[stream] = version + len(events)
