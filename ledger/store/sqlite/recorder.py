@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import GENESIS_HASH, Event, NewEvent, dumps, now, sealed_hash
@@ -20,6 +21,7 @@ from ledger.store.base import (
 from ledger.store.sqlite.database import SQLiteDatabase, connect
 
 _NO_LIMIT = 2**62
+T = TypeVar("T")
 
 
 class _Request:
@@ -72,61 +74,77 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
 
     def _commit(self, group: list[_Request]) -> None:
         stamp = now()  # one instant per transaction: the batch is one decision
+        if len(group) == 1:
+            # Alone, an append runs without a savepoint (SQLite copies every page a savepoint
+            # touches to a sub-journal: a fifth of a batch's cost); a refused optimistic
+            # attempt rolls the transaction back and is redone whole, with every lookup.
+            request = group[0]
+            try:
+                try:
+                    request.result = self._transaction(lambda: self._attempt(request.batches, stamp, optimistic=True))
+                except (sqlite3.IntegrityError, ConflictError):
+                    request.result = self._transaction(lambda: self._attempt(request.batches, stamp, optimistic=False))
+            except BaseException as exc:
+                request.error = exc
+            request.done = True
+            return
+
+        def each() -> None:
+            for request in group:
+                try:
+                    request.result = self._in_savepoint(request.batches, stamp)
+                except Exception as exc:  # this append fails alone; the others commit
+                    request.error = exc
+
+        try:
+            self._transaction(each)
+        except BaseException as exc:
+            for request in group:
+                request.error = request.error or exc
+        for request in group:
+            request.done = True
+
+    def _transaction(self, work: Callable[[], T]) -> T:
+        """work() in one write transaction; the cache is checked at its start and is the
+        truth after its commit, until another connection writes."""
         db = self._db
         try:
             with self._tx():
                 seen = db.execute("PRAGMA data_version").fetchone()[0]
                 if seen != self._seen:
                     self._reload()
-                for request in group:
-                    try:
-                        request.result = self._append_one(request.batches, stamp)
-                    except Exception as exc:  # this append fails alone; the others commit
-                        request.error = exc
-        except BaseException as exc:
+                result = work()
+        except BaseException:
             self._seen = None
-            for request in group:
-                request.error = request.error or exc
-                request.done = True
             raise
         self._seen = seen
         if len(self._versions) > 65_536:
             self._versions = {}
-        for request in group:
-            request.done = True
+        return result
 
     def _reload(self) -> None:
         row = self._db.execute(self._q["head_row"]).fetchone()
         self._head = row if row else (0, GENESIS_HASH)
         self._versions = {}
 
-    def _append_one(
+    def _in_savepoint(
         self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]], stamp: str
     ) -> list[AppendResult]:
-        """Optimistic first: head and versions from this connection's cache, no lookup of
-        stored ids (the insert trigger refuses a stored id, a stale head or version, so a
-        wrong guess cannot be written). When the database refuses, the append is redone
-        with every lookup, which tells a retried batch (its original positions) or a
-        conflict (ConflictError) from a real error."""
-        try:
-            return self._attempt(batches, stamp, optimistic=True)
-        except (sqlite3.IntegrityError, ConflictError):
-            self._reload()
-            return self._attempt(batches, stamp, optimistic=False)
-
-    def _attempt(
-        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]], stamp: str, optimistic: bool
-    ) -> list[AppendResult]:
-        """One append inside the open transaction, in a savepoint: all of it or none."""
+        """One append of a group, all of it or none. An attempt's only write is one
+        executemany: for one row SQLite's statement rollback already undoes a refusal, so
+        only batches need a savepoint."""
         db = self._db
-        # The attempt's only write is one executemany: for one row, SQLite's statement
-        # rollback already undoes a refused insert, so only batches need a savepoint.
         savepoint = sum(len(events) for _, events, _ in batches) > 1
         if savepoint:
             db.execute("SAVEPOINT append")
         try:
-            plan, results = self._plan(batches, optimistic)
-            head = self._insert(plan, stamp) if plan else self._head
+            try:
+                result = self._attempt(batches, stamp, optimistic=True)
+            except (sqlite3.IntegrityError, ConflictError):
+                if savepoint:
+                    db.execute("ROLLBACK TO append")
+                self._reload()  # inside the transaction: sees the group's earlier appends
+                result = self._attempt(batches, stamp, optimistic=False)
         except BaseException:
             if savepoint:
                 db.execute("ROLLBACK TO append")
@@ -134,7 +152,17 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
             raise
         if savepoint:
             db.execute("RELEASE append")
-        self._head = head
+        return result
+
+    def _attempt(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]], stamp: str, optimistic: bool
+    ) -> list[AppendResult]:
+        """Optimistic: head and versions from this connection's cache, no lookup of stored
+        ids (the insert trigger refuses a stored id, a stale head or version, so a wrong
+        guess cannot be written). Otherwise every lookup, which tells a retried batch (its
+        original positions) or a conflict (ConflictError) from a real error."""
+        plan, results = self._plan(batches, optimistic)
+        self._head = self._insert(plan, stamp) if plan else self._head
         for stream, events, _, version in plan:
             self._versions[stream] = version + len(events)
         return [r if isinstance(r, AppendResult) else AppendResult(*r, False) for r in results]
