@@ -30,7 +30,7 @@ def test_concurrent_appends_through_one_store_each_land_once(tmp_path):
 
     def stale() -> None:  # two-event appends that always conflict: each fails alone
         start.wait()
-        for n in range(40):
+        for _ in range(40):
             try:
                 store.append("bench/w0", [NewEvent("note", {"text": "a"}), NewEvent("note", {"text": "b"})], expected_version=99)
             except ConflictError as exc:
