@@ -58,8 +58,12 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/fanout/test_fanout_notify.py", "webhook"): frozenset({"webhook"}),
     ("tests/emulator", "emu"): frozenset({"tpu_emulator"}),
     ("tests/reconciler", "harness"): frozenset({"tpu_emulator"}),
+    ("tests/admission", "lab_harness"): frozenset({"tpu_emulator"}),
+    ("tests/doctor", "harness"): frozenset({"tpu_emulator"}),
+    ("tests/doctor", "pod"): frozenset({"tpu_emulator"}),
     ("tests/postgres/test_pg_ha.py", "pg_harness"): frozenset({"tpu_emulator"}),
     ("tests/gitops", "hub"): frozenset({"git"}),
+    ("tests/gitops/test_gitops_hostile.py", "fuzz_hub"): frozenset({"git"}),
     ("tests/checkpoints", "checkpoint_hub"): frozenset({"git"}),
     ("tests/dashboard", "browser"): frozenset({"browser"}),
     ("tests/dashboard", "demo_story"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)

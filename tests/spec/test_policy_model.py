@@ -59,7 +59,7 @@ def test_no_file_an_empty_file_and_comments_are_the_defaults():
     p = Policy()
     assert p.approval == ApprovalPolicy(mode="either", required=1, approvers=None)
     assert p.notify.webhook is None and p.notify.sender == "tpu-ledger@localhost" and p.notify.owners == {}
-    assert p.notify.events == frozenset({"rejected", "preempted", "failed", "finished", "cancelled"})
+    assert p.notify.events == frozenset({"rejected", "quarantined", "preempted", "failed", "finished", "cancelled"})
     assert dict(p.defaults.spec) == {}
     assert p.limits == Limits(max_restarts=None, max_priority=None, accelerators=(), zones=())
     assert p.ignore.globs == () and not p.ignore.matches("jobs/alice/a.yaml")
@@ -92,7 +92,7 @@ def test_the_policy_is_frozen():
 
 
 @pytest.mark.parametrize(("text", "line", "column", "pointer", "hint"), [
-    ("approval: {mode: either}\nquotas: {ml: [alice]}\n", 2, 1, "/quotas", "fields allowed here"),
+    ("approval: {mode: either}\nbudgets: {ml: [alice]}\n", 2, 1, "/budgets", "fields allowed here"),
     ("approval:\n  mode: either\n  requried: 2\n", 3, 3, "/approval/requried", "did you mean `required`?"),
     ("notify:\n  owners:\n    alice: {email: a@b.c, phone: '1'}\n", 3, 27, "/notify/owners/alice/phone", ""),
     ("limits:\n  max_gpus: 8\n", 2, 3, "/limits/max_gpus", ""),

@@ -68,6 +68,7 @@ def test_explicit_kinds_beat_the_rule_and_attempt_flag_implies_passing(config):
     rules = recovery_rules(spec_of(text, config))
     assert rules == {
         "on_preempted": "pass", "on_grpc_error": "rerun", "on_failure": "resume", "max_restarts": 2,
+        "on_host_unhealthy": "reapply", "on_tpu_busy": "resume",  # the host kinds' defaults
         "error_patterns": [], "pass_attempt": True, "attempt_flag": "--stage",
     }
 
@@ -112,7 +113,7 @@ def test_defaults_fill_every_section(config):
 
 
 def test_setup_modules_default_to_configured_sections_in_order(config):
-    text = base() + "docker: {image: img, env_vars: {HOME: /home/u, DEBUG: true}}\ngcsfuse: {bucket_name: my-bucket, mount_path: /mnt/b}\nssh: {private_key: ~/.ssh/id_rsa}\n"
+    text = base() + "docker: {image: img, env_vars: {HOME: /home/u, DEBUG: true}}\ngcsfuse: {bucket_name: my-bucket, mount_path: /mnt/b}\nssh: {private_key: secret://id_rsa}\n"
     spec = spec_of(text, config)
     assert spec["setup"]["modules"] == ["ssh", "gcsfuse", "docker", "command"]
     assert spec["docker"]["env_vars"] == ["HOME=/home/u", "DEBUG=true"]
