@@ -59,7 +59,8 @@ def extra_args_of(spec: dict) -> list[str]:
 
 def build(settings: Settings, **overrides: Any):
     ensure_key(settings.ssh_key)
-    job_keys = JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs")
+    # derived from the reconciler's key: a peer reconciler with the same key reaches the hosts
+    job_keys = JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs", seed_key=settings.ssh_key)
     runner = RemoteRunner(
         private_key_path=settings.ssh_key,
         known_hosts_path=settings.ssh_key.parent / "known_hosts",
