@@ -129,7 +129,7 @@ def sshd_pod(tmp: Path, n: int, pull_seconds: float = 0.0):
 
 def runner(tmp: Path, key: Path, hosts: list[Host]) -> RemoteRunner:
     return RemoteRunner(private_key_path=key, known_hosts_path=tmp / "known_hosts", log_dir=tmp / "logs",
-                        username=hosts[0].username, files_root=tmp, command_timeout=120, connect_timeout=30)
+                        username=hosts[0].username, secrets_dir=tmp / "secrets", command_timeout=120, connect_timeout=30)
 
 
 def main() -> None:
@@ -145,8 +145,10 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="remote-bench-") as d:
         tmp = Path(d)
-        (tmp / "k").write_text("KEY\n")
-        (tmp / "k.pub").write_text("ecdsa-sha2-nistp256 AAAA bench\n")
+        owner = tmp / "secrets" / JOB.split("/")[0]  # spec files come from the owner's secrets folder
+        owner.mkdir(parents=True)
+        (owner / "k").write_text("KEY\n")
+        (owner / "k.pub").write_text("ecdsa-sha2-nistp256 AAAA bench\n")
         if a.target == "emulator":
             if a.pull_seconds:
                 raise SystemExit("--pull-seconds needs --target sshd (the emulator's PATH is fixed)")

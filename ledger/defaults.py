@@ -23,12 +23,36 @@ LOG_DIR = DATA_HOME / "logs"
 SSH_KEY = DATA_HOME / "ssh" / "id_ecdsa"
 SSH_USER = "ledger"
 
+
+def ssh_key() -> Path:
+    """The reconciler's own private key: $LEDGER_SSH_KEY, else SSH_KEY. It never leaves the
+    reconciler: a job spec naming it is refused (ledger.spec.secrets)."""
+    return Path(os.environ.get("LEDGER_SSH_KEY") or SSH_KEY).expanduser()
+
+
+# Files a job spec names (SSH identities, conda and requirements files) come from here only,
+# from the job owner's own folder: <dir>/<owner>/<name>, written `secret://<name>` or `<name>`.
+SECRETS_DIR = DATA_HOME / "secrets"
+
+
+def secrets_dir() -> Path:
+    """$LEDGER_SECRETS_DIR, else SECRETS_DIR (read at call time: tests and admins set it)."""
+    return Path(os.environ.get("LEDGER_SECRETS_DIR") or SECRETS_DIR).expanduser()
+
+
+# Per-job SSH keys (reconciler/keys.py) live under the data dir, never in the ledger.
+JOB_KEYS_DIR = DATA_HOME / "ssh" / "jobs"
+
 # The Google Cloud project when none is configured: the emulator's, so nothing reaches Google.
 PROJECT = "tpu-ledger-local"
 
 # A managed TPU that no live job holds is deleted after this long (a node created moments ago
 # may belong to an intent whose outcome is not recorded yet).
 ORPHAN_GRACE_S = 300.0
+
+# After a failed ingest (git or the store unreachable) the watcher waits interval * 2^n
+# seconds, at most this long, before it tries again; file system hints do not cut it short.
+WATCH_MAX_BACKOFF_S = 300.0
 
 # Checkpoint reporting (a job spec's `job.checkpoints`): a job prints a line matching the
 # pattern, whose one group is the step; the reconciler records at most one `checkpointed`

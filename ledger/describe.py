@@ -83,6 +83,8 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"{what} {done} (id …{str(g('action_id', ''))[-8:]})"
         case "history_rewritten" | "rewrite_accepted":
             return f"{str(g('old_head', ''))[:10]} -> {str(g('new_head', ''))[:10]}"
+        case "quarantined":
+            return f"commit {str(g('commit', ''))[:10]} set aside: {g('error', '')}"
         case "note":
             return str(g("text", ""))
         case "checkpointed":

@@ -57,7 +57,7 @@ class Executor:
         *,
         holder: str,
         ssh_user: str,
-        ssh_public_key: str,
+        ssh_public_key: str | Callable[[str], str],
         hosts_of: Callable[[JobState], list[Any]],
         extra_args_of: Callable[[dict], list[str]],
         stop_grace_s: float = 10.0,
@@ -152,7 +152,9 @@ class Executor:
         tpu = p["tpu"]
         want = job.spec.get("tpu") or {}
         metadata = {str(k): str(v) for k, v in (want.get("metadata") or {}).items()}
-        metadata["ssh-keys"] = f"{self.ssh_user}:{self.ssh_public_key}"
+        # a callable gives each job a key of its own (reconciler.keys.JobKeys.public)
+        key = self.ssh_public_key(job.id) if callable(self.ssh_public_key) else self.ssh_public_key
+        metadata["ssh-keys"] = f"{self.ssh_user}:{key}"
         if want.get("startup_script"):
             metadata["startup-script"] = str(want["startup_script"])
         req = CreateRequest(

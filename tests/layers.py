@@ -60,6 +60,7 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/reconciler", "harness"): frozenset({"tpu_emulator"}),
     ("tests/postgres/test_pg_ha.py", "pg_harness"): frozenset({"tpu_emulator"}),
     ("tests/gitops", "hub"): frozenset({"git"}),
+    ("tests/gitops/test_gitops_hostile.py", "fuzz_hub"): frozenset({"git"}),
     ("tests/checkpoints", "checkpoint_hub"): frozenset({"git"}),
     ("tests/dashboard", "browser"): frozenset({"browser"}),
     ("tests/dashboard", "demo_story"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ledger import defaults
 from ledger.fold import JobState
-from reconciler.keys import ensure_key
+from reconciler.keys import JobKeys, ensure_key
 from reconciler.loop import Reconciler
 from reconciler.model import PlanConfig
 from reconciler.remote import Host, RemoteRunner
@@ -22,6 +22,8 @@ class Settings:
     project: str = defaults.PROJECT
     tpu_endpoint: str | None = None
     ssh_key: Path = defaults.SSH_KEY
+    secrets_dir: Path | None = None  # None = defaults.secrets_dir() ($LEDGER_SECRETS_DIR)
+    job_keys_dir: Path | None = None  # None = a `jobs/` folder beside ssh_key
     ssh_user: str = defaults.SSH_USER
     log_dir: Path = defaults.LOG_DIR
     holder: str = socket.gethostname()
@@ -32,10 +34,14 @@ class Settings:
     lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
 
 
-def hosts_of(username: str):
+def hosts_of(username: str, job_keys: JobKeys | None = None):
     def convert(job: JobState) -> list[Any]:
+        # A TPU the reconciler created for the job accepts the job's own key only; a shared
+        # TPU (set up by an admin) keeps the reconciler's.
+        own = job_keys.existing(job.id) if job_keys is not None and not (job.tpu or {}).get("shared") else None
         return [
-            Host(worker=h["worker"], address=h["address"], port=h.get("port", 22), username=username, host_key=h.get("host_key"))
+            Host(worker=h["worker"], address=h["address"], port=h.get("port", 22), username=username,
+                 host_key=h.get("host_key"), key_path=own)
             for h in job.hosts
         ]
 
@@ -52,12 +58,14 @@ def extra_args_of(spec: dict) -> list[str]:
 
 
 def build(settings: Settings, **overrides: Any):
-    public = ensure_key(settings.ssh_key)
+    ensure_key(settings.ssh_key)
+    job_keys = JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs")
     runner = RemoteRunner(
         private_key_path=settings.ssh_key,
         known_hosts_path=settings.ssh_key.parent / "known_hosts",
         log_dir=settings.log_dir,
         username=settings.ssh_user,
+        secrets_dir=settings.secrets_dir,
     )
     config = PlanConfig(
         holder=settings.holder, orphan_grace_s=settings.orphan_grace_s,
@@ -67,7 +75,7 @@ def build(settings: Settings, **overrides: Any):
     )
     return Reconciler(
         settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,
-        holder=settings.holder, ssh_user=settings.ssh_user, ssh_public_key=public,
-        hosts_of=hosts_of(settings.ssh_user), extra_args_of=extra_args_of,
+        holder=settings.holder, ssh_user=settings.ssh_user, ssh_public_key=job_keys.public,
+        hosts_of=hosts_of(settings.ssh_user, job_keys), extra_args_of=extra_args_of,
         interval=settings.interval, config=config, lease_ttl=settings.lease_ttl_s, **overrides,
     )

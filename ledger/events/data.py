@@ -419,6 +419,17 @@ class ActionOutcome(EventData):
             raise ValueError("an outcome that is not ok names its `error`")
 
 
+class Quarantined(EventData):
+    """A commit the watcher could not turn into events at all (its error is not one a retry
+    fixes): set aside once, with this event and one alert, so every later commit is still
+    ingested. Its job files are not acted on; fix them in a new commit."""
+
+    event_type: ClassVar[str] = "quarantined"
+    commit: NonEmpty
+    error: NonEmpty
+    kind: Opt[str] = UNSET  # the exception's class, for the operator
+
+
 class Note(EventData):
     """Free text for people, or a marker: `kind: ingested` records how far the watcher got."""
 
@@ -435,7 +446,7 @@ _CLASSES: tuple[type[EventData], ...] = (
     Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
     ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
     Rerun, Finished, Cancelled, Released, HistoryRewritten, RewriteAccepted, ActionIntent,
-    ActionOutcome, Note, Checkpointed, PolicyChanged,
+    ActionOutcome, Note, Quarantined, Checkpointed, PolicyChanged,
 )
 
 # Every type the domain knows, in the order the schema lists them.

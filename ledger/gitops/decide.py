@@ -34,7 +34,7 @@ from ledger.spec.layout import (
     POLICY_PATH,
     is_job_path,
 )
-from ledger.spec.names import job_id_for
+from ledger.spec.names import job_id_for, safe_stream, shown
 from ledger.spec.policy import Policy, parse_policy
 
 CONFIG_PATHS = (*GOVERNING_PATHS, ALIASES_PATH)
@@ -138,9 +138,16 @@ def _message_dict(m: Any) -> dict[str, Any]:
     return {"message": str(m)}
 
 
+def _printable(value: Any) -> Any:
+    # A git path may hold bytes that are not UTF-8 (decoded as surrogate escapes): JSON
+    # cannot carry them, so they are recorded as \xNN, as `ledger validate` shows them.
+    return shown(value) if isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value) else value
+
+
 def _findings(messages: Any) -> list[ev.Finding]:
     """Spec messages (ledger.spec.Message, or mappings, or text) as recorded findings."""
-    return ev.check([_message_dict(m) for m in messages], list[ev.Finding], "spec findings")
+    found = [{k: _printable(v) for k, v in _message_dict(m).items()} for m in messages]
+    return ev.check(found, list[ev.Finding], "spec findings")
 
 
 def decide(
@@ -187,7 +194,7 @@ def decide(
 
     def at(path: str, blob: str) -> dict[str, str]:
         """Where a change comes from: every event of a file's change records it."""
-        return {"commit": c.sha, "path": path, "blob": blob}
+        return {"commit": c.sha, "path": _printable(path), "blob": blob}
 
     def emit(stream: str, path: str, blob: str, data: ev.EventData, appr: Approval) -> None:
         # The id depends on git alone (commit, path, blob, and whether the file came or
@@ -196,7 +203,7 @@ def decide(
         removal = isinstance(data, ev.CancelRequested) or isinstance(data, ev.Rejected) and data.removal is True
         role = "remove" if removal else "add"
         out.append((stream, NewEvent(
-            type=data.event_type, data=data, actor=who(path, appr), key=f"{c.sha}:{path}:{blob}:{role}",
+            type=data.event_type, data=data, actor=who(path, appr), key=f"{c.sha}:{_printable(path)}:{blob}:{role}",
             causation=f"git:{c.sha}",
         )))
 
@@ -213,7 +220,8 @@ def decide(
     def removed(path: str, blob: str) -> None:
         jid = job_id_for(path)
         ignored = getattr(validate, "ignored", None)
-        if jid is None or (ignored is not None and ignored(path, state)):
+        # a path that cannot name a stream never became a job: its deletion stops nothing
+        if jid is None or not safe_stream(jid) or (ignored is not None and ignored(path, state)):
             return
         appr = approval(path)
         if not appr.ok:
@@ -228,7 +236,10 @@ def decide(
         if isinstance(result, Ignored):
             return
         jid = getattr(result, "job_id", None) or job_id_for(path)
-        stream = jid or git_stream
+        # A rejection is filed under the job id the path names, even an invalid one, so its
+        # author finds it; a name that cannot be a stream (control characters, bytes that are
+        # not UTF-8) is filed on the branch's stream instead.
+        stream = jid if safe_stream(jid) else git_stream
         appr = approval(path)
         if not result.ok:
             reject(stream, path, blob, "invalid spec", appr, list(result.errors))

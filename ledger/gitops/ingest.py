@@ -16,15 +16,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.errors import ConflictError
+import msgspec
+
+from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import NewEvent, actor
-from ledger.events.data import UNSET, HistoryRewritten, Note, PolicyChanged, Price, RewriteAccepted
+from ledger.events.data import (
+    UNSET,
+    EventDataError,
+    HistoryRewritten,
+    Note,
+    PolicyChanged,
+    Price,
+    Quarantined,
+    RewriteAccepted,
+)
 from ledger.fold import LIVE, replay
 from ledger.gitops.approval import Identity, Signature
 from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, Verifier, decide
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
+from ledger.spec.files import secrets_check
 from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_job_path
 from ledger.spec.policy import parse_policy
 from ledger.store import Store
@@ -76,6 +88,7 @@ def read_position(store: Store, branch: str) -> Position:
 def spec_validator() -> Validator:
     """Validate with `ledger.spec`, building the repo config once per approved configuration."""
     cache: dict[tuple, Any] = {}
+    secrets = secrets_check()  # the secrets folder of the host the watcher runs on, if any
 
     def config_for(state: RepoState) -> Any:
         key = (state.files.get(ALIASES_PATH, ("",))[0], state.files.get(POLICY_PATH, ("",))[0])
@@ -90,7 +103,7 @@ def spec_validator() -> Validator:
         config = config_for(state)
         if is_ignored(path, config):
             return Ignored(path)
-        return validate_text(text, path, config)
+        return validate_text(text, path, config, secrets=secrets)
 
     # decide() asks this before cancelling: an ignored file never ran, so never cancels
     validate.ignored = lambda path, state: is_ignored(path, config_for(state))  # type: ignore[attr-defined]
@@ -166,6 +179,7 @@ def ingest(
     first = True
     backlog: list[Commit] = []  # listed once per run, consumed chunk by chunk
     conflicts = 0
+    suspects: set[str] = set()  # commits of a chunk that failed: now ingested one at a time
     while True:
         pos = read_position(store, branch)
         if first:
@@ -201,7 +215,17 @@ def ingest(
             if not commits:
                 break
             backlog = commits
-            _ingest_commits(repo, store, branch, pos, commits[:chunk], validate, spec_hash, live, report)
+            size = 1 if commits[0].sha in suspects else chunk
+            try:
+                _ingest_commits(repo, store, branch, pos, commits[:size], validate, spec_hash, live, report)
+            except Exception as exc:
+                if not is_data_problem(exc):
+                    raise  # git or the store failed: the watcher retries later, with backoff
+                if size > 1:
+                    suspects.update(c.sha for c in commits[:size])  # find the one commit
+                    continue
+                _quarantine(store, branch, pos, commits[0], exc, report)
+                live.known.clear()
         except ConflictError:
             # Another writer moved the branch stream on: re-read the position and go on from
             # there (its work is found done, never redone). Bounded so a bug cannot spin.
@@ -213,6 +237,39 @@ def ingest(
     report.position = read_position(store, branch).commit
     report.seconds = time.perf_counter() - started
     return report
+
+
+# Failures that come from what a commit holds, so retrying the same commit fails the same
+# way: anything but git, the store and the operating system failing (those are retried).
+_NOT_DATA = (ConflictError, GitError, OSError, MemoryError)
+
+
+def is_data_problem(exc: BaseException) -> bool:
+    if isinstance(exc, (UsageError, EventDataError)):
+        return True  # e.g. a stream name or an event the store refuses: the commit's content
+    if isinstance(exc, (StoreError, *_NOT_DATA)):
+        return False
+    return isinstance(exc, (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
+                            UnicodeError, msgspec.MsgspecError))
+
+
+def _quarantine(store: Store, branch: str, pos: Position, commit: Commit, exc: Exception, report: IngestReport) -> None:
+    """Set aside a commit that cannot be ingested: one `quarantined` event (the notifier's
+    alert) and the `ingested` marker that moves the position past it, in one transaction.
+    The approved configuration stays what it was before the commit."""
+    error = f"{type(exc).__name__}: {exc}"[:2000] or type(exc).__name__
+    stream = stream_for(branch)
+    events = [
+        NewEvent("quarantined", Quarantined(commit=commit.sha, error=error, kind=type(exc).__name__),
+                 _watcher_actor(branch), key=f"quarantined:{pos.commit}:{commit.sha}", causation=f"git:{commit.sha}"),
+        NewEvent("note", Note(kind="ingested", commit=commit.sha, base=pos.commit, governing=dict(pos.governing), events=1),
+                 _watcher_actor(branch), key=f"ingested:{pos.commit}:{commit.sha}", causation=f"git:{commit.sha}"),
+    ]
+    result = store.append(stream, events, expected_version=pos.version)
+    if not result.duplicate:
+        report.commits += 1
+        report.events += 1
+        report.counts["quarantined"] = report.counts.get("quarantined", 0) + 1
 
 
 def _new_commits(repo: GitRepo, old: str | None, new: str) -> list[Commit] | None:

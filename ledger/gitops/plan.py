@@ -16,7 +16,7 @@ from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict
 from ledger.gitops.ingest import Validator, spec_validator
 from ledger.gitops.repo import ZERO, GitError, GitRepo
 from ledger.spec.layout import is_job_path
-from ledger.spec.names import job_id_for
+from ledger.spec.names import job_id_for, shown
 from ledger.tpu_types import lookup
 
 
@@ -138,25 +138,32 @@ def plan(
             continue
         if ch.status in ("D", "R") and is_job_path(ch.old_path or ch.path):
             old = ch.old_path or ch.path
-            report.items.append(PlanItem("cancel", job_id_for(old), old, **who(old)))
+            report.items.append(PlanItem("cancel", _shown(job_id_for(old)), shown(old), **who(old)))
         if ch.status == "D" or not is_job_path(ch.path):
             continue
         result = validate(blobs.get(ch.new_blob, b""), ch.path, state)
         jid = getattr(result, "job_id", None) or job_id_for(ch.path)
         item = PlanItem(
             "update" if ch.status == "M" else "submit",
-            jid, ch.path, **who(ch.path),
+            _shown(jid), shown(ch.path), **who(ch.path),
             warnings=[_message_dict(w) for w in getattr(result, "warnings", []) or []],
         )
         if not result.ok:
             item.action = "invalid"
-            item.errors = [_message_dict(e) for e in result.errors]
+            item.errors = [{k: shown(v) if k == "file" and isinstance(v, str) else v for k, v in _message_dict(e).items()}
+                           for e in result.errors]
         else:
             item.accelerator, item.chips, item.tpu, item.shared = _tpu_facts(result.spec)
             if item.shared and item.tpu:
                 item.held_by = [j for j in held.get(item.tpu, []) if j != jid]
         report.items.append(item)
     return report
+
+
+def _shown(job_id: str | None) -> str | None:
+    # a plan is printed and posted as a comment: control characters and undecodable bytes
+    # in a hostile file name are shown escaped, never raw
+    return shown(job_id) if job_id is not None else None
 
 
 def families(report: PlanReport) -> dict[str, int]:

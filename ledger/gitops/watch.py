@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ledger.errors import LedgerError
+from ledger import defaults
 from ledger.gitops.ingest import IngestReport, ingest
 from ledger.gitops.mirror import ensure_mirror, fetch_mirror, is_remote
 from ledger.gitops.repo import GitRepo
@@ -26,8 +25,9 @@ class Watcher:
 
     `run()` blocks until `stop()`; `run_once()` is one fetch + ingest. `on_report` is called
     after each ingest that appended something or paused; `on_error` with each failure
-    (the loop never dies of one: a bad commit becomes `rejected`, a git or store error
-    is reported and retried at the next wake-up).
+    (the loop never dies of one: a bad file becomes `rejected`, a commit that cannot be
+    ingested at all `quarantined`, and a git or store error is reported and retried with
+    exponential backoff up to WATCH_MAX_BACKOFF_S).
     """
 
     def __init__(
@@ -59,6 +59,7 @@ class Watcher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.wakeups = 0  # file system hints received (tests and the benchmark read it)
+        self.backoff = 0.0  # seconds waited after the last failure (0 when the last run worked)
 
     # -- control --------------------------------------------------------------------------
     def wake(self) -> None:
@@ -82,22 +83,32 @@ class Watcher:
     def run(self) -> None:
         observer = self._start_observer() if self.use_watchdog else None
         was_paused = False
+        failures = 0
+        last_error = ""
         try:
             while not self._stop.is_set():
                 self._wake.clear()  # before reading the ref: a later change wakes us again
                 try:
                     report = self.run_once()
-                    self.accept_rewrite = False
-                    # a pause is reported when it starts, not again at every poll
-                    news = report.commits or (report.paused and not was_paused)
-                    was_paused = report.paused
-                    if self.on_report and news:
-                        self.on_report(report)
-                except LedgerError as exc:
-                    self.on_error(exc)
                 except Exception as exc:  # noqa: BLE001 - the loop must outlive any surprise
-                    self.on_error(exc)
-                    time.sleep(min(self.interval, 1.0))
+                    # git or the store failed (a commit's own content is quarantined by
+                    # ingest): retry with exponential backoff, hints ignored meanwhile, and
+                    # report an error when it changes or at each doubling, never per retry.
+                    failures += 1
+                    text = f"{type(exc).__name__}: {exc}"
+                    if text != last_error or failures & (failures - 1) == 0:
+                        self.on_error(exc)
+                    last_error = text
+                    self.backoff = min(defaults.WATCH_MAX_BACKOFF_S, self.interval * 2 ** min(failures - 1, 16))
+                    self._stop.wait(self.backoff)
+                    continue
+                failures, last_error, self.backoff = 0, "", 0.0
+                self.accept_rewrite = False
+                # a pause is reported when it starts, not again at every poll
+                news = report.commits or (report.paused and not was_paused)
+                was_paused = report.paused
+                if self.on_report and news:
+                    self.on_report(report)
                 self._wake.wait(self.interval)
         finally:
             if observer is not None:

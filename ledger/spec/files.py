@@ -6,10 +6,12 @@ import errno
 import os
 from pathlib import Path
 
+from ledger import defaults
 from ledger.spec.config import RepoConfig, load_repo_config
 from ledger.spec.layout import CODEOWNERS_PATHS, CONFIG_FILES, JOB_SUFFIXES, JOBS_DIR
 from ledger.spec.model import Message, SpecResult
-from ledger.spec.normalize import validate_text
+from ledger.spec.normalize import SecretsCheck, validate_text
+from ledger.spec.secrets import SecretsDir
 from ledger.spec.yamlsafe import MAX_BYTES
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -72,25 +74,37 @@ def relative(path: str, root: Path) -> str:
         return Path(path).as_posix()
 
 
-def read_limited(path: str) -> bytes:
-    """At most MAX_BYTES + 1 bytes (enough to tell the file is too big); refuses symlinks."""
+def read_limited(path: str) -> tuple[bytes, int]:
+    """(at most MAX_BYTES + 1 bytes, the file's real size): enough to tell the file is too
+    big without reading it all, and the size to tell the user. Refuses symlinks."""
     fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     with os.fdopen(fd, "rb") as fh:
-        return fh.read(MAX_BYTES + 1)
+        return fh.read(MAX_BYTES + 1), os.fstat(fh.fileno()).st_size
 
 
-def validate_file(path: str | Path, root: Path, config: RepoConfig) -> SpecResult:
+def secrets_check() -> SecretsCheck | None:
+    """The secrets folder's check on this host, when this host has one (the ledger host);
+    elsewhere (a laptop, CI) only the references' text is checked."""
+    root = defaults.secrets_dir()
+    return SecretsDir(root, defaults.ssh_key()).problem if root.is_dir() else None
+
+
+def validate_file(path: str | Path, root: Path, config: RepoConfig, secrets: SecretsCheck | None = None) -> SpecResult:
     path = os.path.abspath(path)
     rel = relative(path, root)
     try:
-        data = read_limited(path)
+        data, size = read_limited(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP or os.path.islink(path):
             return SpecResult(rel, None, None, [Message(rel, 0, 0, "", "job files may not be symbolic links",
                                                         "replace the link with the file itself", "error")])
         return SpecResult(rel, None, None, [Message(rel, 0, 0, "", f"cannot read the file: {exc.strerror or exc}",
                                                     "check that it exists and is a readable file", "error")])
-    return validate_text(data, rel, config)
+    if len(data) > MAX_BYTES:  # only the first MAX_BYTES + 1 were read: say the real size
+        return SpecResult(rel, None, None, [Message(rel, 0, 0, "", f"file is {max(size, len(data)):,} bytes, over the {MAX_BYTES // 1024} KiB limit",
+                                                    "a job spec is a few kilobytes: move large scripts into your code repository "
+                                                    "and call them from `command.cmd`", "error")])
+    return validate_text(data, rel, config, secrets=secrets)
 
 
 def config_results(config: RepoConfig) -> list[SpecResult]:
@@ -112,5 +126,6 @@ def validate_paths(paths: list[Path], repo_root: Path | None = None) -> list[Spe
     config = load_repo_config(root)
     results = config_results(config)
     config_files = {str(root / f) for f in CONFIG_FILES}  # checked above, not jobs
-    results.extend(validate_file(p, root, config) for p in collect(paths, root) if p not in config_files)
+    secrets = secrets_check()
+    results.extend(validate_file(p, root, config, secrets) for p in collect(paths, root) if p not in config_files)
     return results

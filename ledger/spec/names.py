@@ -29,12 +29,41 @@ def _suggest(text: str, allow_underscore: bool) -> str:
     return re.sub(r"-{2,}", "-", folded)
 
 
+# Characters a shell gives a meaning to: a name holding one is refused for what it is.
+SHELL_META = frozenset("$`\\\"'|&;<>()*?[]{}~!#=")
+
+
+def shown(text: str) -> str:
+    """`text` safe to print and to store as JSON: control characters escaped by repr, bytes
+    that were not UTF-8 (surrogate escapes from git paths) as \\xNN."""
+    return "".join(
+        f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else ch if ch.isprintable() else repr(ch)[1:-1]
+        for ch in text
+    )
+
+
+def _problem_chars(kind: str, text: str) -> str | None:
+    """What a name's characters are, when they are the sort that breaks things."""
+    if any(0xDC80 <= ord(ch) <= 0xDCFF for ch in text):
+        return f"the {kind} '{shown(text)}' is not valid UTF-8"
+    controls = sorted({ch for ch in text if not ch.isprintable() and ch != " "})
+    if controls:
+        return f"the {kind} '{shown(text)}' has control characters ({', '.join(shown(c) for c in controls)})"
+    meta = sorted({ch for ch in text if ch in SHELL_META})
+    if meta:
+        return f"the {kind} {text!r} has shell metacharacters ({', '.join('space' if c == ' ' else c for c in meta)})"
+    return None
+
+
 def check_part(kind: str, text: str) -> str | None:
     """None when `text` is a valid owner/name, else what is wrong with it."""
     is_owner = kind == "owner"
     pattern, limit = (OWNER_RE, OWNER_MAX) if is_owner else (NAME_RE, NAME_MAX)
     if not text:
         return f"the {kind} is empty"
+    bad = _problem_chars(kind, text)
+    if bad is not None:
+        return bad
     if not text.isascii():
         return f"the {kind} {text!r} has non-ASCII characters"
     if len(text) > limit:
@@ -53,6 +82,13 @@ def _job_parts(path: str) -> list[str] | None:
     """[jobs, owner, file] of a path one folder below jobs/, else None."""
     parts = path.split("/")
     return parts if len(parts) == 3 and parts[0] == JOBS_DIR else None
+
+
+def safe_stream(job_id: str | None) -> bool:
+    """True when an (unchecked) job id can name an event stream and travel in JSON: the
+    watcher files a rejection under it. Control characters and undecodable bytes cannot."""
+    return bool(job_id) and len(job_id) <= 200 and job_id.isprintable() and not any(
+        0xD800 <= ord(ch) <= 0xDFFF for ch in job_id)
 
 
 def job_id_for(path: str) -> str | None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from ledger import defaults, tpu_types
 from ledger.spec import recovery as rec
@@ -21,7 +24,12 @@ from ledger.spec.model import Message, SpecResult
 from ledger.spec.names import TPU_NAME_MAX, TPU_NAME_RE, default_tpu_name, job_id_from_path
 from ledger.spec.policy import Policy
 from ledger.spec.schema import close_match, fill_defaults, problems
+from ledger.spec.secrets import file_fields, reference_problem
 from ledger.spec.yamlsafe import Loaded, LoadError, escape, load
+
+# `check(owner, reference) -> (severity, message) | None`: a look at the secrets folder on
+# this host (ledger.spec.secrets.SecretsDir.problem), when there is one to look at.
+SecretsCheck = Callable[[str, str], "tuple[str, str] | None"]
 
 SECTIONS = ("job", "tpu", "gcsfuse", "ssh", "docker", "conda", "venv", "setup", "command", "recovery", "args", "priority")
 ENVS = ("docker", "conda", "venv")
@@ -32,6 +40,10 @@ RESERVED_METADATA = ("ssh-keys", "startup-script", "enable-oslogin")
 # A repeated group that itself ends in a repetition, e.g. (a+)+ or (\w*)*: the shape of
 # patterns that backtrack exponentially. The reconciler runs these over job output.
 NESTED_REPEAT = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
+# The normalised spec travels in every `submitted` event and in each reconciler's memory: a
+# spec is a few kilobytes, and this bounds what one file can make of itself (references,
+# policy defaults) whatever the input's own size limit lets through.
+MAX_SPEC_BYTES = 512 * 1024
 KEY_MATERIAL = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----|PRIVATE KEY-----")
 
 
@@ -90,8 +102,9 @@ def _with_policy_defaults(data: dict, defaults: dict, report: _Report) -> dict:
     return out
 
 
-def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResult:
-    """Validate one job file's contents; never raises on bad input."""
+def validate_text(text: bytes | str, path: str, config: RepoConfig, *, secrets: SecretsCheck | None = None) -> SpecResult:
+    """Validate one job file's contents; never raises on bad input. With `secrets`, the files
+    the spec names are also looked up in its owner's secrets folder."""
     job_id, problem, hint = job_id_from_path(path)
     try:
         loaded = load(text)
@@ -111,7 +124,7 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
         return SpecResult(path, job_id, None, report.errors, [])
     try:
         refs = (b"${" in text) if isinstance(text, bytes) else ("${" in text)
-        spec = _check(data, job_id, path, config, report, refs)
+        spec = _check(data, job_id, path, config, report, refs, secrets)
     except Exception as exc:  # a bug here must not take the watcher down: report it as a finding
         report.error("", f"internal error while validating: {type(exc).__name__}: {exc}", "please report this to the ledger maintainers")
         spec = None
@@ -119,7 +132,8 @@ def validate_text(text: bytes | str, path: str, config: RepoConfig) -> SpecResul
     return SpecResult(path, job_id if job_id else None, spec if ok else None, report.errors, report.warnings)
 
 
-def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True) -> dict | None:
+def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report: _Report, refs: bool = True,
+           secrets: SecretsCheck | None = None) -> dict | None:
     policy = config.policy
     merged = _with_policy_defaults(data, policy.defaults.spec, report)
     found = list(problems("job", merged))
@@ -190,6 +204,10 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
     except InterpolationError as exc:
         report.error(_input_pointer(exc.pointer), exc.message, exc.hint)
         return None
+    if _too_big(spec, report):
+        return None
+    if not _files_stay_home(spec, job_id, report, secrets):
+        return None
     if not spec["tpu"]["shared"]:
         name = spec["tpu"]["name"]
         if not isinstance(name, str) or len(name) > TPU_NAME_MAX or not TPU_NAME_RE.match(name):
@@ -200,6 +218,46 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
 
 
 _SECTION_SET = frozenset(SECTIONS)
+
+
+def _files_stay_home(spec: dict, job_id: str | None, report: _Report, secrets: SecretsCheck | None) -> bool:
+    """Every file the spec names is in its owner's secrets folder (after references are
+    resolved, so a reference cannot smuggle a path in); False after reporting one that is not."""
+    fields = list(file_fields(spec))
+    if not fields:
+        return True
+    key = str(defaults.ssh_key())
+    owner = (job_id or "").partition("/")[0]
+    ok = True
+    for pointer, ref in fields:
+        problem = reference_problem(ref, key)
+        if problem is not None:
+            report.error(pointer, problem[0], problem[1])
+            ok = False
+        elif secrets is not None and owner:
+            found = secrets(owner, ref)
+            if found is not None and found[0] == "error":
+                report.error(pointer, found[1], "only files inside your own secrets folder are copied to your hosts")
+                ok = False
+            elif found is not None:
+                report.warn(pointer, found[1], "ask an admin to put the file there before the job runs")
+    return ok
+
+
+_encode = msgspec.json.Encoder(enc_hook=str).encode  # ~10x json.dumps: this runs for every spec
+
+
+def _too_big(spec: dict, report: _Report) -> bool:
+    """Refuse a normalised spec over MAX_SPEC_BYTES, naming its biggest section."""
+    size = len(_encode(spec))
+    if size <= MAX_SPEC_BYTES:
+        return False
+    sizes = {k: len(_encode(v)) for k, v in spec.items()}
+    biggest = max(sizes, key=lambda k: sizes[k])
+    report.error(f"/{biggest}", f"the normalised spec is {size:,} bytes, over the limit of {MAX_SPEC_BYTES:,} "
+                 f"(`{biggest}` alone is {sizes[biggest]:,})",
+                 "a job spec is a few kilobytes: keep long text in your code repository and call it from `command.cmd`")
+    return True
 
 
 def _has_reference(node: Any) -> bool:
@@ -398,7 +456,7 @@ def _ssh(ssh: dict | None, report: _Report) -> dict | None:
     def check(value: Any, pointer: str) -> None:
         if isinstance(value, str) and KEY_MATERIAL.search(value):
             report.error(pointer, "this looks like private key material; a job spec holds paths, never secrets",
-                         "give the path of the key file (e.g. ~/.ssh/id_rsa), and rotate the key: it is now in git history")
+                         "put the key in your secrets folder and name it (e.g. secret://id_rsa), and rotate the key: it is now in git history")
 
     for k, v in ssh.items():
         if isinstance(v, str):

@@ -193,7 +193,7 @@ class NotifyPolicy(Section):
         notify:
           webhook: https://hooks.slack.com/services/...   # optional; --webhook overrides
           from: tpu-ledger@example.org                     # optional sender address
-          events: [rejected, preempted, failed, finished, cancelled]   # optional, the default
+          events: [rejected, quarantined, preempted, failed, finished, cancelled]   # optional, the default
           owners:
             alice: {email: alice@example.org}
             bob: {email: bob@example.org, opt_out: true}          # no messages about bob's jobs

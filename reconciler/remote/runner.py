@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from ledger import defaults
+from ledger.spec.secrets import SecretError, SecretsDir
 from reconciler.remote import layout, modules, patterns, scripts
 from reconciler.remote.errors import (
     AuthFailed,
@@ -45,11 +47,13 @@ class RemoteRunner:
         retries: int = 5,
         probe_retries: int = 1,
         backoff: float = 0.5,
-        files_root: Path | None = None,
+        secrets_dir: Path | None = None,
         max_parallel: int = 64,
     ) -> None:
-        """`username` applies to hosts whose username is the Host default; `files_root` is
-        where relative local paths in a spec (keys, requirements, conda files) resolve."""
+        """`username` applies to hosts whose username is the Host default; `secrets_dir` is
+        the admin's secrets folder: the files a spec names (keys, requirements, conda files)
+        are read from `<secrets_dir>/<owner>/` only (ledger.spec.secrets), never from
+        anywhere else on this host, and never the reconciler's own key."""
         self.pool = SSHPool(
             private_key_path=Path(private_key_path), known_hosts_path=Path(known_hosts_path),
             connect_timeout=connect_timeout, retries=retries, backoff=backoff,
@@ -59,7 +63,7 @@ class RemoteRunner:
         self.command_timeout = command_timeout
         self.probe_timeout = max(connect_timeout, 30.0)
         self.probe_retries = probe_retries
-        self.files_root = Path(files_root) if files_root else Path.cwd()
+        self.secrets = SecretsDir(Path(secrets_dir) if secrets_dir else defaults.secrets_dir(), Path(private_key_path))
         self._executor = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="remote")
         self._scanned: dict[tuple[str, int, int], int] = {}
         # (job, attempt, worker) -> the newest checkpoint step seen in that output, kept
@@ -70,7 +74,7 @@ class RemoteRunner:
     # -- plumbing ------------------------------------------------------------------------
     def _host(self, h: Host) -> Host:
         if h.username == DEFAULT_USERNAME and self.username != DEFAULT_USERNAME:
-            return Host(h.worker, h.address, h.port, self.username, h.host_key)
+            return Host(h.worker, h.address, h.port, self.username, h.host_key, h.key_path)
         return h
 
     def _parallel(self, hosts: Sequence[Host], fn: Callable[[Host], T]) -> dict[int, T]:
@@ -88,9 +92,11 @@ class RemoteRunner:
             raise ValueError(f"workers {sorted(missing)} are not among the hosts {sorted(known)}")
         return [h for h in hosts if h.worker in wanted]
 
-    def _read_local(self, path: str) -> bytes:
-        p = Path(path).expanduser()
-        return (p if p.is_absolute() else self.files_root / p).read_bytes()
+    def _reader(self, job_id: str) -> modules.Reader:
+        """Reads for one job: from its owner's secrets folder, checked again here (defence
+        in depth: validation refused escapes, but the folder may have changed since)."""
+        owner = job_id.partition("/")[0]
+        return lambda ref: self.secrets.read(owner, ref)
 
     # -- setup ---------------------------------------------------------------------------
     def setup(
@@ -105,8 +111,8 @@ class RemoteRunner:
         names = [m for m in (spec.get("setup") or {}).get("modules") or [] if m != "command"]
         report = SetupReport()
         try:
-            built = [modules.build(n, spec, self._read_local) for n in names]
-        except (OSError, KeyError, ValueError) as exc:
+            built = [modules.build(n, spec, self._reader(job_id)) for n in names]
+        except (OSError, KeyError, ValueError, SecretError) as exc:
             for h in self._select(hosts, workers):
                 report.failures.append((h.worker, "spec", f"cannot build setup steps: {exc}"))
             return report

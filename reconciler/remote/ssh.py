@@ -136,6 +136,7 @@ class SSHPool:
         max_backoff: float = 10,
     ) -> None:
         self.pkey = paramiko.PKey.from_path(str(private_key_path))
+        self._pkeys: dict[Path, paramiko.PKey] = {}  # per-job keys, loaded once each
         self.known = KnownHosts(known_hosts_path)
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -147,7 +148,16 @@ class SSHPool:
 
     # -- connections ---------------------------------------------------------------------
     def _slot(self, host: Host) -> tuple:
-        return (host.worker, host.address, host.port, host.username, host.host_key)
+        return (host.worker, host.address, host.port, host.username, host.host_key, host.key_path)
+
+    def _key_for(self, host: Host) -> paramiko.PKey:
+        if host.key_path is None:
+            return self.pkey
+        with self._guard:
+            key = self._pkeys.get(host.key_path)
+            if key is None:
+                key = self._pkeys[host.key_path] = paramiko.PKey.from_path(str(host.key_path))
+            return key
 
     def _lock_for(self, slot: tuple) -> threading.Lock:
         with self._guard:
@@ -168,7 +178,7 @@ class SSHPool:
             where = f"recorded in {self.known.path}"
         try:
             client.connect(
-                host.address, port=host.port, username=host.username, pkey=self.pkey,
+                host.address, port=host.port, username=host.username, pkey=self._key_for(host),
                 timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
                 auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
                 look_for_keys=False, allow_agent=False,

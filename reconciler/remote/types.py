@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from ledger import defaults
@@ -23,6 +24,9 @@ class Host:
     username: str = DEFAULT_USERNAME
     # "<keytype> <base64>" pinned from the TPU API's guest attributes, when known.
     host_key: str | None = None
+    # The private key this host accepts, when not the pool's: a TPU the reconciler created
+    # holds only its job's own key (reconciler.keys.JobKeys), never the reconciler's.
+    key_path: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ CLASSES = {cls.__name__: cls for cls in DATA_TYPES.values()}
 APPEND_SITES = {
     "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
-    "ledger/gitops/ingest.py": 4,  # rewrite_accepted, history_rewritten, the `ingested` note, policy_changed
+    "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
 }
 # Names an append site may pass as data, each bound to a class instance (see the site).

@@ -216,7 +216,7 @@ def runner_for(tmp_path):
         kw.setdefault("backoff", 0.1)
         r = RemoteRunner(
             private_key_path=pod.client_key, known_hosts_path=tmp_path / "known_hosts",
-            log_dir=tmp_path / "logs", username=pod.hosts[0].username, files_root=tmp_path, **kw,
+            log_dir=tmp_path / "logs", username=pod.hosts[0].username, secrets_dir=tmp_path / "secrets", **kw,
         )
         runners.append(r)
         return r

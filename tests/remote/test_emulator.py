@@ -38,7 +38,8 @@ def emu_pod(tmp_path):
                 item = next(i for i in attrs[w].query_value.items if i.key == "ecdsa-sha2-nistp256")
                 hosts.append(Host(w, ep.ip_address, ep.port, USER, host_key=f"{item.key} {item.value}"))
             runner = RemoteRunner(private_key_path=key_path, known_hosts_path=tmp_path / "known_hosts",
-                                  log_dir=tmp_path / "logs", username=USER, command_timeout=60, retries=1, backoff=0.1)
+                                  log_dir=tmp_path / "logs", username=USER, command_timeout=60, retries=1, backoff=0.1,
+                                  secrets_dir=tmp_path / "secrets")
             try:
                 yield emu, hosts, runner, tmp_path
             finally:
@@ -63,10 +64,11 @@ def exited(runner, attempt, hosts):
 
 def test_setup_in_parallel_and_clean_failure_report(emu_pod):
     emu, hosts, runner, tmp = emu_pod
-    (tmp / "id_pod").write_text("POD KEY\n")
-    (tmp / "id_pod.pub").write_text("ecdsa-sha2-nistp256 AAAA pod\n")
+    (tmp / "secrets" / "alice").mkdir(parents=True)
+    (tmp / "secrets" / "alice" / "id_pod").write_text("POD KEY\n")
+    (tmp / "secrets" / "alice" / "id_pod.pub").write_text("ecdsa-sha2-nistp256 AAAA pod\n")
     spec = {"setup": {"modules": ["ssh", "command"]},
-            "ssh": {"identities": [{"private_key": str(tmp / "id_pod"), "public_key": str(tmp / "id_pod.pub"), "config_entry": "Host 127.*\n  User alice\n"}]}}
+            "ssh": {"identities": [{"private_key": "secret://id_pod", "public_key": "id_pod.pub", "config_entry": "Host 127.*\n  User alice\n"}]}}
     rep = runner.setup(JOB, 1, hosts, spec)
     assert rep.ok and rep.outcomes == {w: {"ssh": "done"} for w in range(4)}
     assert runner.setup(JOB, 1, hosts, spec).outcomes == {w: {"ssh": "skipped"} for w in range(4)}

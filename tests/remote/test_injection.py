@@ -36,8 +36,11 @@ def test_nothing_but_the_users_command_is_interpreted(pod, runner_for, wait_for,
                     "workers": "all", "env": {"SECRET": env_value}},
         "recovery": {"error_patterns": [], "pass_attempt": True, "attempt_flag": "--stage" + hostile(canary, "flagname")},
     }
-    keyname = "id$(touch keyname-a);touch keyname-b;'\"`touch keyname-c`"
-    (tmp_path / keyname).write_text("KEY\n")
+    # A key's name is a plain file name in the owner's secrets folder (ledger.spec.secrets
+    # refuses any other); the config entry stays hostile.
+    keyname = "id_eve-key.1"
+    (tmp_path / "secrets" / "eve").mkdir(parents=True)
+    (tmp_path / "secrets" / "eve" / keyname).write_text("KEY\n")
     spec["setup"]["modules"].insert(0, "ssh")
     spec["ssh"] = {"identities": [{"private_key": keyname, "config_entry": hostile(canary, "sshconfig")}]}
     hosts = pod.hosts[:2]

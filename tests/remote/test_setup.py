@@ -17,8 +17,10 @@ from reconciler.remote import layout
 JOB = "bob/setup"
 
 
-def write(tmp_path, name: str, text: str):
-    p = tmp_path / name
+def write(tmp_path, name: str, text: str, owner: str = JOB.split("/")[0]):
+    """A file in the owner's secrets folder: the only place the runner reads spec files from."""
+    p = tmp_path / "secrets" / owner / name
+    p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text)
     return p
 
@@ -121,7 +123,7 @@ def test_conda_env_from_file_and_command_in_conda_run(pod, runner_for, wait_for,
     r = runner_for(pod)
     big = "name: fms\n" + "# padding\n" * 20000  # 200 KB: too big to inline, sent by stdin
     write(tmp_path, "env.yml", big)
-    spec = {"setup": {"modules": ["conda", "command"]}, "conda": {"name": "fms", "config_file": str(tmp_path / "env.yml")},
+    spec = {"setup": {"modules": ["conda", "command"]}, "conda": {"name": "fms", "config_file": "secret://env.yml"},
             "command": {"cmd": "echo conda ok", "workers": "all", "env": {}}}
     h = pod.hosts[:1]
     assert r.setup(JOB, 1, h, spec).outcomes == {0: {"conda": "done"}}

@@ -59,7 +59,7 @@ def test_no_file_an_empty_file_and_comments_are_the_defaults():
     p = Policy()
     assert p.approval == ApprovalPolicy(mode="either", required=1, approvers=None)
     assert p.notify.webhook is None and p.notify.sender == "tpu-ledger@localhost" and p.notify.owners == {}
-    assert p.notify.events == frozenset({"rejected", "preempted", "failed", "finished", "cancelled"})
+    assert p.notify.events == frozenset({"rejected", "quarantined", "preempted", "failed", "finished", "cancelled"})
     assert dict(p.defaults.spec) == {}
     assert p.limits == Limits(max_restarts=None, max_priority=None, accelerators=(), zones=())
     assert p.ignore.globs == () and not p.ignore.matches("jobs/alice/a.yaml")

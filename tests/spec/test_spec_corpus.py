@@ -46,7 +46,7 @@ def test_seed_quickstart_normalizes_like_jobman(config):
     assert spec["tpu"]["name"] == "yufeng-v6e-1"  # ${tpu.accelerator} interpolated
     assert spec["tpu"]["allocation_mode"] == "queued-resources"
     assert spec["tpu"]["hosts"] == 1
-    assert spec["ssh"]["private_key"] == "/u/yx1168/.ssh/id_rsa"  # tpu_private_key spelling
+    assert spec["ssh"]["private_key"] == "secret://id_rsa"  # tpu_private_key spelling
     assert spec["setup"]["modules"] == ["gcsfuse", "ssh", "docker", "command"]
     assert spec["job"]["env_type"] == "docker"
     assert spec["command"] == {"cmd": "pip show jax\npip show flax\n", "workers": [0], "env": {}, "args_flags": []}

@@ -112,7 +112,7 @@ def test_defaults_fill_every_section(config):
 
 
 def test_setup_modules_default_to_configured_sections_in_order(config):
-    text = base() + "docker: {image: img, env_vars: {HOME: /home/u, DEBUG: true}}\ngcsfuse: {bucket_name: my-bucket, mount_path: /mnt/b}\nssh: {private_key: ~/.ssh/id_rsa}\n"
+    text = base() + "docker: {image: img, env_vars: {HOME: /home/u, DEBUG: true}}\ngcsfuse: {bucket_name: my-bucket, mount_path: /mnt/b}\nssh: {private_key: secret://id_rsa}\n"
     spec = spec_of(text, config)
     assert spec["setup"]["modules"] == ["ssh", "gcsfuse", "docker", "command"]
     assert spec["docker"]["env_vars"] == ["HOME=/home/u", "DEBUG=true"]

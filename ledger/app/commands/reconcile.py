@@ -37,6 +37,9 @@ from ledger.fold import LIVE, JobState, replay
 @click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,
               help="Private key for TPU hosts; created if missing [env: LEDGER_SSH_KEY].")
 @click.option("--ssh-user", envvar="LEDGER_SSH_USER", default=defaults.SSH_USER, show_default=True)
+@click.option("--secrets-dir", envvar="LEDGER_SECRETS_DIR", type=click.Path(path_type=Path), default=None,
+              help="The only place files a spec names (secret://NAME, keys, conda and requirements files) are "
+                   "read from: <dir>/<owner>/NAME [default: ~/.local/share/tpu-ledger/secrets; env: LEDGER_SECRETS_DIR].")
 @click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
               help="Where job and setup logs are kept [env: LEDGER_LOG_DIR].")
 @click.option("--id", "holder", envvar="LEDGER_RECONCILER_ID", default=None,
@@ -54,7 +57,7 @@ from ledger.fold import LIVE, JobState, replay
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
-              ssh_key: Path | None, ssh_user: str, log_dir: Path | None, holder: str | None, orphan_grace: float,
+              ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
               checkpoint_every: float) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
@@ -69,6 +72,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key
+    settings.secrets_dir = secrets_dir
     if log_dir:
         settings.log_dir = log_dir
     if holder:
