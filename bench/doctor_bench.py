@@ -98,7 +98,7 @@ def main() -> None:
     else:
         print(f"{a.hosts} hosts, {a.reps} reps (medians):")
         print(f"  host checks before a start (clean hosts)   {out['checks_ms_median']:8.1f} ms   (target <= 300 ms: {'met' if out['target_met'] else 'NOT met'})")
-        print(f"  host checks that repair a stale lock        {out['checks_with_repair_ms_median']:8.1f} ms   (probe, repair, probe again, 2 events)")
+        print(f"  host checks that repair a stale lock        {out['checks_with_repair_ms_median']:8.1f} ms   (probe, repair, intent + outcome appended)")
         print(f"  the start itself (RemoteRunner.start)       {out['start_ms_median']:8.1f} ms   (checks / start = {out['checks_vs_start']})")
         print(f"  one SSH round trip of `true` to every host  {out['ssh_true_ms_median']:8.1f} ms   (the floor of any remote step)")
         print(f"  host checks on one host                     {out['checks_one_host_ms_median']:8.1f} ms   (what each VM of a real pod pays, in parallel)")
