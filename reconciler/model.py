@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger import defaults
+from ledger.spec.policy import Policy
 
 # Node states as the TPU API names them (google.cloud.tpu_v2.Node.State).
 NODE_READY = "READY"
@@ -75,3 +76,4 @@ class PlanConfig:
     provision_timeout_s: float = 1800.0
     holder: str = "reconciler"  # this reconciler's id: its own unfinished intents are resolved at once
     intent_timeout_s: float = 600.0  # another reconciler's intent older than this is taken over
+    policy: Policy | None = None  # quotas, priority classes, fair share (reconciler.admission); None = admit all

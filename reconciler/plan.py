@@ -15,7 +15,7 @@ from ledger import defaults, fold
 from ledger.events import data as ev
 from ledger.events import format_time, parse_time
 from ledger.fold import JobState
-from reconciler import naming
+from reconciler import admission, naming
 from reconciler.model import (
     NODE_GONE_STATES,
     NODE_READY,
@@ -36,18 +36,27 @@ def plan(
     in_flight: Iterable[str] = (),
     config: PlanConfig | None = None,
     taken_over: Iterable[str] = (),
+    usage: admission.Usage = admission.NO_USAGE,
 ) -> list[Action]:
     """`taken_over`: jobs whose lease this reconciler just won from a holder that let it
-    lapse (a dead peer): their unfinished intents are resolved now, not after a timeout."""
+    lapse (a dead peer): their unfinished intents are resolved now, not after a timeout.
+    `usage`: recent usage for the policy's fair share and weekly quotas (admission)."""
     config = config or PlanConfig()
     busy = set(in_flight)
     adopted = frozenset(taken_over)
     holders = shared_holders(jobs)
     actions: list[Action] = []
+    gate = admission.admit(jobs, config.policy, usage, busy=busy) if admission.active(config.policy) else None  # type: ignore[arg-type]
     for job in jobs.values():
         if job.id in busy or (job.terminal and job.tpu is None):
             continue
-        action = plan_job(job, observed, holders, jobs, config, adopted)
+        if gate is not None and job.id in gate.waits:  # held back: recorded once per reason
+            wait = gate.waits[job.id]
+            action = None if admission.recorded(job, wait) else _record(job, admission.queued(wait))
+        else:
+            action = plan_job(job, observed, holders, jobs, config, adopted)
+            if action is None and gate is not None and job.id in gate.preempt:
+                action = _record(job, admission.preemption(job, gate.preempt[job.id]))
         if action is not None:
             actions.append(action)
     actions.extend(collect_orphans(jobs, observed, config))
@@ -122,8 +131,8 @@ def plan_job(
         return Action("start", job.id, {"attempt": job.attempt, "resume": resume}, "set up")
     if s == fold.RUNNING:
         return _watch_running(job, node, obs.hosts.get(job.id)) or _checkpointed(job, obs.hosts.get(job.id), obs.now)
-    if s in (fold.PREEMPTED, fold.FAILED):
-        return _recover(job, tpu_usable=True)
+    if s in (fold.PREEMPTED, fold.FAILED):  # preempted for another job: its TPU is given back
+        return _recover(job, tpu_usable=not admission.preempted_for_another(job))
     return None
 
 
@@ -216,6 +225,8 @@ def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | 
     matches = {m for h in hosts.values() for m in h.matches}
     if "preempted" in matches or node.health == "UNHEALTHY_MAINTENANCE":
         return _record(job, ev.Preempted(tpu_state=node.state, reason="maintenance or preemption announced in the job's output", attempt=job.attempt))
+    if "tpu_busy" in matches:
+        return _record(job, ev.Failed(kind="tpu_busy", message="the TPU was in use by another process (or its lock was)", attempt=job.attempt))
     if "grpc" in matches:
         return _record(job, ev.Failed(kind="grpc", message="GRPC error in the job's output", attempt=job.attempt))
     gone = sorted(w for w, h in hosts.items() if h.state == "gone")
@@ -286,7 +297,7 @@ def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None) -> Ac
     return Action("recover", job.id, {
         "kind": kind, "rule": d.rule, "reapply": d.reapply, "resume": d.resume,
         "attempt": job.attempt + 1, "restarts": job.restarts + 1, "tpu": job.tpu,
-        "stop": tpu_usable and _may_run(job),
+        "stop": (tpu_usable or admission.preempted_for_another(job)) and _may_run(job),
     }, d.message)
 
 
@@ -301,7 +312,7 @@ def _may_run(job: JobState) -> bool:
     A preempted TPU has no processes left and no host to reach."""
     if not job.hosts or job.state == fold.FINISHED:
         return False
-    return (job.last_error or {}).get("kind") != "preempted"
+    return (job.last_error or {}).get("kind") != "preempted" or admission.preempted_for_another(job)
 
 
 def _record(job: JobState, *events: ev.EventData) -> Action:

@@ -41,6 +41,27 @@ def tpu_rows(jobs: Iterable[JobState]) -> list[dict[str, Any]]:
     return rows
 
 
+def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """TPU name -> {"health", "time"} of the last host check on it (reconciler.doctor): the
+    health a `started` event carries, a start refused as `host_unhealthy`, or the result of
+    a `clean` (the checks' repairs). Events in ledger order."""
+    on: dict[str, str] = {}
+    out: dict[str, dict[str, str]] = {}
+    for e in events:
+        d = e.data or {}
+        if e.type in ("provisioning", "provisioned") and isinstance(d.get("tpu"), dict):
+            on[e.stream] = str(d["tpu"].get("name", ""))
+        elif e.type == "started" and d.get("health") and on.get(e.stream):
+            out[on[e.stream]] = {"health": str(d["health"]), "time": e.time}
+        elif e.type == "failed" and d.get("kind") == "host_unhealthy" and on.get(e.stream):
+            out[on[e.stream]] = {"health": "unhealthy", "time": e.time}
+        elif e.type == "action_outcome" and d.get("action") == "clean" and isinstance(d.get("result"), dict):
+            name = str(d["result"].get("tpu") or on.get(e.stream, ""))
+            if name:
+                out[name] = {"health": str(d["result"].get("health", "")), "time": e.time}
+    return out
+
+
 def accelerator_of(job: JobState) -> str:
     """The accelerator a job holds, or else the one its spec asks for."""
     held = job.tpu.get("accelerator") if isinstance(job.tpu, dict) else None

@@ -19,6 +19,15 @@ DEFAULT_PATTERNS: dict[str, list[str]] = {
         r"going through a maintenance event",
         r"TPU .* PREEMPTED",
     ],
+    # The TPU is held by another process, or libtpu could not take its lock: the host checks
+    # before the next start clean it (ledger/spec/recovery.py: on_tpu_busy).
+    "tpu_busy": [
+        r"TPU is already in use",
+        r"[Cc]ouldn't open (TPU )?device",
+        r"[Cc]ouldn't open iommu group",
+        r"libtpu_lockfile.*(in use|[Ff]ailed|held)",
+        r"[Ff]ailed to (acquire|open|lock)\b.*libtpu",
+    ],
     "grpc": [
         r"GRPC error",
         r"DEADLINE_EXCEEDED",
@@ -54,7 +63,7 @@ _DEFAULT = compile_patterns()
 
 
 def classify(line: str, patterns: list[tuple[str, re.Pattern[str]]] | None = None) -> str | None:
-    """The kind of the first pattern that matches `line` ("preempted", "grpc", "failure"), or None."""
+    """The kind of the first pattern that matches `line` ("preempted", "tpu_busy", "grpc", "failure"), or None."""
     for kind, rx in patterns if patterns is not None else _DEFAULT:
         if rx.search(line):
             return kind

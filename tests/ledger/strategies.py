@@ -33,7 +33,7 @@ def of_type(t: mi.Type) -> st.SearchStrategy:
     if isinstance(t, mi.IntType):
         return st.integers(t.ge if t.ge is not None else -(2**40), 2**40)
     if isinstance(t, mi.FloatType):
-        return st.floats(t.ge if t.ge is not None else -1e12, 1e12, allow_nan=False)
+        return st.floats(t.ge if t.ge is not None else -1e12, 1e12, allow_nan=False, allow_infinity=False)
     if isinstance(t, mi.BoolType):
         return st.booleans()
     if isinstance(t, mi.NoneType):
