@@ -106,9 +106,12 @@ def select_jobs(jobs: Iterable[JobState], *, owner: str | None = None, state: st
     return chosen
 
 
-def usage_json(report: UsageReport, since: str | None, until: str, position: int) -> dict:
+def usage_json(report: UsageReport, since: str | None, until: str, position: int,
+               prices: list[dict] | None = None) -> dict:
     """`ledger usage --json`: the report, the window it covers and the seq it stands at (the
-    dashboard's usage page and /api/usage answer the same)."""
+    dashboard's usage page and /api/usage answer the same), and the prices in force at its
+    end (`UsageFold.prices.in_force()`)."""
     return {"by": report.by, "since": since, "until": until, "position": position,
             "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
-            "total": report.total.to_dict(), "missing_prices": list(report.missing)}
+            "total": report.total.to_dict(), "missing_prices": list(report.missing),
+            "prices_in_force": prices or []}

@@ -35,7 +35,11 @@ from ledger.fold import LIVE, JobState, replay
 
 
 @click.command()
-@click.option("--once", is_flag=True, help="Act until nothing is left to do right now, then exit.")
+@click.option("--once", is_flag=True,
+              help="Run passes until nothing more can be done without waiting (a TPU being created is "
+                   "awaited; capacity and running commands are not), then exit.")
+@click.option("--timeout", type=float, default=None, envvar="LEDGER_ONCE_TIMEOUT",
+              help="With --once: exit after SECONDS even if operations are still under way.")
 @click.option("--interval", type=float, default=2.0, show_default=True, envvar="LEDGER_INTERVAL",
               help="Seconds between observations when no event wakes the loop.")
 @tpu_access_options
@@ -63,7 +67,7 @@ from ledger.fold import LIVE, JobState, replay
                    "watcher recorded from the branch; read again when it changes, its rules recorded in the "
                    "ledger when they differ [env: LEDGER_POLICY; unset = the ledger's: the branch's file].")
 @click.pass_context
-def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
+def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
               checkpoint_every: float, policy_path: Path | None) -> None:
@@ -79,7 +83,11 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     file given with --policy.
 
     \b
-    ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
+    Examples:
+      ledger reconcile --tpu-endpoint 127.0.0.1:8470     # run until stopped (SIGTERM)
+      ledger reconcile --once --timeout 300              # cron/CI: carry every job as far
+                                                         # as it goes now, then exit
+      ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
@@ -111,7 +119,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     out.print(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
     try:
         with publishing(settings.store_url, project, topic):
-            rec.run(once=once, stop=stop)
+            rec.run(once=once, stop=stop, timeout=timeout)
     except KeyboardInterrupt:
         stop.set()
     finally:
