@@ -1,7 +1,8 @@
 """The dashboard's live read model: one per server, kept current from the store's tail.
 
 At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
-the events after it) and folds the ledger once into the usage fold (`ledger usage`'s). Then
+the events after it) and folds the ledger once into the usage fold (`ledger usage`'s) and
+the TPUs' last host checks. Then
 one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
 PostgreSQL, a cheap head poll on SQLite), reads only the new rows and folds them into both,
 as the reconciler's loop does. No request replays the ledger; every page reads this state
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.app.dashboard.weeks import Weeks
+from ledger.app.readmodels import TpuHealth
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import LedgerState
@@ -121,6 +123,7 @@ class LiveLedger:
         self.lock = threading.RLock()
         self.weeks = Weeks()
         self.usage = UsageFold(on_interval=self.weeks.add)
+        self.health = TpuHealth()  # each TPU's last host check (`ledger tpus`' health column)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self.listeners: list[Callable[[], None]] = []
         self.tail_error: str | None = None
@@ -133,7 +136,7 @@ class LiveLedger:
         with store_errors(store_url):
             self.state: LedgerState = load_state(self._store)
             with no_cyclic_gc():
-                self.usage.apply_rows(fold_rows(self._store, 0, self.state.position))
+                self.usage.apply_rows(self.health.tee(fold_rows(self._store, 0, self.state.position)))
         self.position = self.state.position
         self.loaded_in = time.perf_counter() - started
         self.changed = time.time()
@@ -173,7 +176,7 @@ class LiveLedger:
         """Fold new (seq, stream, version, type, time, data) rows and announce them."""
         with self.lock:
             fold_into(self.state, rows)
-            self.usage.apply_rows(rows)
+            self.usage.apply_rows(self.health.tee(rows))
             self.position = rows[-1][0]
             self.recent.extend({"seq": r[0], "stream": r[1], "type": r[3], "time": r[4]} for r in rows)
             self.changed = time.time()

@@ -272,7 +272,7 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
     """`ledger tpus --json`'s rows, and each shared TPU with its holder and its line."""
     with live.lock:
         jobs = live.state.jobs
-        rows = tpu_rows(jobs.values())
+        rows = tpu_rows(jobs.values(), live.health.checks)
         shared: dict[str, dict[str, Any]] = {}
         for r in rows:
             if r["shared"]:
