@@ -93,7 +93,7 @@ def test_the_api_answers_in_the_clis_json_shapes(ledger, site):
     assert api["jobs"] == cli_json(url, "list", "--json") and api["total"] == len(api["jobs"]) == 6
     assert api["position"] == cli_json(url, "replay", "--json")["position"]
     assert get_json(site.url, "/api/tpus") == cli_json(url, "tpus", "--json")
-    assert get_json(site.url, "/api/jobs/alice/bert/events") == cli_json(url, "inspect", "alice/bert", "--json")
+    assert get_json(site.url, "/api/jobs/alice/bert/events") == cli_json(url, "inspect", "alice/bert", "--json")["events"]
     assert get_json(site.url, "/api/jobs/alice/bert") == next(j for j in api["jobs"] if j["id"] == "alice/bert")
     for by in ("owner", "job", "accelerator"):
         mine, theirs = get_json(site.url, f"/api/usage?by={by}"), cli_json(url, "usage", "--by", by, "--json")

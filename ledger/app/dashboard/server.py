@@ -243,7 +243,7 @@ class Dashboard:
         job_id = self.job_id(request)
         views.job_state(self.live, job_id)  # a job the state knows, or 404
         events = await run_in_threadpool(self._events, job_id)
-        return JSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`
+        return JSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`'s events
 
     def _events(self, job_id: str):
         with self.pool.store() as store:

@@ -1,6 +1,6 @@
 """What each page shows, from the live state and the store: plain data for the templates and
 for `/api/`. The shapes of the CLI's `--json` come from `ledger.app.readmodels`,
-`ledger.app.commands.usage.usage_json` and `Event.to_dict()` (what `ledger inspect --json`
+`ledger.app.commands.usage.usage_json` and `Event.to_dict()` (the events `ledger inspect --json`
 prints), so a script and a page read the same answer.
 
 Everything a user can put in a URL is checked here first: ids are looked up, never used as
