@@ -1,11 +1,12 @@
 """The dashboard's queue (`/queue`, `/api/queue`) over a real SQLite ledger whose sharing
 rules are recorded: the rows are `ledger queue --json`'s, and the live fair-share meter,
 built at the first visit and fed by the tail after, gives the figures a fresh fold of the
-whole ledger gives."""
+whole ledger gives. And the TPUs page's health column, kept current by the same tail."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,23 @@ def test_the_live_meter_keeps_up_with_the_tail(lab):
         assert [r["job"] for r in views.queue_page(live, store)["rows"]] == ["carol/c", "alice/b"]
     finally:
         live.close()
+
+
+def test_the_tpus_page_shows_the_last_host_check_live(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    store = open_store(url)
+    append(store, "alice/a", running("v4-8", "n1"))
+    try:
+        with serve(url) as site:
+            assert get_json(site.url, "/api/tpus")[0]["health"] == ""  # never checked
+            append(store, "alice/a", [("started", {"attempt": 1, "health": "warning"})])  # the tail folds it
+            deadline = time.monotonic() + 20
+            while get_json(site.url, "/api/tpus")[0]["health"] != "warning" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            rows = get_json(site.url, "/api/tpus")
+            status, _, page = get(site.url, "/tpus")
+        assert rows == json.loads(CliRunner().invoke(cli, ["--store", url, "tpus", "--json"]).output)
+        assert rows[0]["health"] == "warning" and rows[0]["checked"]
+        assert status == 200 and 'class="state health-warning"' in page
+    finally:
+        store.close()
