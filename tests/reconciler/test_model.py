@@ -198,6 +198,7 @@ def settle(world: World, limit: int = 200) -> None:
 
 
 def check_end(world: World) -> None:
+    assert world.cloud.redeletes == 0, "a delete under way was started again"
     report = verify_store(world.store)
     assert report.ok, report.problem
     jobs = world.jobs()
