@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench lint schemas model clean
+.PHONY: install test test-fast demo bench chaos lint schemas model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,17 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ledger_bench.py
+
+# The chaos harness, long: the real watcher and reconcilers under kill -9, preemptions, host
+# kills, capacity drops and failed operations, for CHAOS_DURATION seconds on each store (one
+# reconciler on SQLite, two sharing leases on PostgreSQL); exits 1 if an invariant broke.
+CHAOS_DURATION ?= 600
+CHAOS_SEED     ?= 1
+CHAOS_JOBS     ?= 6
+chaos: $(STAMP)
+	$(BIN)/ledger chaos --store sqlite --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --jobs $(CHAOS_JOBS); a=$$?; \
+	$(BIN)/ledger chaos --store postgres --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --jobs $(CHAOS_JOBS); b=$$?; \
+	test $$a = 0 && test $$b = 0
 
 # The event schema is generated from the classes in ledger/events/ (never edited by hand).
 schemas: $(STAMP)

@@ -1,0 +1,76 @@
+"""The chaos harness in CI: the real watcher and reconcilers as processes, kill -9'd, with
+preemptions, host kills, capacity drops and failed operations on the TPU emulator, and the
+invariants checked afterwards (never timings: those are figures in docs/reliability.md).
+
+Two short runs (about 65 s each): one reconciler on SQLite; two on PostgreSQL sharing
+the jobs through leases. `make chaos` runs the long ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger.app.chaos.report import render
+from ledger.app.chaos.run import run_chaos
+from ledger.app.chaos.scenario import KINDS, Scenario, plan
+from tests.postgres.conftest import _admin_url
+
+# Short enough for CI (about 65 s a run), long enough for every kind of fault to land.
+SHORT = {"duration": 30.0, "jobs": 3, "job_work": (0.2, 0.4), "settle": 150.0, "observe": 5.0}
+
+
+@pytest.fixture
+def chaos_pg() -> str:
+    """The PostgreSQL server the run makes its ledger schema in (dropped afterwards)."""
+    return _admin_url()
+
+
+def _check(result, lines: list[str]) -> None:
+    figures = render(result) + "\n" + "\n".join(lines[-30:])
+    print(figures)  # `pytest -s` shows the run's figures
+    # The run was not vacuous: every job arrived, and the faults really happened.
+    assert result.jobs["missing"] == [], figures
+    assert result.faults["kill_reconciler"]["applied"] >= 3, figures
+    assert result.faults["preempt"]["applied"] + result.faults["kill_host"]["applied"] >= 1, figures
+    assert result.samples > 20, figures
+    # The invariants.
+    assert result.double_provisioned_samples == 0, figures
+    assert result.orphan_tpu_seconds == 0 and result.orphan_nodes == [], figures
+    assert result.verify["ok"], figures
+    assert result.jobs["stuck"] == {}, figures
+    assert result.last_fault_to_settled_s is not None, figures
+    assert result.broken() == [], figures
+
+
+def test_the_schedule_is_seeded_and_bounded_by_the_window():
+    s = Scenario(duration=60.0, seed=3, jobs=5)
+    a, b = plan(s), plan(s)
+    assert a == b
+    assert plan(Scenario(duration=60.0, seed=4, jobs=5)) != a
+    assert {f.kind for f in a.faults} == set(KINDS)
+    assert all(0 <= f.at < s.duration for f in a.faults)
+    assert all(f.at + f.lasts <= s.duration for f in a.faults if f.kind == "capacity_drop")
+    kills = sorted(f.at for f in a.faults if f.kind == "kill_reconciler")
+    assert all(3.0 <= y - x <= 8.0 for x, y in zip(kills, kills[1:], strict=False))
+    assert len(a.jobs) == 5 and all(j.batch < len(a.batches) for j in a.jobs)
+
+
+@pytest.mark.timeout(400)
+def test_chaos_one_reconciler_on_sqlite(tmp_path: Path):
+    lines: list[str] = []
+    result = run_chaos(Scenario(store="sqlite", seed=11, **SHORT), tmp_path / "run", say=lines.append)
+    _check(result, lines)
+
+
+@pytest.mark.timeout(400)
+def test_chaos_two_reconcilers_sharing_leases_on_postgres(tmp_path: Path, chaos_pg: str):
+    lines: list[str] = []
+    # Failed creations stay with the SQLite run: each costs the reconciler about 40 s to notice
+    # and retry, which CI's time budget pays for once.
+    kinds = tuple(k for k in KINDS if k != "fail_creation")
+    result = run_chaos(Scenario(store="postgres", reconcilers=2, seed=12, kinds=kinds, **SHORT), tmp_path / "run",
+                       pg_url=chaos_pg, say=lines.append)
+    assert result.processes["reconciler-1"]["kills"] >= 1  # both members were killed
+    _check(result, lines)
