@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,11 +36,15 @@ from ledger.replay import load_state, save_snapshot  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
 from ledger.verify import verify_store  # noqa: E402
 
-TARGETS = {  # from issue 2
+TARGETS = {  # issues 2 and 19 (the replay and verify bounds are for 1M events / 10k jobs)
     "single_append_full_per_s": (">=", 5000), "batched_append_per_s": (">=", 100_000),
     "replay_full_s": ("<=", 3.0), "replay_snapshot_tail_s": ("<=", 0.1),
     "inspect_s": ("<=", 0.010), "verify_s": ("<=", 5.0),
 }
+# How many times eventsourcing's figure in the same run ours must reach (issue 19).
+RATIO_TARGETS = {"batched_append_per_s": 1.5, "single_append_full_per_s": 1.7,
+                 "single_append_full_2w_per_s": 1.7, "single_append_full_8w_per_s": 1.7}
+WRITERS = (2, 8)  # concurrent durable appenders (threads), besides the single writer
 SINGLE = 2000  # single-event appends per run
 JOBS_PER_TX = 100  # batched append: this many jobs' events per transaction
 
@@ -81,6 +86,30 @@ def ours_single(path: Path, synchronous: str, run: int) -> tuple[float, float]:
     wall, cpu, _ = timed(go)
     store.close()
     return wall, cpu
+
+
+def ours_writers(path: Path, writers: int, run: int) -> tuple[float, float]:
+    """`writers` threads appending single events through one store at once (each its own
+    stream, expected version checked): the group commit shares fsyncs between them."""
+    store = SQLiteStore(path)
+    who = actor("reconciler", "bench")
+
+    def writer(w: int) -> None:
+        stream = f"bench/w{writers}-{run}-{w}"
+        for n in range(SINGLE // writers):
+            store.append(stream, [NewEvent("note", {"text": f"tick {n}"}, who, key=str(n))], expected_version=n)
+
+    wall, cpu, _ = timed(lambda: threaded(writer, writers))
+    store.close()
+    return wall, cpu
+
+
+def threaded(fn, count: int) -> None:
+    threads = [threading.Thread(target=fn, args=(w,)) for w in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def ours_grouped(path: Path, run: int, per_commit: int = 10) -> tuple[float, float]:
@@ -179,6 +208,21 @@ def es_single(path: Path, run: int) -> tuple[float, float]:
     return wall, cpu
 
 
+def es_writers(path: Path, writers: int, run: int) -> tuple[float, float]:
+    """eventsourcing with `writers` threads inserting single events through one recorder."""
+    recorder = es_recorder(str(path))
+    who = actor("reconciler", "bench")
+
+    def writer(w: int) -> None:
+        stream = f"bench/w{writers}-{run}-{w}"
+        for n in range(SINGLE // writers):
+            recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
+
+    wall, cpu, _ = timed(lambda: threaded(writer, writers))
+    recorder.datastore.close()
+    return wall, cpu
+
+
 def es_replay(recorder) -> fold.LedgerState:
     state = fold.LedgerState()
     loads = json.loads
@@ -213,15 +257,24 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
         wall, cpu = ours_fill(ours_db, data)
         add("batched_append_per_s", total / wall)
         add("batched_append_cpu_per_s", total / cpu)
-        wall, _ = es_fill(es_db, data)
+        wall, cpu = es_fill(es_db, data)
         add("es_batched_append_per_s", total / wall)
+        add("es_batched_append_cpu_per_s", total / cpu)
 
         progress(f"run {r + 1}/{runs}: single appends")
-        for sync in ("FULL", "NORMAL"):
-            wall, cpu = ours_single(ours_db, sync, r)
-            add(f"single_append_{sync.lower()}_per_s", SINGLE / wall)
-        wall, _ = es_single(es_db, r)
+        wall, cpu = ours_single(ours_db, "FULL", r)
+        add("single_append_full_per_s", SINGLE / wall)
+        add("single_append_cpu_us", cpu / SINGLE * 1e6)
+        wall, cpu = es_single(es_db, r)
         add("es_single_append_per_s", SINGLE / wall)
+        add("es_single_append_cpu_us", cpu / SINGLE * 1e6)
+        wall, cpu = ours_single(ours_db, "NORMAL", r)
+        add("single_append_normal_per_s", SINGLE / wall)
+        for writers in WRITERS:
+            wall, _ = ours_writers(ours_db, writers, r)
+            add(f"single_append_full_{writers}w_per_s", SINGLE // writers * writers / wall)
+            wall, _ = es_writers(es_db, writers, r)
+            add(f"es_single_append_{writers}w_per_s", SINGLE // writers * writers / wall)
         wall, _ = ours_grouped(ours_db, r)
         add("grouped_append_full_per_s", SINGLE // 10 * 10 / wall)
 
@@ -234,6 +287,7 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
         add("replay_base_rss_mb", child["base_rss_mb"])
         es_child = in_child(es_db, "es")
         add("es_replay_full_s", es_child["wall"])
+        add("es_replay_full_cpu_s", es_child["cpu"])
         add("es_replay_peak_rss_mb", es_child["peak_rss_mb"])
 
         head = store.head()
@@ -271,17 +325,41 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
         "targets": {k: {"op": op, "target": t, "met": (median(m[k]) >= t) if op == ">=" else (median(m[k]) <= t)}
                     for k, (op, t) in TARGETS.items()},
     }
+    result["figures"] = figures(result["medians"])
     return result
+
+
+def figures(med: dict[str, float]) -> list[dict]:
+    """Every row as ours / theirs / ratio / target, each target met or missed. The ratio is
+    how many times better ours is (theirs/ours for times, ours/theirs for rates)."""
+    out = []
+    for label, ours, es, spec in ROWS:
+        value, theirs = med.get(ours), med.get(es) if es else None
+        lower_better = not ours.endswith("_per_s")
+        ratio = None
+        if value and theirs:
+            ratio = theirs / value if lower_better else value / theirs
+        targets = []
+        if ours in TARGETS:
+            op, t = TARGETS[ours]
+            targets.append({"target": f"{op} {fmt(t, spec)}", "met": value >= t if op == ">=" else value <= t})
+        if ours in RATIO_TARGETS and ratio is not None:
+            targets.append({"target": f">= {RATIO_TARGETS[ours]}x", "met": ratio >= RATIO_TARGETS[ours]})
+        out.append({"measure": label, "key": ours, "ours": value, "theirs": theirs, "ratio": ratio, "targets": targets})
+    return out
 
 
 ROWS = [  # label, ours key, eventsourcing key, format
     ("single append, durable (FULL), events/s", "single_append_full_per_s", "es_single_append_per_s", "{:,.0f}"),
+    ("single append, CPU us per append (besides the fsync)", "single_append_cpu_us", "es_single_append_cpu_us", "{:.0f}"),
     ("single append, synchronous=NORMAL, events/s", "single_append_normal_per_s", None, "{:,.0f}"),
+    ("durable single append, 2 writer threads, events/s", "single_append_full_2w_per_s", "es_single_append_2w_per_s", "{:,.0f}"),
+    ("durable single append, 8 writer threads, events/s", "single_append_full_8w_per_s", "es_single_append_8w_per_s", "{:,.0f}"),
     ("durable append, 10 events per commit, events/s", "grouped_append_full_per_s", None, "{:,.0f}"),
     ("batched append, events/s", "batched_append_per_s", "es_batched_append_per_s", "{:,.0f}"),
-    ("batched append, events per CPU-s", "batched_append_cpu_per_s", None, "{:,.0f}"),
+    ("batched append, events per CPU-s", "batched_append_cpu_per_s", "es_batched_append_cpu_per_s", "{:,.0f}"),
     ("full replay, s", "replay_full_s", "es_replay_full_s", "{:.2f}"),
-    ("full replay, CPU s", "replay_full_cpu_s", None, "{:.2f}"),
+    ("full replay, CPU s", "replay_full_cpu_s", "es_replay_full_cpu_s", "{:.2f}"),
     ("snapshot + 1,000-event tail, ms", "replay_snapshot_tail_s", None, "ms"),
     ("snapshot + tail, CPU ms", "replay_snapshot_tail_cpu_s", None, "ms"),
     ("inspect one job, ms", "inspect_s", "es_inspect_s", "ms"),
@@ -302,15 +380,16 @@ def print_table(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    med = result["medians"]
     table = Table(title=f"{result['events']:,} events, {result['jobs']:,} jobs, median of {result['runs']} run(s); {result['machine']}")
-    for col in ("measure", "tpu-ledger", "eventsourcing 9.x", "target"):
+    for col in ("measure", "tpu-ledger", "eventsourcing 9.x", "ratio", "target"):
         table.add_column(col, justify="left" if col == "measure" else "right")
-    for label, ours, es, spec in ROWS:
-        target = result["targets"].get(ours)
-        tgt = "" if target is None else f"{target['op']} {fmt(target['target'], spec)} {'met' if target['met'] else 'MISSED'}"
-        table.add_row(label, fmt(med.get(ours), spec), fmt(med.get(es), spec) if es else "n/a", tgt)
-    Console(width=140).print(table)
+    specs = {ours: spec for _, ours, _, spec in ROWS}
+    for row in result["figures"]:
+        spec = specs[row["key"]]
+        tgt = ", ".join(f"{t['target']} {'met' if t['met'] else 'MISSED'}" for t in row["targets"])
+        ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        table.add_row(row["measure"], fmt(row["ours"], spec), fmt(row["theirs"], spec), ratio, tgt)
+    Console(width=160).print(table)
 
 
 def main() -> None:

@@ -14,7 +14,9 @@ machine may be shared):
 - `--until` halfway (time travel folds half the ledger);
 - a dashboard that keeps one fold current: the last 1,000 events folded in and the report
   asked again;
-- the report alone (10,000 jobs' accounts grouped by owner and by job).
+- the report alone (10,000 jobs' accounts grouped by owner and by job);
+- the fold with prices that change ten times over the ledger (`policy_changed` events):
+  each change splits every open interval and settles every account's cost.
 """
 
 from __future__ import annotations
@@ -66,6 +68,19 @@ def build(path: Path, events: int, jobs: int, progress) -> SQLiteStore:
     return store
 
 
+def with_price_changes(rows: list[tuple], changes: int) -> list[tuple]:
+    """`rows` with `changes` policy_changed events spread evenly among them (seqs renumbered)."""
+    every = max(1, len(rows) // changes)
+    out: list[tuple] = []
+    for i, row in enumerate(rows):
+        if i % every == 0:
+            prices = [{"family": "v4", "pricing": "spot", "usd_per_chip_hour": 1.0 + i / len(rows)},
+                      {"family": "v4", "pricing": "ondemand", "usd_per_chip_hour": 3.0}]
+            out.append((0, "_policy", 0, "policy_changed", row[4], json.dumps({"commit": f"c{i}", "prices": prices})))
+        out.append(row)
+    return [(seq, *row[1:]) for seq, row in enumerate(out, 1)]
+
+
 def run(store: SQLiteStore, runs: int, progress) -> dict:
     head = store.head()
     m: dict[str, list[float]] = {}
@@ -74,6 +89,7 @@ def run(store: SQLiteStore, runs: int, progress) -> dict:
         m.setdefault(name, []).append(value)
 
     rows = list(fold_rows(store, 0, None))
+    priced = with_price_changes(rows, 10)
     for r in range(runs):
         progress(f"run {r + 1}/{runs}")
         wall, cpu, (fold, now) = timed(lambda: fold_usage(store, None, None))
@@ -88,6 +104,10 @@ def run(store: SQLiteStore, runs: int, progress) -> dict:
         wall, cpu, _ = timed(lambda: UsageFold().apply_rows(rows))
         add("fold_in_memory_s", wall)
         add("fold_in_memory_cpu_s", cpu)
+
+        wall, cpu, _ = timed(lambda: UsageFold().apply_rows(priced))
+        add("fold_priced_s", wall)
+        add("fold_priced_cpu_s", cpu)
 
         wall, cpu, _ = timed(lambda: fold_usage(store, None, str(head // 2)))
         add("until_half_s", wall)
@@ -116,6 +136,7 @@ ROWS = [
     ("ledger usage (scan + fold + report by owner), s", "usage_s", "usage_cpu_s"),
     ("  scan of the rows alone, s", "scan_s", "scan_cpu_s"),
     ("  fold of rows in memory, s", "fold_in_memory_s", "fold_in_memory_cpu_s"),
+    ("  the same with 10 price changes, s", "fold_priced_s", "fold_priced_cpu_s"),
     ("ledger usage --until halfway, s", "until_half_s", None),
     ("dashboard: 1,000 more events + report, ms", "tail_1000_s", None),
     ("report by owner (10k jobs' accounts), ms", "report_owner_s", None),

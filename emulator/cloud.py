@@ -857,6 +857,32 @@ class Cloud:
             self.record_fault("kill_host", node=name, worker=worker, port=host.port)
         host.stop()
 
+    def host_of(self, node: str, worker: int) -> SSHHost:
+        """The running SSH host of `worker`, for the host-hygiene faults."""
+        name = self.resolve_node(node)
+        with self._lock:
+            rec = self._nodes[name]
+            if not 0 <= worker < len(rec.hosts):
+                raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Node '{name}' has no running worker {worker}")
+            return rec.hosts[worker]
+
+    def host_fault(self, fault: str, node: str, worker: int, **kwargs: Any) -> dict[str, Any]:
+        """stale_process | stale_lock | unmount | fill_disk on one worker (see emulator.hosts)."""
+        host = self.host_of(node, worker)
+        if fault == "stale_process":
+            result: dict[str, Any] = {"pid": host.stale_process(kwargs.get("env"), lock=kwargs.get("lock", True))}
+        elif fault == "stale_lock":
+            result = {"path": host.stale_lock()}
+        elif fault == "unmount":
+            result = {"unmounted": host.unmount(kwargs.get("path"))}
+        elif fault == "fill_disk":
+            host.fill_disk(kwargs.get("free"))
+            result = {"free": kwargs.get("free")}
+        else:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown host fault {fault!r}")
+        self.record_fault(fault, node=self.resolve_node(node), worker=worker, **result)
+        return result
+
     def set_capacity(self, zone: str, family: str, chips: int | None) -> None:
         """Chips the zone can give that family; None restores the generous default."""
         if family not in tpu_types.ZONES:

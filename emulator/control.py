@@ -2,7 +2,7 @@
 
 POST /v1/<verb> with a JSON object of keyword arguments; GET /v1/faults, /v1/status.
 Verbs: preempt, maintenance, capacity, kill-host, fail-creations, slow-creations,
-fail-next-operation. Answers are JSON; an error is {"error": message, "code": name} with
+fail-next-operation, and the host-hygiene faults stale-process, stale-lock, unmount, fill-disk. Answers are JSON; an error is {"error": message, "code": name} with
 HTTP 400 (bad request) or 404 (no such node).
 """
 
@@ -28,6 +28,13 @@ def _verbs(cloud: Cloud) -> dict[str, Any]:
         "fail-creations": lambda a: cloud.fail_creations(int(a.get("n", 1)), zone=a.get("zone"), code=a.get("code", "INTERNAL"), message=a.get("message")),
         "slow-creations": lambda a: cloud.slow_creations(a.get("seconds")),
         "fail-next-operation": lambda a: cloud.fail_next_operation(a.get("code", "INTERNAL"), a.get("message")),
+        "stale-process": lambda a: cloud.host_fault("stale_process", a["node"], int(a.get("worker", 0)),
+                                                    env={str(k): str(v) for k, v in (a.get("env") or {}).items()},
+                                                    lock=bool(a.get("lock", True))),
+        "stale-lock": lambda a: cloud.host_fault("stale_lock", a["node"], int(a.get("worker", 0))),
+        "unmount": lambda a: cloud.host_fault("unmount", a["node"], int(a.get("worker", 0)), path=a.get("path")),
+        "fill-disk": lambda a: cloud.host_fault("fill_disk", a["node"], int(a.get("worker", 0)),
+                                                free=None if a.get("free") is None else int(a["free"])),
     }
 
 
@@ -109,6 +116,19 @@ class ControlClient:
 
     def fail_next_operation(self, code: str = "INTERNAL", message: str | None = None) -> None:
         self._call("POST", "/v1/fail-next-operation", {"code": code, "message": message})
+
+    def stale_process(self, node: str, worker: int, *, env: dict[str, str] | None = None, lock: bool = True) -> int:
+        return self._call("POST", "/v1/stale-process", {"node": node, "worker": worker, "env": env, "lock": lock})["pid"]
+
+    def stale_lock(self, node: str, worker: int) -> str:
+        return self._call("POST", "/v1/stale-lock", {"node": node, "worker": worker})["path"]
+
+    def unmount(self, node: str, worker: int, path: str | None = None) -> list[str]:
+        return self._call("POST", "/v1/unmount", {"node": node, "worker": worker, "path": path})["unmounted"]
+
+    def fill_disk(self, node: str, worker: int, free: int | None = 0) -> None:
+        # `free` None (dropped from the body) restores the real figure.
+        self._call("POST", "/v1/fill-disk", {"node": node, "worker": worker, "free": free})
 
     def faults(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/faults")["faults"]

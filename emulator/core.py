@@ -191,6 +191,19 @@ class Emulator:
     def kill_host(self, node: str, worker: int) -> None:
         self._cloud().kill_host(node, worker)
 
+    # Host hygiene: what a previous run leaves on a TPU VM (see emulator.hosts).
+    def stale_process(self, node: str, worker: int, *, env: dict[str, str] | None = None, lock: bool = True) -> int:
+        return self._cloud().host_fault("stale_process", node, worker, env=env, lock=lock)["pid"]
+
+    def stale_lock(self, node: str, worker: int) -> str:
+        return self._cloud().host_fault("stale_lock", node, worker)["path"]
+
+    def unmount(self, node: str, worker: int, path: str | None = None) -> list[str]:
+        return self._cloud().host_fault("unmount", node, worker, path=path)["unmounted"]
+
+    def fill_disk(self, node: str, worker: int, free: int | None = 0) -> None:
+        self._cloud().host_fault("fill_disk", node, worker, free=free)
+
     def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None) -> None:
         self._cloud().fail_creations(n, zone=zone, code=code, message=message)
 

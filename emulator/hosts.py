@@ -7,6 +7,15 @@ Each host listens on its own loopback port, accepts the public keys in the node'
 Every process a host starts carries a marker variable, so `kill_processes()` finds the
 ones that left their process group (setsid, daemons) too: a preempted or deleted VM
 leaves nothing running.
+
+Host hygiene (`ledger doctor`): the sandbox mirrors a TPU VM's files under its HOME, so the
+product's checks run unchanged with a path prefix of `~/.vm`:
+    .vm/dev/accel0..N-1       the TPU devices (N = TPU_CHIPS_PER_HOST), files a process can hold
+    .vm/tmp/libtpu_lockfile   libtpu's lockfile (absent until a process or a fault makes it)
+    .vm/proc/mounts           the mount table; the stand-in `gcsfuse` adds to it
+    .vm/bin/                  stand-ins on PATH: `gcsfuse`, `mountpoint`, `fusermount`, and
+                           `df`, which reports the simulated free disk of `fill-disk`
+The faults (`stale_process`, `stale_lock`, `unmount`, `fill_disk`) change exactly these.
 """
 
 from __future__ import annotations
@@ -15,11 +24,13 @@ import contextlib
 import logging
 import os
 import selectors
+import shlex
 import signal
 import socket
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +40,41 @@ from paramiko.common import MSG_CHANNEL_FAILURE, MSG_CHANNEL_SUCCESS
 from emulator.sftp import SandboxSFTP
 
 MARKER = "TPU_EMULATOR_HOST_TOKEN"
+ROOT = ".vm"  # the VM's root file system, as a prefix under the sandbox's HOME
+LOCKFILE = f"{ROOT}/tmp/libtpu_lockfile"
+MOUNTS = f"{ROOT}/proc/mounts"
+DISK_FREE = f"{ROOT}/disk_free"
+BIN = f"{ROOT}/bin"
+# Stand-ins for tools a TPU VM has and this machine cannot run for real. Each reads and
+# writes the sandbox's files only; `df` falls back to the real one unless a disk is "full".
+_STANDINS = {
+    "gcsfuse": r"""#!/bin/bash
+# gcsfuse [flags] BUCKET MOUNTPOINT: records the mount in the sandbox's mount table
+args=(); for a in "$@"; do case "$a" in -*) ;; *) args+=("$a");; esac; done
+[ "${#args[@]}" -ge 2 ] || { echo "gcsfuse: need BUCKET MOUNTPOINT" >&2; exit 2; }
+mkdir -p "${args[1]}" && mp=$(cd "${args[1]}" && pwd -P) || exit 1
+grep -q " $mp fuse.gcsfuse " "$HOME/.vm/proc/mounts" 2>/dev/null || echo "${args[0]} $mp fuse.gcsfuse rw,nosuid,nodev 0 0" >> "$HOME/.vm/proc/mounts"
+""",
+    "mountpoint": r"""#!/bin/bash
+# mountpoint [-q] DIR: is DIR in the sandbox's mount table?
+quiet=0; dir=""; for a in "$@"; do case "$a" in -q) quiet=1;; *) dir="$a";; esac; done
+mp=$(cd "$dir" 2>/dev/null && pwd -P) || mp="$dir"
+if grep -q " $mp " "$HOME/.vm/proc/mounts" 2>/dev/null; then [ $quiet = 1 ] || echo "$dir is a mountpoint"; exit 0; fi
+[ $quiet = 1 ] || echo "$dir is not a mountpoint"; exit 32
+""",
+    "fusermount": r"""#!/bin/bash
+# fusermount -u DIR: drops DIR from the sandbox's mount table
+dir="${@: -1}"; mp=$(cd "$dir" 2>/dev/null && pwd -P) || mp="$dir"
+grep -v " $mp " "$HOME/.vm/proc/mounts" > "$HOME/.vm/proc/mounts.tmp"; mv "$HOME/.vm/proc/mounts.tmp" "$HOME/.vm/proc/mounts"
+""",
+    "df": r"""#!/bin/bash
+# df: the real one, unless the emulator's fill-disk fault set a free figure (bytes)
+[ -f "$HOME/.vm/disk_free" ] || exec /bin/df "$@"
+free=$(( $(cat "$HOME/.vm/disk_free") / 1024 ))
+echo "Filesystem 1024-blocks Used Available Capacity Mounted on"
+for a in "$@"; do case "$a" in -*) ;; *) echo "emulated 104857600 $((104857600 - free)) $free 99% $a";; esac; done
+""",
+}
 # Server transports log here; a client hanging up is routine ("Connection reset by peer"),
 # so nothing is printed unless the application configures logging.
 logging.getLogger("emulator.ssh").addHandler(logging.NullHandler())
@@ -219,6 +265,7 @@ class SSHHost:
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
+        self._prepare_sandbox()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.bind, self.port))  # same port again after a restart when free
@@ -283,11 +330,87 @@ class SSHHost:
                     killed += 1
         return killed
 
+    # -- the TPU VM's files, and the faults of host hygiene ----------------------------------
+    @property
+    def devices(self) -> list[Path]:
+        n = int(self.env.get("TPU_CHIPS_PER_HOST") or 4)
+        return [self.home / ROOT / "dev" / f"accel{i}" for i in range(max(n, 1))]
+
+    def _prepare_sandbox(self) -> None:
+        """Device files, /tmp, the mount table and the stand-ins; kept across restarts."""
+        for d in (f"{ROOT}/dev", f"{ROOT}/tmp", f"{ROOT}/proc", BIN):
+            (self.home / d).mkdir(parents=True, exist_ok=True)
+        for dev in self.devices:
+            dev.touch(exist_ok=True)
+        mounts = self.home / MOUNTS
+        if not mounts.exists():
+            mounts.write_text(f"/dev/root {self.home} ext4 rw,relatime 0 0\n")
+        for name, text in _STANDINS.items():
+            path = self.home / BIN / name
+            path.write_text(text)
+            path.chmod(0o755)
+
+    def stale_process(self, env: dict[str, str] | None = None, *, lock: bool = True) -> int:
+        """A process that holds every device (and libtpu's lock) and belongs to no session:
+        what a crashed run leaves behind. It carries `env` (e.g. a job's LEDGER_* variables,
+        as a child of that job's command would) and dies with the VM. Returns its pid."""
+        self._prepare_sandbox()
+        opens = " ".join(f"{3 + i}<{shlex.quote(str(d))}" for i, d in enumerate(self.devices))
+        script = f"exec {opens}"
+        if lock:
+            script += f"; exec 9>{shlex.quote(str(self.home / LOCKFILE))}; flock -n 9"
+        script += "; exec sleep 86400"
+        proc = subprocess.Popen(
+            ["/bin/bash", "-c", script], cwd=self.home, start_new_session=True,
+            env={**self.env, **(env or {}), MARKER: self.token},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        with self._lock:
+            self._pgids.add(proc.pid)
+        threading.Thread(target=proc.wait, name="emulator-stale-reaper", daemon=True).start()
+        _wait_holding(proc.pid, self.devices[0])
+        return proc.pid
+
+    def stale_lock(self) -> str:
+        """libtpu's lockfile, left behind by a process that is gone."""
+        path = self.home / LOCKFILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+        return str(path)
+
+    def unmount(self, path: str | None = None) -> list[str]:
+        """Drop gcsfuse mounts (all, or the one at `path`) from the mount table, as a fuse
+        daemon that died leaves them. Returns the mount points dropped."""
+        mounts = self.home / MOUNTS
+        lines = mounts.read_text().splitlines() if mounts.exists() else []
+        want = path
+        if path is not None and (path == "~" or path.startswith("~/")):
+            want = os.path.realpath(self.home / path[2:])  # `~` is the sandbox's HOME
+        kept, dropped = [], []
+        for line in lines:
+            parts = line.split()
+            if len(parts) >= 3 and parts[2].startswith("fuse") and (want is None or parts[1] == want):
+                dropped.append(parts[1])
+            else:
+                kept.append(line)
+        mounts.write_text("".join(f"{line}\n" for line in kept))
+        return dropped
+
+    def fill_disk(self, free: int | None) -> None:
+        """`df` on this host reports `free` bytes available everywhere; None = the real disk."""
+        path = self.home / DISK_FREE
+        if free is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(str(int(free)))
+
     def _spawn(self, channel: paramiko.Channel, command: str | None, extra: dict[str, str], user: str) -> bool:
         with self._lock:
             if self._closed:
                 return False
         env = {**self.env, **extra, "USER": user or "root", "LOGNAME": user or "root", MARKER: self.token}
+        env["PATH"] = f"{self.home / BIN}:{env.get('PATH', os.defpath)}"
         argv = ["/bin/bash", "-c", command] if command is not None else ["/bin/bash"]
         gate = threading.Event()
         transport = channel.get_transport()
@@ -341,6 +464,19 @@ class SSHHost:
                 self._runners.discard(threading.current_thread())
                 if _group_empty(proc.pid):
                     self._pgids.discard(proc.pid)
+
+
+def _wait_holding(pid: int, device: Path, timeout: float = 5.0) -> None:
+    """Until `pid` has `device` open: the fault returns once the state it promises is true."""
+    deadline = time.monotonic() + timeout
+    target = str(device)
+    while time.monotonic() < deadline:
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
 
 
 def _pump_out(pipe, send: Callable[[bytes], None]) -> None:

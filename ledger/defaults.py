@@ -58,3 +58,16 @@ LOST_HOST_CONFIRM_S = 5.0
 # After a failed ingest (git or the store unreachable) the watcher waits interval * 2^n
 # seconds, at most this long, before it tries again; file system hints do not cut it short.
 WATCH_MAX_BACKOFF_S = 300.0
+
+# Checkpoint reporting (a job spec's `job.checkpoints`): a job prints a line matching the
+# pattern, whose one group is the step; the reconciler records at most one `checkpointed`
+# event per job per interval, and only for a newer step.
+CHECKPOINT_PATTERN = r"LEDGER_CHECKPOINT step=(\d+)"
+CHECKPOINT_EVERY_S = 60.0
+
+# Host hygiene (`ledger doctor`, and the checks before every start): where a TPU VM keeps
+# what the checks look at, relative to HOST_ROOT ("" on a real VM; "~/.vm" in the emulator's
+# sandboxes, where `--tpu-endpoint` points at it), and the free disk a start needs.
+HOST_ROOT = ""
+EMULATOR_HOST_ROOT = "~/.vm"
+DOCTOR_MIN_FREE_BYTES = 1 << 30

@@ -45,6 +45,12 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"{g('path', '')} @ {str(g('commit', ''))[:10]}: {who_asked(d)}"
         case "rejected":
             return str(g("reason", ""))
+        case "policy_applied":
+            q = g("blocks", {}).get("quotas", {})
+            return f"sharing policy {str(g('digest', ''))[:10]} from {g('source') or '(none)'} by {g('holder', '?')}: " \
+                   f"{len(q.get('users', {}))} user, {len(q.get('teams', {}))} team quota(s)" + (", a lab quota" if q.get("lab") else "")
+        case "admitted":
+            return f"past its quotas by {g('by', '?')}: {g('reason', '')}"
         case "queued" | "cancel_requested" | "cancelled":
             return str(g("reason", ""))
         case "provisioning":
@@ -59,8 +65,11 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
         case "setup_failed":
             return " ".join(str(g(k)) for k in ("module", "worker", "reason") if g(k) is not None)
         case "started":
-            return f"attempt {g('attempt')}" if "attempt" in d else ""
+            health = f" (hosts {g('health')})" if g("health") else ""
+            return (f"attempt {g('attempt')}" if "attempt" in d else "") + health
         case "preempted":
+            if g("cause") == "priority":
+                return f"for {g('winner', '?')} (priority): {g('reason', '')}"
             return " ".join(str(x) for x in (g("tpu_state"), g("reason")) if x)
         case "failed":
             code = f" exit {g('exit_code')}" if g("exit_code") is not None else ""
@@ -74,6 +83,10 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"exit {g('exit_code')}" if "exit_code" in d else ""
         case "released":
             return " ".join(x for x in (_tpu(d), str(g("reason", ""))) if x)
+        case "action_intent" if g("action") == "clean":
+            return _cleaning(d)
+        case "action_outcome" if g("action") == "clean" and isinstance(g("result"), Mapping):
+            return _cleaned(d)
         case "action_intent":
             why = f": {g('reason')}" if g("reason") else ""
             return f"will {g('action', '?')}{why} (by {g('holder', '?')}, id …{str(g('action_id', ''))[-8:]})"
@@ -87,8 +100,36 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             return f"commit {str(g('commit', ''))[:10]} set aside: {g('error', '')}"
         case "note":
             return str(g("text", ""))
+        case "checkpointed":
+            worker = f" (worker {g('worker')})" if g("worker") is not None else ""
+            return f"attempt {g('attempt', '?')}, step {g('step', '?')}{worker}"
+        case "policy_changed":
+            prices = g("prices") or []
+            table = ", ".join(f"{p.get('family')}/{p.get('pricing')} {p.get('usd_per_chip_hour')}" for p in prices
+                              if isinstance(p, Mapping))
+            return f"policy @ {str(g('commit', ''))[:10]}: " + (f"prices {table}" if table else "no prices")
     return ", ".join(sorted(d))
 
 
 def actor_text(a: Mapping[str, Any]) -> str:
     return f"{a.get('kind', '?')}:{a.get('name', '?')}"
+
+
+def _by_worker(items: Any, key: str) -> str:
+    """`worker 0: killed pid 4242 (alice/old-run, ended 2 h ago) holding /dev/accel0; ...`"""
+    parts = [f"worker {i.get('worker', '?')}: {i.get(key, '')}" for i in items or [] if isinstance(i, Mapping)]
+    return "; ".join(parts)
+
+
+def _cleaning(d: Mapping[str, Any]) -> str:
+    """The host checks found what they will repair (reconciler.doctor)."""
+    found = _by_worker([f for f in (d.get("params") or {}).get("found") or [] if isinstance(f, Mapping) and f.get("status") == "fix"], "message")
+    return f"host checks will repair: {found or 'nothing'}"
+
+
+def _cleaned(d: Mapping[str, Any]) -> str:
+    r = d["result"]
+    done = _by_worker(r.get("done"), "what")
+    failed = _by_worker(r.get("failed"), "what")
+    return "; ".join(x for x in (done, f"could not repair {failed}" if failed else "") if x) or "host checks: nothing repaired"
+

@@ -58,7 +58,9 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED, *_IN_FLIGHT}),
     "finished": frozenset({RUNNING, *_IN_FLIGHT}),
     "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
+    "admitted": _ANY_LIVE,
     "released": frozenset({*_ANY_LIVE, *TERMINAL}),
+    "checkpointed": frozenset({RUNNING, *_IN_FLIGHT}),
 }
 
 
@@ -88,8 +90,10 @@ class JobState:
     queued_count: int = 0  # consecutive `queued` events: the retry backoff grows with it
     submitted_seq: int = 0  # queue order among equals in a shared-TPU pool
     priority: int = 0
+    admitted_by: str = ""  # an operator let this submission past its quotas (`ledger admit`)
     failures: list[dict[str, Any]] = field(default_factory=list)  # every failed attempt, in order
     released: list[list[str]] = field(default_factory=list)  # [tpu name, time] of the latest releases
+    checkpoint: dict[str, Any] | None = None  # the last checkpoint the job reported: {attempt, step}
     version: int = 0  # stream version this state reflects
     position: int = 0  # global seq this state reflects
     anomalies: list[dict[str, Any]] = field(default_factory=list)
@@ -174,6 +178,7 @@ def _submitted(j: JobState, d: Mapping[str, Any]) -> None:
     j.tpu = None
     j.hosts = []
     j.last_error = None
+    j.checkpoint = None
     j.cancel_requested = False
     j.recovery = None
     j.queued_reason = ""
@@ -181,6 +186,7 @@ def _submitted(j: JobState, d: Mapping[str, Any]) -> None:
     j.run_spec_hash = ""
     j.failures = []
     j.submitted_seq = 0
+    j.admitted_by = ""
     job = j.spec.get("job") or {}
     j.priority = int(j.spec.get("priority", job.get("priority", 0)) or 0)
 
@@ -208,7 +214,8 @@ def _queued(j: JobState, d: Mapping[str, Any]) -> None:
     if j.state != CANCELLING:
         j.state = QUEUED
     j.queued_reason = d.get("reason", "")
-    j.queued_count += 1
+    if not d.get("wait"):  # held back by admission is no failed try: no retry backoff grows
+        j.queued_count += 1
 
 
 def _provisioning(j: JobState, d: Mapping[str, Any]) -> None:
@@ -259,6 +266,8 @@ def _started(j: JobState, d: Mapping[str, Any]) -> None:
 
 def _preempted(j: JobState, d: Mapping[str, Any]) -> None:
     j.last_error = {"kind": "preempted", "message": d.get("reason", ""), "tpu_state": d.get("tpu_state", "")}
+    if d.get("cause"):  # preempted for another job (admission): its TPU is still up
+        j.last_error = {**j.last_error, "cause": d["cause"], "winner": d.get("winner", "")}
     j.failures = [*j.failures, {"kind": "preempted", "attempt": j.attempt}]
     if j.state != CANCELLING:
         j.state = PREEMPTED
@@ -290,6 +299,14 @@ def _recovery(kind: str):
             j.state = RECOVERING
 
     return apply
+
+
+def _checkpointed(j: JobState, d: Mapping[str, Any]) -> None:
+    j.checkpoint = {"attempt": d.get("attempt", j.attempt), "step": d.get("step", 0)}
+
+
+def _admitted(j: JobState, d: Mapping[str, Any]) -> None:
+    j.admitted_by = str(d.get("by") or "operator")
 
 
 def _finished(j: JobState, d: Mapping[str, Any]) -> None:
@@ -334,8 +351,10 @@ _HANDLERS = {
     "resumed": _recovery("resume"),
     "rerun": _recovery("rerun"),
     "finished": _finished,
+    "admitted": _admitted,
     "cancelled": _cancelled,
     "released": _released,
+    "checkpointed": _checkpointed,
     "action_intent": _action_intent,
     "action_outcome": _action_outcome,
 }

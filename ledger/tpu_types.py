@@ -50,6 +50,17 @@ RUNTIME_VERSIONS: tuple[str, ...] = (
     "v2-alpha-tpuv6e",
 )
 
+FAMILIES: tuple[str, ...] = tuple(_SIZES)
+# What people call a family where Google's type names differ (v5e slices are `v5litepod-N`).
+FAMILY_ALIASES: dict[str, str] = {"v5e": "v5litepod", "v5lite": "v5litepod"}
+
+
+def family_named(name: str) -> str | None:
+    """The family `name` means (`v4`, `v5e` -> `v5litepod`), or None when there is none."""
+    name = FAMILY_ALIASES.get(name, name)
+    return name if name in _SIZES else None
+
+
 _NAME = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-(\d+)$")
 
 

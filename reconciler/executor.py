@@ -72,6 +72,9 @@ class Executor:
         self.extra_args_of = extra_args_of
         self.stop_grace_s = stop_grace_s
         self.actor = actor("reconciler", holder)
+        # Host checks before every start (reconciler.doctor.Gate; wiring sets it): (store, job,
+        # hosts, actor) -> (health, what cannot be repaired or None).
+        self.doctor: Callable[[Any, JobState, list[Any], dict], tuple[str, str | None]] | None = None
 
     # -- entry ----------------------------------------------------------------------------
     def execute(self, action: Action, job: JobState | None) -> str:
@@ -194,6 +197,11 @@ class Executor:
                                reason=str(message)[:2000], final=False)]
 
     def _start(self, job: JobState, p: dict) -> Events:
+        health = None
+        if self.doctor is not None:
+            health, problem = self.doctor(self.store(), job, self.hosts_of(job), self.actor)
+            if problem:
+                return [ev.Failed(kind="host_unhealthy", message=f"host checks: {problem}"[:2000], attempt=job.attempt)]
         try:
             pids = self.runner.start(
                 job.id, job.attempt, self.hosts_of(job), job.spec,
@@ -205,7 +213,8 @@ class Executor:
         except RemoteError as exc:  # the runner already retried what was transient
             return [ev.Failed(kind="failure", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
         return [ev.Started(attempt=job.attempt, workers=sorted(pids), pids={str(w): pid for w, pid in pids.items()},
-                           resume=bool(p.get("resume")), spec_hash=job.spec_hash)]
+                           resume=bool(p.get("resume")), spec_hash=job.spec_hash,
+                           **({"health": health} if health else {}))]
 
     def _tpu_gone(self, job: JobState, what: str) -> Events | None:
         """A step on the hosts failed: ask the TPU API before choosing the kind, so a TPU
@@ -299,6 +308,9 @@ class Executor:
                     attempt=job.attempt, workers=sorted(status), resume=bool(p.get("resume")),
                     spec_hash=job.spec_hash, how="found running after a restart")])
             return self._interrupted(job.id, action_id, kind, "the command never started")
+        if kind == "clean":
+            # The host checks look again before the start that follows; nothing to repeat.
+            return self._interrupted(job.id, action_id, kind, "host repairs were interrupted; the checks run again")
         if kind == "setup":
             # Setup modules check before they act, so running them again is safe.
             return self._interrupted(job.id, action_id, kind, "setup was interrupted; it runs again")

@@ -12,11 +12,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from ledger.fold import JobState, LedgerState
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
+from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
+from ledger.usage import UsageFold
+from ledger.usage.share import ShareMeter
+from reconciler import admission
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
@@ -73,7 +78,10 @@ class Reconciler:
         workers: int = 8,
         on_action: Callable[[Action, str], None] | None = None,
         lease_ttl: float = 0.0,
+        policy_source: Callable[[], Policy | None] | None = None,
     ) -> None:
+        """`policy_source`: asked at every pass for the sharing policy in force (a file that
+        an admin may change); None keeps `config.policy` for good."""
         self.store_url = store_url
         self.tpu = tpu
         self.runner = runner
@@ -92,6 +100,10 @@ class Reconciler:
         if lease_ttl > 0:
             self.membership = Membership(store_url, holder, lease_ttl)
         self._caught_up_once = False
+        # Fair share and weekly quotas need recent usage: the usage fold, fed the same tail.
+        self.usage: UsageFold | None = None
+        self.policy_source = policy_source
+        self._follow_policy(self.config.policy)
         self._suspect_since: dict[str, float] = {}
         self.last_observed = Observed(now=0.0)
         self.passes = 0
@@ -115,8 +127,28 @@ class Reconciler:
             self._caught_up_once = True
         else:
             fold_into(self.state, fold_rows(store, self.state.position))
+        if self.usage is not None:
+            self.usage.apply_rows(fold_rows(store, self.usage.position))
         if self.passes % 200 == 0:
             maybe_snapshot(store, self.state)
+
+    def _follow_policy(self, policy: Policy | None) -> None:
+        """Plan by `policy` from now on; keep the usage fold while the half-life stays."""
+        if policy is not self.config.policy:
+            self.config = replace(self.config, policy=policy)
+        if policy is None or not admission.active(policy):
+            self.usage = None
+        elif self.usage is None or self.meter.half_life_hours != policy.fair_share.half_life_hours:
+            self.meter = ShareMeter(policy.fair_share.half_life_hours)
+            self.usage = UsageFold(on_interval=self.meter.add)  # fed from the start at the next catch-up
+
+    def recent_usage(self, now: float) -> admission.Usage:
+        """Fair-share and weekly figures at `now` (nothing without a sharing policy)."""
+        if self.usage is None:
+            return admission.NO_USAGE
+        us = int(now * 1_000_000)
+        open_now = self.usage.open_intervals(us)
+        return admission.Usage(decayed=self.meter.decayed(us, open_now), week=self.meter.week(us, open_now))
 
     def observe(self) -> Observed:
         obs = Observed(now=time.time())
@@ -147,7 +179,7 @@ class Reconciler:
         def probe(job) -> tuple[str, dict[int, HostObs]]:
             status = self.runner.probe(job.id, job.attempt, self.hosts_of(job), workers=selected_workers(job))
             return job.id, {
-                w: HostObs(s.state, s.exit_code, tuple(sorted(set(s.kinds))), s.error) for w, s in status.items()
+                w: HostObs(s.state, s.exit_code, tuple(sorted(set(s.kinds))), s.error, s.checkpoint) for w, s in status.items()
             }
 
         results: dict[str, dict[int, HostObs]] = {}
@@ -162,13 +194,15 @@ class Reconciler:
     def step(self) -> list[Action]:
         """One pass; returns the actions it dispatched."""
         self._reap()
+        if self.policy_source is not None:
+            self._follow_policy(self.policy_source())
         self.catch_up()
         self._take_up_unfinished()
         obs = self.last_observed = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
-                       taken_over=self._adoptable())
+                       taken_over=self._adoptable(), usage=self.recent_usage(obs.now))
         for action in actions:
             if self._may_act(action):
                 self._dispatch(action)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger import defaults
+from ledger.spec.policy import Policy
 
 # Node states as the TPU API names them (google.cloud.tpu_v2.Node.State).
 NODE_READY = "READY"
@@ -42,6 +43,7 @@ class HostObs:
     exit_code: int | None = None
     matches: tuple[str, ...] = ()  # failure kinds matched in new output: grpc, preempted, failure
     error: str | None = None
+    checkpoint: int | None = None  # the newest checkpoint step the attempt printed on this host
 
 
 @dataclass(slots=True)
@@ -77,4 +79,5 @@ class PlanConfig:
     provision_timeout_s: float = 1800.0
     holder: str = "reconciler"  # this reconciler's id: its own unfinished intents are resolved at once
     intent_timeout_s: float = 600.0  # another reconciler's intent older than this is taken over
+    policy: Policy | None = None  # quotas, priority classes, fair share (reconciler.admission); None = admit all
     lost_host_confirm_s: float = defaults.LOST_HOST_CONFIRM_S

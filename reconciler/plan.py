@@ -11,11 +11,11 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger import fold
+from ledger import defaults, fold
 from ledger.events import data as ev
 from ledger.events import format_time, parse_time
 from ledger.fold import JobState
-from reconciler import naming
+from reconciler import admission, naming
 from reconciler.model import (
     NODE_GONE_STATES,
     NODE_READY,
@@ -36,18 +36,27 @@ def plan(
     in_flight: Iterable[str] = (),
     config: PlanConfig | None = None,
     taken_over: Iterable[str] = (),
+    usage: admission.Usage = admission.NO_USAGE,
 ) -> list[Action]:
     """`taken_over`: jobs whose lease this reconciler just won from a holder that let it
-    lapse (a dead peer): their unfinished intents are resolved now, not after a timeout."""
+    lapse (a dead peer): their unfinished intents are resolved now, not after a timeout.
+    `usage`: recent usage for the policy's fair share and weekly quotas (admission)."""
     config = config or PlanConfig()
     busy = set(in_flight)
     adopted = frozenset(taken_over)
     holders = shared_holders(jobs)
     actions: list[Action] = []
+    gate = admission.admit(jobs, config.policy, usage, busy=busy) if admission.active(config.policy) else None  # type: ignore[arg-type]
     for job in jobs.values():
         if job.id in busy or (job.terminal and job.tpu is None):
             continue
-        action = plan_job(job, observed, holders, jobs, config, adopted)
+        if gate is not None and job.id in gate.waits:  # held back: recorded once per reason
+            wait = gate.waits[job.id]
+            action = None if admission.recorded(job, wait) else _record(job, admission.queued(wait))
+        else:
+            action = plan_job(job, observed, holders, jobs, config, adopted)
+            if action is None and gate is not None and job.id in gate.preempt:
+                action = _record(job, admission.preemption(job, gate.preempt[job.id]))
         if action is not None:
             actions.append(action)
     actions.extend(collect_orphans(jobs, observed, config))
@@ -121,9 +130,10 @@ def plan_job(
         resume = job.attempt > 1 and (job.recovery or {}).get("rule", "resume") != "rerun"
         return Action("start", job.id, {"attempt": job.attempt, "resume": resume}, "set up")
     if s == fold.RUNNING:
-        return _watch_running(job, node, obs.hosts.get(job.id), _suspect_age(job.id, obs), config)
-    if s in (fold.PREEMPTED, fold.FAILED):
-        return _recover(job, tpu_usable=True)
+        return (_watch_running(job, node, obs.hosts.get(job.id), _suspect_age(job.id, obs), config)
+                or _checkpointed(job, obs.hosts.get(job.id), obs.now))
+    if s in (fold.PREEMPTED, fold.FAILED):  # preempted for another job: its TPU is given back
+        return _recover(job, tpu_usable=not admission.preempted_for_another(job))
     return None
 
 
@@ -224,9 +234,13 @@ def _watch_running(
     matches = {m for h in hosts.values() for m in h.matches}
     if "preempted" in matches or node.health == "UNHEALTHY_MAINTENANCE":
         return _record(job, ev.Preempted(tpu_state=node.state, reason="maintenance or preemption announced in the job's output", attempt=job.attempt))
+    if "tpu_busy" in matches:
+        return _record(job, ev.Failed(kind="tpu_busy", message="the TPU was in use by another process (or its lock was)", attempt=job.attempt))
     if "grpc" in matches:
         return _record(job, ev.Failed(kind="grpc", message="GRPC error in the job's output", attempt=job.attempt))
-    if suspect(hosts) and node.health in UNEXPLAINED_HEALTH and (suspect_age or 0.0) < (config or PlanConfig()).lost_host_confirm_s:
+    # `suspect_age` None: the caller does not track suspects (the loop always does).
+    confirm = (config or PlanConfig()).lost_host_confirm_s
+    if suspect(hosts) and node.health in UNEXPLAINED_HEALTH and suspect_age is not None and suspect_age < confirm:
         # The node reads READY and healthy, yet a worker is gone or was killed: the host may
         # have seen the preemption before the API did. Ask again next pass (the loop re-reads
         # the node after such a probe) rather than record a host loss that was a preemption.
@@ -245,6 +259,25 @@ def _watch_running(
             return Action("restart", job.id, {"attempt": job.attempt + 1, "rule": "loop", "reapply": False, "tpu": job.tpu, "stop": False}, "job.loop: run again")
         return _record(job, ev.Finished(attempt=job.attempt, exit_codes={str(w): 0 for w in workers}))
     return None
+
+
+def _checkpointed(job: JobState, hosts: Mapping[int, HostObs] | None, now: float) -> Action | None:
+    """The job printed a checkpoint line (its first selected worker's output): record the
+    step when it is newer than the last one recorded for this attempt, at most once per
+    `job.checkpoints.every_s`. Asked only when nothing else about the running job needs
+    recording, so a failure is never held back by a checkpoint."""
+    workers = selected_workers(job)
+    seen = (hosts or {}).get(workers[0]) if workers else None
+    if seen is None or seen.checkpoint is None:
+        return None
+    last = job.checkpoint or {}
+    if last.get("attempt") == job.attempt and seen.checkpoint <= last.get("step", -1):
+        return None
+    every = ((job.spec.get("job") or {}).get("checkpoints") or {}).get("every_s", defaults.CHECKPOINT_EVERY_S)
+    since = _age(job, "checkpointed", now) if last else None
+    if since is not None and since < every:
+        return None
+    return _record(job, ev.Checkpointed(attempt=job.attempt, step=seen.checkpoint, worker=workers[0]))
 
 
 # Health values that do not explain a dead worker: a TIMEOUT or an unhealthy node does.
@@ -291,7 +324,7 @@ def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None) -> Ac
     return Action("recover", job.id, {
         "kind": kind, "rule": d.rule, "reapply": d.reapply, "resume": d.resume,
         "attempt": job.attempt + 1, "restarts": job.restarts + 1, "tpu": job.tpu,
-        "stop": tpu_usable and _may_run(job),
+        "stop": (tpu_usable or admission.preempted_for_another(job)) and _may_run(job),
     }, d.message)
 
 
@@ -306,7 +339,7 @@ def _may_run(job: JobState) -> bool:
     A preempted TPU has no processes left and no host to reach."""
     if not job.hosts or job.state == fold.FINISHED:
         return False
-    return (job.last_error or {}).get("kind") != "preempted"
+    return (job.last_error or {}).get("kind") != "preempted" or admission.preempted_for_another(job)
 
 
 def _record(job: JobState, *events: ev.EventData) -> Action:

@@ -1,6 +1,7 @@
 """Recovery rules: which rule answers which failure, within the restart budget. Pure.
 
-The kinds come from the `tpu` tool: preemption, GRPC errors in the output, other failures.
+The kinds come from the `tpu` tool: preemption, GRPC errors in the output, other failures;
+and from the host checks: a host they could not repair, a TPU held by another process.
 `reapply` = delete and re-create the TPU, then resume; `resume` = run again on the same TPU
 from the last checkpoint; `rerun` = start from scratch; `pass` = record and stop.
 """
@@ -20,6 +21,8 @@ KIND_TO_RULE_FIELD = {
     "lost_host": "on_failure",
     "failure": "on_failure",
     "setup": "on_failure",
+    "host_unhealthy": "on_host_unhealthy",
+    "tpu_busy": "on_tpu_busy",
 }
 
 

@@ -48,6 +48,10 @@ def test_demo_story_end_to_end(tmp_path: Path):
     second = layout.output_log(result.log_dir, JOB_ID, 2, 0).read_text()
     assert "attempt 2 on worker 0: resuming from step" in second and result.resumed_from >= 1
     assert second.rstrip().endswith("training done")
+    # attempt 1 reported checkpoints (recorded before the preemption), and the report is
+    # priced from the prices the admins put in the policy
+    assert result.checkpoints and all(attempt == 1 for attempt, _ in result.checkpoints)
+    assert result.usage is not None and result.usage.cost is not None and result.usage.lost_us > 0
     # nothing is left running: the emulator, its hosts' processes, the Pub/Sub emulator
     assert processes_under(tmp_path) == []
     assert not (tmp_path / "demo" / "emulator" / "emulator.json").exists()

@@ -26,19 +26,22 @@ from emulator.pubsub import PUBSUB_EMULATOR, PubSubEmulator
 from ledger import defaults
 from ledger.app.dashboard.live import LiveLedger
 from ledger.app.dashboard.server import Background, create_app, hosts_for
+from ledger.app.queueview import LedgerPolicy
 from ledger.app.wiring import Settings, build
 from ledger.describe import summarize
 from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thread
 from ledger.fold import FINISHED, RUNNING, JobState, replay
 from ledger.gitops import Watcher
 from ledger.store import open_store
-from ledger.usage import UsageRow, job_usage, to_us
+from ledger.usage import POLICY_STREAM, UsageRow, job_usage, to_us
 from reconciler.remote import layout
 
 JOB_ID = "alice/demo-pod"
 ALICE = ("Alice Ng", "alice@lab.example")
 # A member of the template's @lab/tpu-stewards team (.ledger/policy.yaml `teams`).
 STEWARD = ("Sam Steward", "sam@lab.example")
+# A member of the template's @lab/tpu-admins team, who owns .ledger/ (CODEOWNERS).
+ADMIN = ("Ada Admin", "ada@lab.example")
 SNEAKY_ID = "alice/sneaky"
 PROJECT = defaults.PROJECT
 TOPIC = "ledger-events"
@@ -52,9 +55,13 @@ EXPECTED = ["submitted", *ATTEMPT, "preempted", "released", "resumed", *ATTEMPT,
 POD_SPEC = """\
 # yaml-language-server: $schema=../../.ledger/schemas/job.schema.json
 # A 4-host pod job that checkpoints every step: a preemption costs at most one step.
+# It says so in its output (LEDGER_CHECKPOINT step=N), and the ledger records it, so the
+# work a preemption loses counts from the last checkpoint.
 job:
   name: demo-pod
   priority: medium
+  checkpoints:
+    every_s: 1                # record at most one checkpoint a second (default 60)
 tpu:
   accelerator: v4-32          # 4 hosts
   zone: us-central2-b
@@ -69,12 +76,23 @@ command:
     while [ "$step" -lt {steps} ]; do
       step=$((step + 1))
       sleep 0.4
-      if [ "$TPU_WORKER_ID" = 0 ]; then echo "$step" > "$CKPT/step.tmp" && mv "$CKPT/step.tmp" "$CKPT/step"; fi
       echo "step $step"
+      if [ "$TPU_WORKER_ID" = 0 ]; then
+        echo "$step" > "$CKPT/step.tmp" && mv "$CKPT/step.tmp" "$CKPT/step"
+        echo "LEDGER_CHECKPOINT step=$step"
+      fi
     done
     echo "training done"
 recovery:
   max_restarts: 3
+"""
+
+# Prices for the demo's report: round numbers made up for the demo, not anyone's price list.
+# A lab puts its own (contract or public list) in the same block of its policy.
+DEMO_PRICES = """
+# Demo numbers, made up: USD per chip-hour. Put your own here.
+prices:
+  v4: {spot: 1.00, ondemand: 3.00}
 """
 
 SNEAKY_SPEC = """\
@@ -103,6 +121,7 @@ class DemoResult:
     log_dir: Path | None = None
     store_url: str = ""
     usage: UsageRow | None = None
+    checkpoints: list[tuple[int, int]] = field(default_factory=list)  # (attempt, step) before the preemption
 
 
 def demo_store_url(workdir: Path) -> str:
@@ -140,9 +159,26 @@ def _pubsub_available() -> bool:
 
 
 def _types(store_url: str, job_id: str) -> list[str]:
+    """The job's story: its events but intents, outcomes and checkpoints (how many
+    checkpoints land depends on timing; `_checkpoints` checks them)."""
     store = open_store(store_url)
     try:
-        return [e.type for e in store.read_stream(job_id) if e.type not in ("action_intent", "action_outcome")]
+        return [e.type for e in store.read_stream(job_id) if e.type not in ("action_intent", "action_outcome", "checkpointed")]
+    finally:
+        store.close()
+
+
+def _checkpoints(store_url: str, job_id: str) -> list[tuple[int, int]]:
+    """(attempt, step) of each checkpoint recorded before the preemption."""
+    store = open_store(store_url)
+    try:
+        found = []
+        for e in store.read_stream(job_id):
+            if e.type == "preempted":
+                break
+            if e.type == "checkpointed":
+                found.append((e.data["attempt"], e.data["step"]))
+        return found
     finally:
         store.close()
 
@@ -160,7 +196,7 @@ def _roles(store_url: str, job_id: str) -> tuple[Any, Any, Any]:
 def _usage(store_url: str, job_id: str) -> UsageRow | None:
     store = open_store(store_url)
     try:
-        return job_usage(store.read_stream(job_id), to_us(datetime.now(UTC)))
+        return job_usage(store.read_stream(job_id), to_us(datetime.now(UTC)), policy=store.read_stream(POLICY_STREAM))
     finally:
         store.close()
 
@@ -223,7 +259,8 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         # 3. Everything that runs: watcher, reconciler, fan-out, and a progress subscriber.
         settings = Settings(store_url=store_url, tpu_endpoint=emu.endpoint, ssh_key=workdir / "ssh" / "id_ecdsa",
                             log_dir=result.log_dir, holder="demo-reconciler", interval=1.0)
-        rec = build(settings, on_action=lambda a, r: None)
+        # As `ledger reconcile` does: the sharing rules the watcher recorded from the template's policy.
+        rec = build(settings, on_action=lambda a, r: None, policy_source=LedgerPolicy(store_url))
         watcher_store = open_store(store_url)
         watcher = Watcher(str(hub), watcher_store, "main", interval=0.5)
         progress = _progress_source(store_url, pubsub_host)
@@ -252,7 +289,14 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         for t in threads[:3]:  # the publisher's thread is already running
             t.start()
 
-        # 4. alice proposes a job in a pull request; a steward approves and merges it.
+        # 4. The admins set the prices the usage report uses (the ledger records them).
+        policy = clone / ".ledger" / "policy.yaml"
+        policy.write_text(policy.read_text() + DEMO_PRICES)
+        _git(["commit", "-q", "-am", f"Prices for usage reports\n\nApproved-by: {ADMIN[0]} <{ADMIN[1]}>"], clone)
+        _git(["push", "-q", "origin", "main"], clone)
+        say("set the (demo) prices in .ledger/policy.yaml, approved by an admin, and pushed")
+
+        # 5. alice proposes a job in a pull request; a steward approves and merges it.
         _git(["checkout", "-q", "-b", "alice/demo-pod"], clone)
         (clone / "jobs" / "alice").mkdir(parents=True, exist_ok=True)
         (clone / "jobs" / "alice" / "demo-pod.yaml").write_text(POD_SPEC.format(bucket=bucket, steps=STEPS))
@@ -275,7 +319,7 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         _git(["push", "-q", "origin", "main"], clone)
         say("pushed alice/sneaky straight to main, without review")
 
-        # 5. Midway through training, Google takes the TPU back.
+        # 6. Midway through training, Google takes the TPU back.
         job = _wait("the pod job to run", lambda: (j := _job(store_url, JOB_ID)) and j.state == RUNNING and j, deadline)
         _wait(f"step {PREEMPT_AT_STEP}", lambda: _step(bucket) >= PREEMPT_AT_STEP, deadline)
         node = job.tpu["name"]
@@ -302,13 +346,16 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         result.problems.append(f"the unreviewed job should only be rejected, got {result.sneaky_events}")
     if not result.resumed_from:
         result.problems.append("attempt 2 did not resume from a checkpoint")
+    result.checkpoints = _checkpoints(store_url, JOB_ID)
+    if not result.checkpoints or any(a != 1 for a, _ in result.checkpoints):
+        result.problems.append(f"attempt 1 should report checkpoints before its preemption, got {result.checkpoints}")
     verify = _ledger(["verify"], store_url)
     if verify.returncode != 0:
         result.problems.append(f"ledger verify failed: {verify.stdout}{verify.stderr}")
     # The accounting must show what the preemption cost: one preemption, and the work lost.
     result.usage = _usage(store_url, JOB_ID)
-    if result.usage is None or result.usage.preemptions != 1 or not result.usage.lost_us:
-        result.problems.append(f"usage of {JOB_ID} should show 1 preemption and its lost work, got {result.usage}")
+    if result.usage is None or result.usage.preemptions != 1 or not result.usage.lost_us or result.usage.cost is None:
+        result.problems.append(f"usage of {JOB_ID} should show 1 preemption, its lost work and a cost, got {result.usage}")
     result.ok = not result.problems
     return result
 

@@ -41,6 +41,27 @@ def tpu_rows(jobs: Iterable[JobState]) -> list[dict[str, Any]]:
     return rows
 
 
+def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """TPU name -> {"health", "time"} of the last host check on it (reconciler.doctor): the
+    health a `started` event carries, a start refused as `host_unhealthy`, or the result of
+    a `clean` (the checks' repairs). Events in ledger order."""
+    on: dict[str, str] = {}
+    out: dict[str, dict[str, str]] = {}
+    for e in events:
+        d = e.data or {}
+        if e.type in ("provisioning", "provisioned") and isinstance(d.get("tpu"), dict):
+            on[e.stream] = str(d["tpu"].get("name", ""))
+        elif e.type == "started" and d.get("health") and on.get(e.stream):
+            out[on[e.stream]] = {"health": str(d["health"]), "time": e.time}
+        elif e.type == "failed" and d.get("kind") == "host_unhealthy" and on.get(e.stream):
+            out[on[e.stream]] = {"health": "unhealthy", "time": e.time}
+        elif e.type == "action_outcome" and d.get("action") == "clean" and isinstance(d.get("result"), dict):
+            name = str(d["result"].get("tpu") or on.get(e.stream, ""))
+            if name:
+                out[name] = {"health": str(d["result"].get("health", "")), "time": e.time}
+    return out
+
+
 def accelerator_of(job: JobState) -> str:
     """The accelerator a job holds, or else the one its spec asks for."""
     held = job.tpu.get("accelerator") if isinstance(job.tpu, dict) else None
@@ -85,9 +106,12 @@ def select_jobs(jobs: Iterable[JobState], *, owner: str | None = None, state: st
     return chosen
 
 
-def usage_json(report: UsageReport, since: str | None, until: str, position: int) -> dict:
+def usage_json(report: UsageReport, since: str | None, until: str, position: int,
+               prices: list[dict] | None = None) -> dict:
     """`ledger usage --json`: the report, the window it covers and the seq it stands at (the
-    dashboard's usage page and /api/usage answer the same)."""
+    dashboard's usage page and /api/usage answer the same), and the prices in force at its
+    end (`UsageFold.prices.in_force()`)."""
     return {"by": report.by, "since": since, "until": until, "position": position,
             "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
-            "total": report.total.to_dict(), "missing_prices": list(report.missing)}
+            "total": report.total.to_dict(), "missing_prices": list(report.missing),
+            "prices_in_force": prices or []}

@@ -9,6 +9,8 @@ from typing import Any
 
 from ledger import defaults
 from ledger.fold import JobState
+from ledger.spec.policy import Policy
+from reconciler.doctor import Doctor, Gate, Paths
 from reconciler.keys import JobKeys, ensure_key
 from reconciler.loop import Reconciler
 from reconciler.model import PlanConfig
@@ -32,6 +34,17 @@ class Settings:
     intent_timeout_s: float = 600.0
     queued_retry_s: float = 10.0
     lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
+    policy: Policy | None = None  # quotas, priority classes, fair share: None = admit every job
+    host_root: str | None = None  # the VMs' root for the host checks; None: the emulator's with tpu_endpoint
+    host_checks: bool = True  # check (and safely repair) the hosts before every start
+
+
+def host_paths(settings: Settings) -> Paths:
+    """Where the host checks look: a real VM's paths, or the emulator's sandbox (`~/.vm`)."""
+    root = settings.host_root
+    if root is None:
+        root = defaults.EMULATOR_HOST_ROOT if settings.tpu_endpoint else defaults.HOST_ROOT
+    return Paths.for_root(root)
 
 
 def hosts_of(username: str, job_keys: JobKeys | None = None):
@@ -57,9 +70,16 @@ def extra_args_of(spec: dict) -> list[str]:
     return [f"--{k}={v}" for k, v in sorted((spec.get("args") or {}).items())]
 
 
+def job_keys_of(settings: Settings) -> JobKeys:
+    """The per-job SSH keys: a TPU the reconciler created accepts its job's key only. They are
+    derived from the reconciler's key, so a peer reconciler with the same key (or `ledger
+    doctor` on another host) reaches the hosts with nothing shared or stored."""
+    return JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs", seed_key=settings.ssh_key)
+
+
 def build(settings: Settings, **overrides: Any):
     ensure_key(settings.ssh_key)
-    job_keys = JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs")
+    job_keys = job_keys_of(settings)
     runner = RemoteRunner(
         private_key_path=settings.ssh_key,
         known_hosts_path=settings.ssh_key.parent / "known_hosts",
@@ -71,11 +91,14 @@ def build(settings: Settings, **overrides: Any):
         holder=settings.holder, orphan_grace_s=settings.orphan_grace_s,
         # With leases a peer's intent is taken over once its lease lapses, never by age.
         intent_timeout_s=settings.intent_timeout_s if settings.lease_ttl_s <= 0 else float("inf"),
-        queued_retry_s=settings.queued_retry_s,
+        queued_retry_s=settings.queued_retry_s, policy=settings.policy,
     )
-    return Reconciler(
+    rec = Reconciler(
         settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,
         holder=settings.holder, ssh_user=settings.ssh_user, ssh_public_key=job_keys.public,
         hosts_of=hosts_of(settings.ssh_user, job_keys), extra_args_of=extra_args_of,
         interval=settings.interval, config=config, lease_ttl=settings.lease_ttl_s, **overrides,
     )
+    if settings.host_checks:
+        rec.executor.doctor = Gate(Doctor(runner, host_paths(settings)), settings.holder)
+    return rec

@@ -44,15 +44,22 @@ Worker = Annotated[int, Meta(ge=0, description="worker index within the TPU slic
 # -- closed vocabularies -------------------------------------------------------------------
 # What ended an attempt: the TPU was preempted, a GRPC error or another failure pattern
 # appeared in the output ("failure" also covers a command that could not start), a worker
-# exited non-zero, a host was lost, setup failed, the TPU could not be provisioned.
-FailureKind = Literal["exit", "grpc", "lost_host", "failure", "setup", "preempted", "provision"]
+# exited non-zero, a host was lost, setup failed, the TPU could not be provisioned, the host
+# checks before a start found what they may not repair (`host_unhealthy`), the output said
+# the TPU was held by another process or its lock could not be taken (`tpu_busy`).
+FailureKind = Literal["exit", "grpc", "lost_host", "failure", "setup", "preempted", "provision",
+                      "host_unhealthy", "tpu_busy"]
 # Why a failure is final: the job's rule for that kind is `pass`, or its restart budget is spent.
 FinalRule = Literal["pass", "exhausted"]
 # How a job runs again: a recovery rule, an operator's override, a spec change, `job.loop`.
 RecoveryRule = Literal["reapply", "resume", "rerun", "manual", "spec_updated", "loop"]
 RecoveryCause = Literal[FailureKind, "spec_updated", "loop"]
-ActionKind = Literal["provision", "setup", "start", "release", "cancel", "recover", "restart"]
+# `clean`: the host checks' safe repairs (reconciler.doctor), found before, done after.
+ActionKind = Literal["provision", "setup", "start", "release", "cancel", "recover", "restart", "clean"]
 TpuKind = Literal["node", "queued_resource"]
+# Why admission holds a job back: over a quota (user, team, lab), its chip-hours of the
+# week spent, behind others for the lab's chips, or waiting for preempted jobs to let go.
+WaitCause = Literal["quota", "capacity", "preempting"]
 # Before the fix of failure kinds, a final failure recorded its rule as its kind, and the
 # first schema listed "budget". Ledgers hold such events forever: they are read, never written.
 LegacyFailureKind = Literal["pass", "exhausted", "budget"]
@@ -191,10 +198,22 @@ class CancelRequested(EventData):
 
 
 class Queued(EventData):
-    """The job waits: for capacity, a queued resource, or a shared TPU held by another job."""
+    """The job waits: for capacity, a queued resource, or a shared TPU held by another job;
+    or admission held it back (`wait`): over a quota, or for the lab's chips to free up
+    (reconciler.admission). Then `scope`, `family` and the figures say which limit: the
+    scope `holds` `held` of its `limit` (chips, or chip-hours over the last week) and the
+    job `needs` more."""
 
     event_type: ClassVar[str] = "queued"
     reason: Opt[str] = UNSET
+    wait: Opt[WaitCause] = UNSET
+    scope: Opt[str] = UNSET  # "user alice", "team @lab/nlp", "lab"
+    family: Opt[str] = UNSET
+    unit: Opt[Literal["chips", "chip_hours_per_week"]] = UNSET
+    held: Opt[float] = UNSET
+    limit: Opt[float] = UNSET
+    needs: Opt[float] = UNSET
+    victims: Opt[list[str]] = UNSET  # jobs being preempted for this one
 
 
 class Provisioning(EventData):
@@ -257,6 +276,8 @@ class Started(EventData):
     resume: Opt[bool] = UNSET
     spec_hash: Opt[str] = UNSET
     how: Opt[str] = UNSET
+    # What the host checks before the start said: healthy | fixed | warning.
+    health: Opt[str] = UNSET
 
 
 class Preempted(EventData):
@@ -266,6 +287,8 @@ class Preempted(EventData):
     reason: Opt[str] = UNSET
     tpu_state: Opt[str] = UNSET
     attempt: Opt[Count] = UNSET
+    cause: Opt[Literal["priority"]] = UNSET  # set when the planner preempted it for `winner`
+    winner: Opt[str] = UNSET
 
 
 class Failed(EventData):
@@ -318,6 +341,29 @@ class Finished(EventData):
     exit_code: Opt[int | None] = UNSET
 
 
+class Admitted(EventData):
+    """An operator let this job past its quotas (`ledger admit`): admission no longer holds
+    it back by a quota (the lab's capacity still counts), until it is submitted again."""
+
+    event_type: ClassVar[str] = "admitted"
+    reason: NonEmpty
+    by: Opt[str] = UNSET
+    manual: Opt[bool] = UNSET
+
+
+class PolicyApplied(EventData):
+    """The sharing policy a reconciler enforces from now on (stream `_policy`): the blocks of
+    `.ledger/policy.yaml` that admission reads (quotas, priorities, fair_share, and the teams
+    the quotas name), as the schema filled them. Recorded when it starts with a policy that
+    differs from the last one recorded, so `ledger queue` and `inspect` explain by it."""
+
+    event_type: ClassVar[str] = "policy_applied"
+    digest: SpecHash  # SHA-256 of the blocks' canonical JSON
+    blocks: dict[str, Any]
+    source: Opt[str] = UNSET  # the file it was read from
+    holder: Opt[str] = UNSET  # the reconciler that enforces it
+
+
 class Cancelled(EventData):
     """The job was stopped (and its TPU released) after a cancel request."""
 
@@ -333,6 +379,44 @@ class Released(EventData):
     reason: Opt[str] = UNSET
     deleted: Opt[bool] = UNSET
     labels: Opt[dict[str, str]] = UNSET
+
+
+class Checkpointed(EventData):
+    """The job reported a checkpoint: its output printed a line matching its checkpoint
+    pattern (`job.checkpoints.pattern`) with a step newer than the last one recorded.
+    Throttled by the reconciler (at most one per `job.checkpoints.every_s`)."""
+
+    event_type: ClassVar[str] = "checkpointed"
+    attempt: Count
+    step: Count
+    worker: Opt[Worker] = UNSET
+
+
+PricingModel = Literal["spot", "ondemand", "preemptible", "reserved"]
+
+
+class Price(_Part):
+    """One price of the policy's table: USD per chip-hour of a family under a pricing model."""
+
+    family: NonEmpty
+    pricing: PricingModel
+    usd_per_chip_hour: Annotated[float, Meta(ge=0)]
+
+
+class PolicyChanged(EventData):
+    """`.ledger/policy.yaml` changed in an ingested commit (on the `_policy` stream): the
+    price table in force from this event on, as parsed (a broken or absent `prices` block
+    records no prices: costs are then unknown, never guessed)."""
+
+    event_type: ClassVar[str] = "policy_changed"
+    commit: NonEmpty
+    prices: list[Price]
+    blob: Opt[str] = UNSET  # the policy file's blob; absent when the file was deleted
+    branch: Opt[str] = UNSET
+    broken: Opt[bool] = UNSET  # the file's `prices` block had errors (the table is empty)
+    # The sharing rules in force from here (quotas, priorities, fair_share and the teams the
+    # quotas name: `ledger.spec.policy.sharing_blocks`); what a reconciler without --policy follows.
+    sharing: Opt[dict[str, Any]] = UNSET
 
 
 class HistoryRewritten(EventData):
@@ -410,8 +494,8 @@ class Note(EventData):
 _CLASSES: tuple[type[EventData], ...] = (
     Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
     ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
-    Rerun, Finished, Cancelled, Released, HistoryRewritten, RewriteAccepted, ActionIntent,
-    ActionOutcome, Note, Quarantined,
+    Rerun, Finished, Admitted, PolicyApplied, Cancelled, Released, HistoryRewritten, RewriteAccepted,
+    ActionIntent, ActionOutcome, Note, Quarantined, Checkpointed, PolicyChanged,
 )
 
 # Every type the domain knows, in the order the schema lists them.

@@ -20,7 +20,16 @@ import msgspec
 
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import NewEvent, actor
-from ledger.events.data import EventDataError, HistoryRewritten, Note, Quarantined, RewriteAccepted
+from ledger.events.data import (
+    UNSET,
+    EventDataError,
+    HistoryRewritten,
+    Note,
+    PolicyChanged,
+    Price,
+    Quarantined,
+    RewriteAccepted,
+)
 from ledger.fold import LIVE, replay
 from ledger.gitops.approval import Identity, Signature
 from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, Verifier, decide
@@ -29,7 +38,9 @@ from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
 from ledger.spec.files import secrets_check
 from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_job_path
+from ledger.spec.policy import parse_policy, sharing_blocks
 from ledger.store import Store
+from ledger.usage.prices import POLICY_STREAM
 
 Validator = Callable[[bytes, str, RepoState], Any]
 
@@ -375,6 +386,20 @@ def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[
     return changes
 
 
+def _policy_changed(step: StepInput, state: RepoState, branch: str) -> tuple[str, NewEvent]:
+    """The policy in force changed with this commit: its price table becomes a fact of the
+    ledger, so usage reports price each interval as it was priced then, forever."""
+    entry = state.files.get(POLICY_PATH)
+    parsed = parse_policy(entry[1] if entry else None)
+    broken = any(m.pointer.startswith("/prices") or not m.pointer for m in parsed.errors)
+    prices = [Price(family=f, pricing=p, usd_per_chip_hour=usd) for (f, p), usd in parsed.policy.prices.usd.items()]
+    data = PolicyChanged(commit=step.commit.sha, prices=prices, blob=entry[0] if entry else UNSET,
+                         branch=branch, broken=True if broken else UNSET, sharing=sharing_blocks(parsed.policy))
+    return POLICY_STREAM, NewEvent("policy_changed", data, _watcher_actor(branch),
+                                   key=f"policy:{step.commit.sha}:{entry[0] if entry else 'deleted'}",
+                                   causation=f"git:{step.commit.sha}")
+
+
 def _append_steps(
     store: Store, branch: str, pos: Position, steps: list[StepInput], state: RepoState,
     validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
@@ -392,8 +417,11 @@ def _append_steps(
         return pending_live[jid] if jid in pending_live else live(jid)
 
     for step in steps:
+        before = state.files.get(POLICY_PATH)
         events, state, changed = decide(step, state, is_live, validate, hash_spec, verify)
         pending_live.update(changed)
+        if state.files.get(POLICY_PATH) != before:
+            events.append(_policy_changed(step, state, branch))
         for s, ev in events:
             if s == stream:
                 batches.append((s, [ev], git_version))

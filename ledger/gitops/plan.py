@@ -7,6 +7,7 @@ already held by live jobs. `ok` is False when anything would be rejected as inva
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from ledger.gitops.ingest import Validator, spec_validator
 from ledger.gitops.repo import ZERO, GitError, GitRepo
 from ledger.spec.layout import is_job_path
 from ledger.spec.names import job_id_for, shown
+from ledger.spec.policy import Policy
 from ledger.tpu_types import lookup
 
 
@@ -35,6 +37,7 @@ class PlanItem:
     approvers: list[str] = field(default_factory=list)  # who may still approve (not its authors)
     owners: list[str] = field(default_factory=list)  # the CODEOWNERS/policy entries (teams unexpanded)
     authors: list[str] = field(default_factory=list)  # who wrote the change in REF
+    start: str | None = None  # "starts now" or "waits: why" under the policy's quotas (with a ledger)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -98,12 +101,18 @@ def _held(store: Any) -> dict[str, list[str]]:
     return held
 
 
+# (new or changed specs by job id, the policy in force) -> job id -> "starts now" / "waits: why".
+# The application shell passes one that runs the planner's admission over the ledger.
+Admission = Callable[[Mapping[str, dict[str, Any]], Policy], Mapping[str, str]]
+
+
 def plan(
-    repo: GitRepo | str, ref: str, branch: str = "main", *, store: Any = None, validator: Validator | None = None
+    repo: GitRepo | str, ref: str, branch: str = "main", *, store: Any = None, validator: Validator | None = None,
+    admission: Admission | None = None,
 ) -> PlanReport:
     if not isinstance(repo, GitRepo):
         with GitRepo(repo) as opened:
-            return plan(opened, ref, branch, store=store, validator=validator)
+            return plan(opened, ref, branch, store=store, validator=validator, admission=admission)
     head = repo.resolve(ref)
     if head is None:
         raise GitError(f"{ref!r} is not a commit in {repo.path}", hint="name a branch, tag or commit id")
@@ -125,6 +134,7 @@ def plan(
     validate = validator or spec_validator()
     held = _held(store)
     report = PlanReport(ref, branch, base, head)
+    submitted: dict[str, dict[str, Any]] = {}
 
     def who(path: str) -> dict[str, list[str]]:
         owners = eligible(policy, codeowners, path)
@@ -156,7 +166,14 @@ def plan(
             item.accelerator, item.chips, item.tpu, item.shared = _tpu_facts(result.spec)
             if item.shared and item.tpu:
                 item.held_by = [j for j in held.get(item.tpu, []) if j != jid]
+            if item.action == "submit" and jid:
+                submitted[jid] = result.spec
         report.items.append(item)
+    if admission is not None and submitted:
+        starts = admission(submitted, policy)  # the policy in force on the branch
+        for item in report.items:
+            if item.action == "submit" and item.job in starts:
+                item.start = starts[item.job]
     return report
 
 
@@ -201,6 +218,8 @@ def to_markdown(report: PlanReport) -> str:
                 notes.append("shared TPU held by " + ", ".join(i.held_by))
             if i.authors:
                 notes.append("by " + ", ".join(i.authors))
+            if i.start:
+                notes.append(i.start)
             tpu = f"{i.tpu} ({i.accelerator})" if i.tpu and i.accelerator else (i.tpu or i.accelerator or "")
             approvers = ", ".join(i.approvers) or ("nobody: no CODEOWNERS entry" if not i.owners else "nobody but the authors")
             lines.append("| " + " | ".join(_cell(x) for x in (

@@ -190,6 +190,9 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
         "args": args,
         "priority": priority,
     }
+    checkpoints = _checkpoints(job_in.get("checkpoints"), report)
+    if checkpoints is not None:  # only when written: older specs keep their hash
+        spec["job"]["checkpoints"] = checkpoints
     # The flags the runner appends to the command, in the order written (the reconciler
     # reads `command.args_flags`, so it needs no alias table of its own).
     command["args_flags"] = command_args(spec, config)
@@ -461,6 +464,28 @@ def _ssh(ssh: dict | None, report: _Report) -> dict | None:
     for i, ident in enumerate(ssh.get("identities", [])):
         for k, v in ident.items():
             check(v, f"/ssh/identities/{i}/{k}")
+    return out
+
+
+def _checkpoints(section: dict | None, report: _Report) -> dict | None:
+    """`job.checkpoints`: the pattern must compile, have one group (the step) and no
+    repeated group that repeats (the probe runs it over every output line)."""
+    if section is None:
+        return None
+    out = {"pattern": section.get("pattern", defaults.CHECKPOINT_PATTERN),
+           "every_s": float(section.get("every_s", defaults.CHECKPOINT_EVERY_S))}
+    try:
+        groups = re.compile(out["pattern"]).groups
+    except re.error as exc:
+        report.error("/job/checkpoints/pattern", f"checkpoint pattern {out['pattern']!r} is not a valid regular expression: {exc}",
+                     "escape special characters such as ( [ . with a backslash")
+        return out
+    if groups != 1:
+        report.error("/job/checkpoints/pattern", f"checkpoint pattern {out['pattern']!r} has {groups} groups; it needs exactly one, the step",
+                     r"e.g. 'saved checkpoint at step (\d+)' (use (?:...) for other groups)")
+    elif NESTED_REPEAT.search(out["pattern"]):
+        report.error("/job/checkpoints/pattern", f"checkpoint pattern {out['pattern']!r} repeats a group that repeats (catastrophic backtracking)",
+                     "match a fixed phrase and the step, e.g. 'LEDGER_CHECKPOINT step=(\\d+)'")
     return out
 
 

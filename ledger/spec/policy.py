@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import functools
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -275,6 +276,224 @@ class Ignore(Section):
         return any(fnmatch.fnmatchcase(path, g) for g in self.globs)
 
 
+# -- prices -------------------------------------------------------------------------------
+PRICING_MODELS = ("spot", "ondemand", "preemptible", "reserved")  # the job spec's tpu.pricing
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable(Section):
+    """USD per chip-hour by accelerator family and pricing model; nothing when not given.
+
+        prices:
+          v4: {spot: 1.00, ondemand: 3.00}     # example numbers: put your own
+          v5litepod: {ondemand: 1.00}
+
+    The watcher records the table in a `policy_changed` event whenever the file changes,
+    so `ledger usage` prices each interval with the table in force when it happened.
+    """
+
+    KEY: ClassVar[str] = "prices"
+    usd: Mapping[tuple[str, str], float]  # (family, pricing) -> USD per chip-hour
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(usd=MappingProxyType({(family, pricing): float(value) for family, models in sorted(data.items())
+                                         for pricing, value in sorted(models.items())}))
+
+    def rate(self, family: str, pricing: str) -> float | None:
+        return self.usd.get((family, pricing))
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        known = {t.family for t in tpu_types.all_types()}
+        for family in sorted({f for f, _ in self.usd}):
+            if family not in known:
+                # a typo here would leave every cost of the real family unknown
+                yield Problem(f"/prices/{family}", f"`prices` names {family!r}, which is not a Cloud TPU family",
+                              f"use one of {', '.join(sorted(known))}")
+
+
+# -- sharing a lab's TPUs: quotas, priority classes, fair share ---------------------------
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One holder's limits: concurrent chips and chip-hours over a rolling week, by family
+    (`ledger.tpu_types` names: v4, v5litepod, ...). A family not listed is not limited."""
+
+    chips: Mapping[str, int] = field(default_factory=dict)
+    chip_hours_per_week: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, data: Any) -> Quota:
+        def by_family(block: Any) -> Mapping[str, Any]:
+            return MappingProxyType({tpu_types.family_named(k) or k: v for k, v in (block or {}).items()})
+
+        return cls(chips=by_family(data.get("chips")), chip_hours_per_week=by_family(data.get("chip_hours_per_week")))
+
+    def families(self) -> Iterable[tuple[str, str]]:
+        """(field, family as written) of every entry, for problems() at the entry's line."""
+        return ((f, k) for f in ("chips", "chip_hours_per_week") for k in getattr(self, f))
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas(Section):
+    """Who may hold how much (reconciler.admission enforces it).
+
+        quotas:
+          lab: {chips: {v4: 256, v5e: 64}}
+          teams:
+            "@lab/vision": {chips: {v4: 128}}
+          users:
+            alice: {chips: {v4: 64}, chip_hours_per_week: {v4: 4000}}
+          default_user: {chips: {v4: 32}}
+    """
+
+    KEY: ClassVar[str] = "quotas"
+    lab: Quota | None = None
+    teams: Mapping[str, Quota] = field(default_factory=dict)  # team_key(handle) -> quota
+    users: Mapping[str, Quota] = field(default_factory=dict)
+    default_user: Quota | None = None
+    _raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        def one(block: Any) -> Quota | None:
+            return None if block is None else Quota.from_data(block)
+
+        return cls(
+            lab=one(data.get("lab")),
+            teams=MappingProxyType({team_key(k): Quota.from_data(v) for k, v in (data.get("teams") or {}).items()}),
+            users=MappingProxyType({k: Quota.from_data(v) for k, v in (data.get("users") or {}).items()}),
+            default_user=one(data.get("default_user")), _raw=MappingProxyType(dict(data)),
+        )
+
+    @property
+    def any(self) -> bool:
+        return bool(self.lab or self.teams or self.users or self.default_user)
+
+    def of_user(self, owner: str) -> Quota | None:
+        return self.users.get(owner, self.default_user)
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        raw = self._raw
+        places: list[tuple[str, Any]] = [("/quotas/lab", raw.get("lab")), ("/quotas/default_user", raw.get("default_user"))]
+        places += [(f"/quotas/teams/{_escape(k)}", v) for k, v in (raw.get("teams") or {}).items()]
+        places += [(f"/quotas/users/{_escape(k)}", v) for k, v in (raw.get("users") or {}).items()]
+        for ptr, block in places:
+            for fld in ("chips", "chip_hours_per_week"):
+                for fam in (block or {}).get(fld) or {}:
+                    if tpu_types.family_named(fam) is None:
+                        yield Problem(f"{ptr}/{fld}/{_escape(fam)}", f"{fam!r} is not an accelerator family",
+                                      f"use one of {', '.join(tpu_types.FAMILIES)} (or v5e)")
+        for handle in raw.get("teams") or {}:
+            if team_key(handle) not in policy.teams.members:
+                yield Problem(f"/quotas/teams/{_escape(handle)}", f"quota for {handle}, a team the policy does not define",
+                              f"add it to `teams:` in {POLICY_PATH} with its members")
+
+    def teams_of(self, owner: str, teams: Teams) -> tuple[str, ...]:
+        """The quota'd teams `owner` is a member of (by name or @handle, case-insensitive)."""
+        me = {owner.lower(), "@" + owner.lower()}
+        return tuple(t for t in self.teams if me & {m.lower() for m in teams.members.get(t, ())})
+
+
+def _escape(key: str) -> str:
+    """A key as a JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+@dataclass(frozen=True, slots=True)
+class Priorities(Section):
+    """Priority classes over the job spec's 0-1000 priority, and who may preempt whom.
+
+        priorities:
+          classes: {low: 100, normal: 500, urgent: 900}
+          preempt: {urgent: [low]}     # an urgent job that cannot start may preempt low jobs
+          spot_for_on_demand: true     # an on-demand job may preempt a spot job of a lower class
+    """
+
+    KEY: ClassVar[str] = "priorities"
+    classes: tuple[tuple[str, int], ...]  # (name, value), by value ascending
+    preempt: Mapping[str, frozenset[str]]
+    spot_for_on_demand: bool = False
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        classes = tuple(sorted(data["classes"].items(), key=lambda kv: (kv[1], kv[0])))
+        preempt = {k: frozenset(v) for k, v in data["preempt"].items()}
+        return cls(classes=classes, preempt=MappingProxyType(preempt), spot_for_on_demand=data["spot_for_on_demand"])
+
+    def class_of(self, priority: int) -> tuple[str, int]:
+        """(name, value) of the highest class at most `priority` (the lowest class below all)."""
+        found = self.classes[0] if self.classes else ("", 0)
+        for name, value in self.classes:
+            if value <= priority:
+                found = (name, value)
+        return found
+
+    def may_preempt(self, winner: int, victim: int, *, victim_spot: bool = False, winner_spot: bool = False) -> bool:
+        """May a job of priority `winner` preempt a running one of priority `victim`? Never a
+        job of its own or a higher class."""
+        (wname, wvalue), (vname, vvalue) = self.class_of(winner), self.class_of(victim)
+        if vvalue >= wvalue:
+            return False
+        if vname in self.preempt.get(wname, ()):
+            return True
+        return self.spot_for_on_demand and victim_spot and not winner_spot
+
+    @property
+    def preempts(self) -> bool:
+        return bool(self.preempt) or self.spot_for_on_demand
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        values = dict(self.classes)
+        for winner, victims in sorted(self.preempt.items()):
+            if winner not in values:
+                yield Problem(f"/priorities/preempt/{winner}", f"{winner!r} is not a priority class",
+                              f"classes are {', '.join(values)}")
+                continue
+            for victim in sorted(victims):
+                if victim not in values:
+                    yield Problem(f"/priorities/preempt/{winner}", f"{victim!r} is not a priority class",
+                                  f"classes are {', '.join(values)}")
+                elif values[victim] >= values[winner]:
+                    yield Problem(f"/priorities/preempt/{winner}", f"{winner} may not preempt {victim}: "
+                                  "a job never preempts one of its own or a higher class", f"list only classes below {winner}")
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare(Section):
+    """How fast past usage is forgotten in the fair-share order (Slurm's decay half-life)."""
+
+    KEY: ClassVar[str] = "fair_share"
+    half_life_hours: float
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(half_life_hours=float(data["half_life_hours"]))
+
+
+def sharing_blocks(policy: Policy) -> dict[str, Any]:
+    """The blocks admission reads, as plain data that `sharing_policy` reads back (what a
+    reconciler records in the ledger: no webhook, no address, nothing but the sharing rules)."""
+    def quota(q: Quota | None) -> dict[str, Any] | None:
+        return None if q is None else {"chips": dict(q.chips), "chip_hours_per_week": dict(q.chip_hours_per_week)}
+
+    q = policy.quotas
+    quotas = {"teams": {k: quota(v) for k, v in q.teams.items()}, "users": {k: quota(v) for k, v in q.users.items()}}
+    quotas.update({k: v for k, v in (("lab", quota(q.lab)), ("default_user", quota(q.default_user))) if v is not None})
+    p = policy.priorities
+    return {
+        "teams": {k: list(v) for k, v in policy.teams.members.items() if k in q.teams},
+        "quotas": quotas,
+        "priorities": {"classes": dict(p.classes), "preempt": {k: sorted(v) for k, v in p.preempt.items()},
+                       "spot_for_on_demand": p.spot_for_on_demand},
+        "fair_share": {"half_life_hours": policy.fair_share.half_life_hours},
+    }
+
+
+def sharing_policy(blocks: Mapping[str, Any]) -> Policy:
+    """A Policy with the sharing rules of `blocks` (from `sharing_blocks`) and defaults elsewhere."""
+    return parse_policy(json.dumps(dict(blocks), sort_keys=True), file="(recorded policy)").policy
+
+
 # -- the policy ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Policy:
@@ -286,6 +505,10 @@ class Policy:
     defaults: Defaults = section(Defaults)
     limits: Limits = section(Limits)
     ignore: Ignore = section(Ignore)
+    prices: PriceTable = section(PriceTable)
+    quotas: Quotas = section(Quotas)
+    priorities: Priorities = section(Priorities)
+    fair_share: FairShare = section(FairShare)
 
 
 SECTIONS: dict[str, type[Section]] = {f.name: f.metadata["section"] for f in fields(Policy)}

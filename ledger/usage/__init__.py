@@ -12,18 +12,16 @@ from ledger.usage.fold import (
     from_us,
     to_us,
 )
+from ledger.usage.prices import POLICY_STREAM, PriceBook, Prices, family_of, pricing_name
 from ledger.usage.report import (
     GROUPINGS,
-    Prices,
     UsageReport,
     UsageRow,
-    family_of,
     job_usage,
-    pricing_name,
     summarize,
 )
 
 __all__ = [
-    "CATEGORIES", "GROUPINGS", "HELD", "AccountKey", "Interval", "Prices", "UsageFold", "UsageReport", "UsageRow",
+    "CATEGORIES", "GROUPINGS", "HELD", "POLICY_STREAM", "AccountKey", "Interval", "PriceBook", "Prices", "UsageFold", "UsageReport", "UsageRow",
     "chips_of", "family_of", "from_us", "job_usage", "pricing_name", "summarize", "to_us",
 ]

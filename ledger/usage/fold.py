@@ -37,15 +37,28 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from ledger import tpu_types
+from ledger.usage.prices import PriceBook, Prices, from_event
 
 # Categories: indexes into an account's figures, and the phases a job moves through.
 WAITING, PROVISIONING, SETUP, RUNNING, RECOVERING, AFTER_END = range(6)
 CATEGORIES = ("waiting", "provisioning", "setup", "running", "recovering", "after_end")
 HELD = (PROVISIONING, SETUP, RUNNING, RECOVERING, AFTER_END)
 # The other figures of an account: preemptions (count), work lost to them (chip-us),
-# completed recoveries (count) and their total wall time (us).
+# completed recoveries (count) and their total wall time (us); then the cost of the chips
+# held (USD, each interval at the price in force when it happened) and what they would have
+# cost on demand, and the prices ("family/pricing") each of the two missed (frozensets).
+# PRICED is the held chip-time already priced: costs are settled lazily (at a price change,
+# and when figures are asked), so counting an interval costs nothing more than its sum.
 PREEMPTIONS, LOST, RECOVERIES, RECOVER_US = 6, 7, 8, 9
-SLOTS = 10
+COST, ONDEMAND, MISSING, MISSING_ONDEMAND, PRICED = 10, 11, 12, 13, 14
+SLOTS = 15
+_US_PER_HOUR = 3_600_000_000
+_NONE: frozenset[str] = frozenset()
+
+
+def blank() -> list:
+    """An account's figures before anything is counted."""
+    return [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, _NONE, _NONE, 0]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -162,18 +175,22 @@ class UsageFold:
     `open_intervals(now)` for those.
 
     An interval ends only when what the job does changes (its category, account or chips),
-    so intervals are as long as they can be: events that change nothing split nothing.
+    or when the prices change (a `policy_changed` event on the `_policy` stream): events that
+    change nothing split nothing. Each interval that holds chips is priced when it closes,
+    at the table in force over it; `prices` override the ledger's table for the whole
+    report (`ledger usage --price`).
     """
 
     def __init__(self, since: int | None = None, until: int | None = None, *,
                  per_attempt: bool = False, keep_intervals: bool = False,
-                 on_interval: Callable[[Interval], None] | None = None) -> None:
+                 on_interval: Callable[[Interval], None] | None = None, prices: Prices | None = None) -> None:
         self.lo = since if since is not None else -_FAR
         self.hi = until if until is not None else _FAR
         self.per_attempt = per_attempt
         self.accounts: dict[AccountKey, list[int]] = {}
         self.jobs: dict[str, _Job] = {}
         self.position = 0
+        self.prices = PriceBook(prices)
         self.intervals: list[Interval] | None = [] if keep_intervals else None
         sinks = [f for f in (self.intervals.append if self.intervals is not None else None, on_interval) if f]
         self._sinks: tuple[Callable[[Interval], None], ...] = tuple(sinks)
@@ -196,6 +213,8 @@ class UsageFold:
             for seq, stream, _version, type_, time_, data in rows:  # noqa: B007 (the last one is kept)
                 handler = handlers.get(type_)
                 if handler is None or stream[:1] == "_":  # not a job stream
+                    if type_ == "policy_changed":
+                        self._policy_changed(to_us(time_), loads(data))
                     continue
                 job = jobs.get(stream)
                 if job is None:
@@ -227,8 +246,10 @@ class UsageFold:
             for iv in self.open_intervals(end):
                 values = out.get(iv.key)
                 if values is None:
-                    values = out[iv.key] = [0] * SLOTS
+                    values = out[iv.key] = blank()
                 values[iv.category] += (iv.end - iv.start) * iv.chips
+        for key, values in out.items():
+            self._settle(key, values)
         return out
 
     def open_intervals(self, now: int) -> list[Interval]:
@@ -260,17 +281,50 @@ class UsageFold:
         if b > a and chips:
             values = self.accounts.get(key)
             if values is None:
-                values = self.accounts[key] = [0] * SLOTS
+                values = self.accounts[key] = blank()
             values[category] += (b - a) * chips
             if self._sinks:
                 interval = Interval(key, category, a, b, chips)
                 for sink in self._sinks:
                     sink(interval)
 
-    def _account(self, key: AccountKey) -> list[int]:
+    def _settle(self, key: AccountKey, values: list) -> None:
+        """Price the account's held chip-time counted since it was last priced, at the table
+        in force now; a missing price is named and leaves that cost unknown."""
+        held = values[1] + values[2] + values[3] + values[4] + values[5]  # HELD
+        chip_us = held - values[PRICED]
+        if not chip_us:
+            return
+        values[PRICED] = held
+        rate, ondemand, name, ondemand_name = self.prices.rates(key.accelerator, key.pricing)
+        if rate is None:
+            if name not in values[MISSING]:
+                values[MISSING] = values[MISSING] | {name}
+        else:
+            values[COST] += chip_us * rate / _US_PER_HOUR
+        if ondemand is None:
+            if ondemand_name not in values[MISSING_ONDEMAND]:
+                values[MISSING_ONDEMAND] = values[MISSING_ONDEMAND] | {ondemand_name}
+        else:
+            values[ONDEMAND] += chip_us * ondemand / _US_PER_HOUR
+
+    def _policy_changed(self, t: int, data: Mapping[str, Any]) -> None:
+        """New prices from `t` on: every open interval is split at `t` and everything counted
+        so far is priced at the old table; what comes after is priced at the new one."""
+        for job in self.jobs.values():
+            if job.open is not None and job.since < t:
+                self._close(job, t)
+                job.since = t
+                job.last = max(job.last, t)
+        for key, values in self.accounts.items():
+            self._settle(key, values)
+        commit = data.get("commit")
+        self.prices.replace(from_event(data), commit if isinstance(commit, str) else None)
+
+    def _account(self, key: AccountKey) -> list:
         values = self.accounts.get(key)
         if values is None:
-            values = self.accounts[key] = [0] * SLOTS
+            values = self.accounts[key] = blank()
         return values
 
     def _count(self, key: AccountKey, t: int, slot: int, amount: int, slot2: int, amount2: int) -> None:

@@ -1,51 +1,37 @@
 """Usage figures grouped for people: chip-hours by category, goodput, preemptions, lost work,
-time to recover, cost. Pure: from `UsageFold.figures()` and a price table to rows.
+time to recover, cost. Pure: from `UsageFold.figures()` to rows.
 
-Prices are a plain mapping `{(family, pricing): USD per chip-hour}` (family as in
-`ledger.tpu_types`: v4, v5p, v5litepod, v6e, ...; pricing as in a job spec: spot, ondemand,
-preemptible, reserved). Nothing is assumed: a cost whose price is missing is None, and the
-report says which prices it missed.
+The fold prices every interval at the prices in force when it happened (`ledger.usage.prices`);
+a row adds its accounts' costs up. Nothing is assumed: a cost whose price is missing is None,
+and the report says which prices it missed.
 """
 
 from __future__ import annotations
 
-import functools
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import tpu_types
 from ledger.usage.fold import (
     CATEGORIES,
+    COST,
     HELD,
     LOST,
+    MISSING,
+    MISSING_ONDEMAND,
+    ONDEMAND,
     PREEMPTIONS,
     RECOVER_US,
     RECOVERIES,
     RUNNING,
-    SLOTS,
     AccountKey,
     UsageFold,
 )
+from ledger.usage.prices import Prices
 
 GROUPINGS = ("owner", "job", "accelerator", "zone", "pricing", "attempt")
 US_PER_HOUR = 3_600_000_000
-Prices = Mapping[tuple[str, str], float]
-
-
-@functools.lru_cache(maxsize=256)
-def pricing_name(text: str) -> str:
-    """One spelling per pricing model: 'on-demand', 'On_Demand' and 'ondemand' are one."""
-    return "".join(c for c in text.lower() if c.isalnum())
-
-
-@functools.lru_cache(maxsize=256)
-def family_of(accelerator: str) -> str:
-    kind = tpu_types.lookup(accelerator)
-    if kind is not None:
-        return kind.family
-    return accelerator.rsplit("-", 1)[0] if accelerator else "?"
-
 
 def group_of(key: AccountKey, by: str) -> str:
     if by == "owner":
@@ -117,65 +103,52 @@ class UsageReport:
     missing: tuple[str, ...]  # every price the report needed and did not find
 
 
-def summarize(figures: Mapping[AccountKey, Sequence[int]], by: str = "owner", prices: Prices | None = None) -> UsageReport:
+def summarize(figures: Mapping[AccountKey, Sequence[Any]], by: str = "owner") -> UsageReport:
     """Group the fold's accounts by owner, job, accelerator, zone, pricing or attempt."""
     if by not in GROUPINGS:
         raise ValueError(f"cannot group usage by {by!r}; one of {', '.join(GROUPINGS)}")
-    table = {(family, pricing_name(pricing)): float(usd) for (family, pricing), usd in (prices or {}).items()}
     groups: dict[str, _Costed] = {}
     total = _Costed()
     for key, values in figures.items():
-        if not any(values):
+        if not any(values[:COST]):
             continue
-        held = sum(values[c] for c in HELD) / US_PER_HOUR
-        family, pricing = family_of(key.accelerator), pricing_name(key.pricing or "ondemand")
-        rate, ondemand_rate = table.get((family, pricing)), table.get((family, "ondemand"))
         for target in (groups.setdefault(group_of(key, by), _Costed()), total):
-            target.add(values, held, family, pricing, rate, ondemand_rate)
+            target.add(values)
     rows = [groups[name].row(name) for name in sorted(groups)]
     summed = total.row("total")
     return UsageReport(by, rows, summed, summed.missing)
 
 
 class _Costed:
-    """A row being added up, with its costs: a cost stays None once a price it needs is missing."""
+    """A row being added up: a cost is None once a price it needs is missing."""
 
-    __slots__ = ("values", "cost", "ondemand", "missing")
+    __slots__ = ("values", "missing", "missing_ondemand")
 
     def __init__(self) -> None:
-        self.values = [0] * SLOTS
-        self.cost: float | None = 0.0
-        self.ondemand: float | None = 0.0
+        self.values: list[Any] = [0] * COST + [0.0, 0.0]
         self.missing: set[str] = set()
+        self.missing_ondemand: set[str] = set()
 
-    def add(self, values: Sequence[int], held: float, family: str, pricing: str,
-            rate: float | None, ondemand_rate: float | None) -> None:
-        for i, v in enumerate(values):
-            self.values[i] += v
-        if not held:
-            return  # nothing held: no price needed
-        if rate is None:
-            self.cost = None
-            self.missing.add(f"{family}/{pricing}")
-        elif self.cost is not None:
-            self.cost += held * rate
-        if ondemand_rate is None:
-            self.ondemand = None
-            self.missing.add(f"{family}/ondemand")
-        elif self.ondemand is not None:
-            self.ondemand += held * ondemand_rate
+    def add(self, values: Sequence[Any]) -> None:
+        mine = self.values
+        for i in range(COST + 2):
+            mine[i] += values[i]
+        self.missing.update(values[MISSING])
+        self.missing_ondemand.update(values[MISSING_ONDEMAND])
 
     def row(self, group: str) -> UsageRow:
         v = self.values
         return UsageRow(group, tuple(v[: len(CATEGORIES)]), v[PREEMPTIONS], v[LOST], v[RECOVERIES], v[RECOVER_US],
-                        self.cost, self.ondemand, tuple(sorted(self.missing)))
+                        None if self.missing else v[COST], None if self.missing_ondemand else v[ONDEMAND],
+                        tuple(sorted(self.missing | self.missing_ondemand)))
 
 
-def job_usage(events: Iterable[Any], now: int, prices: Prices | None = None) -> UsageRow | None:
+def job_usage(events: Iterable[Any], now: int, prices: Prices | None = None, policy: Iterable[Any] = ()) -> UsageRow | None:
     """One job's usage up to `now` (us) from its own events (objects with stream, type, time,
-    data and seq, as `Store.read_stream` returns them); None when it never waited or held."""
-    fold = UsageFold()
-    for e in events:
+    data and seq, as `Store.read_stream` returns them), priced by the `policy_changed` events
+    in `policy` (the `_policy` stream); None when it never waited or held."""
+    fold = UsageFold(prices=prices)
+    for e in heapq.merge(events, policy, key=lambda e: e.seq):
         fold.apply(e.stream, e.type, e.time, e.data, seq=e.seq)
-    rows = summarize(fold.figures(now), "job", prices).rows
+    rows = summarize(fold.figures(now), "job").rows
     return rows[0] if rows else None

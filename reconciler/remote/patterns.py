@@ -10,12 +10,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ledger import defaults
+
 DEFAULT_PATTERNS: dict[str, list[str]] = {
     # Checked in this order: a preemption notice wins over the GRPC error it causes.
     "preempted": [
         r"TPU is being preempted",
         r"going through a maintenance event",
         r"TPU .* PREEMPTED",
+    ],
+    # The TPU is held by another process, or libtpu could not take its lock: the host checks
+    # before the next start clean it (ledger/spec/recovery.py: on_tpu_busy).
+    "tpu_busy": [
+        r"TPU is already in use",
+        r"[Cc]ouldn't open (TPU )?device",
+        r"[Cc]ouldn't open iommu group",
+        r"libtpu_lockfile.*(in use|[Ff]ailed|held)",
+        r"[Ff]ailed to (acquire|open|lock)\b.*libtpu",
     ],
     "grpc": [
         r"GRPC error",
@@ -52,10 +63,28 @@ _DEFAULT = compile_patterns()
 
 
 def classify(line: str, patterns: list[tuple[str, re.Pattern[str]]] | None = None) -> str | None:
-    """The kind of the first pattern that matches `line` ("preempted", "grpc", "failure"), or None."""
+    """The kind of the first pattern that matches `line` ("preempted", "tpu_busy", "grpc", "failure"), or None."""
     for kind, rx in patterns if patterns is not None else _DEFAULT:
         if rx.search(line):
             return kind
+    return None
+
+
+def checkpoint_rx(pattern: str | None) -> re.Pattern[str]:
+    """A job's checkpoint pattern (its one group is the step), or the default one. The spec
+    validator checked it; a pattern that still does not compile is matched as a literal."""
+    return _compile(pattern or defaults.CHECKPOINT_PATTERN)
+
+
+def newest_step(text: str, rx: re.Pattern[str]) -> int | None:
+    """The step of the last line of `text` that matches the checkpoint pattern (lines are
+    cut to MAX_MATCH_CHARS before matching: the pattern runs on bounded input)."""
+    for line in reversed(text.splitlines()):
+        m = rx.search(line[:MAX_MATCH_CHARS])
+        if m is not None and m.groups():
+            digits = (m.group(1) or "").strip()
+            if digits.isdigit() and len(digits) <= 18:
+                return int(digits)
     return None
 
 

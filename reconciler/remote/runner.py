@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -65,6 +66,9 @@ class RemoteRunner:
         self.secrets = SecretsDir(Path(secrets_dir) if secrets_dir else defaults.secrets_dir(), Path(private_key_path))
         self._executor = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="remote")
         self._scanned: dict[tuple[str, int, int], int] = {}
+        # (job, attempt, worker) -> the newest checkpoint step seen in that output, kept
+        # until the attempt ends so the planner sees it on the pass its throttle allows
+        self._checkpoint_steps: dict[tuple[str, int, int], int] = {}
         self._scan_lock = threading.Lock()
 
     # -- plumbing ------------------------------------------------------------------------
@@ -209,7 +213,8 @@ class RemoteRunner:
         adir = layout.local_attempt_dir(self.log_dir, job_id, attempt)
         adir.mkdir(parents=True, exist_ok=True)
         extra = list((spec.get("recovery") or {}).get("error_patterns") or [])
-        _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra}))
+        checkpoint = ((spec.get("job") or {}).get("checkpoints") or {}).get("pattern")
+        _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra, "checkpoint_pattern": checkpoint}))
         built = {h.worker: scripts.bash(scripts.start_script(spec, job_id, attempt, h.worker, extra_args=extra_args, resume=resume)) for h in chosen}
 
         def one(h: Host) -> int | str:
@@ -238,18 +243,27 @@ class RemoteRunner:
     ) -> dict[int, HostStatus]:
         """One round of parallel SSH: each host's state, new output fetched by offset into
         the local log, and pattern matches in the new complete lines."""
-        extra = patterns_extra if patterns_extra is not None else self._saved_patterns(job_id, attempt)
+        saved = self._saved_patterns(job_id, attempt)
+        extra = patterns_extra if patterns_extra is not None else list(saved.get("error_patterns") or [])
         compiled = patterns.compile_patterns(extra)
-        return self._parallel(self._select(hosts, workers), lambda h: self._probe_host(job_id, attempt, h, compiled))
+        checkpoint = patterns.checkpoint_rx(saved.get("checkpoint_pattern"))
+        chosen = self._select(hosts, workers)
+        # Checkpoint lines are looked for on the first selected worker only (the planner
+        # records that one's): one regex pass per probe, not one per host.
+        first = min((h.worker for h in chosen), default=None)
+        return self._parallel(chosen, lambda h: self._probe_host(
+            job_id, attempt, h, compiled, checkpoint if h.worker == first else None))
 
-    def _saved_patterns(self, job_id: str, attempt: int) -> list[str]:
+    def _saved_patterns(self, job_id: str, attempt: int) -> dict:
+        """What `start` saved of the attempt's spec: its error and checkpoint patterns."""
         p = layout.local_attempt_dir(self.log_dir, job_id, attempt) / "patterns.json"
         try:
-            return list(json.loads(p.read_text())["error_patterns"])
-        except (OSError, ValueError, KeyError):
-            return []
+            saved = json.loads(p.read_text())
+        except (OSError, ValueError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
 
-    def _probe_host(self, job_id: str, attempt: int, host: Host, compiled) -> HostStatus:
+    def _probe_host(self, job_id: str, attempt: int, host: Host, compiled, checkpoint: re.Pattern[str] | None) -> HostStatus:
         out = layout.output_log(self.log_dir, job_id, attempt, host.worker)
         out.parent.mkdir(parents=True, exist_ok=True)
         offset = out.stat().st_size if out.exists() else 0
@@ -269,20 +283,26 @@ class RemoteRunner:
             with open(out, "ab") as f:
                 f.write(ans.data)
         found = self._scan(job_id, attempt, host.worker, out, final=ans.state in ("exited", "gone"),
-                           compiled=compiled, fetched_from=offset)
+                           compiled=compiled, fetched_from=offset, checkpoint=checkpoint)
         state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)
         error = {"absent": "the attempt was never started on this host",
                  "gone": "the process is gone and left no exit code"}.get(ans.state)
-        status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size + len(ans.data))  # type: ignore[arg-type]
+        with self._scan_lock:
+            step = self._checkpoint_steps.get((job_id, attempt, host.worker))
+        status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size + len(ans.data),  # type: ignore[arg-type]
+                            checkpoint=step)
         if ans.state in ("exited", "gone"):
             _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker),
                           json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
         return status
 
     def _scan(self, job_id: str, attempt: int, worker: int, out: Path, *, final: bool, compiled,
-              fetched_from: int) -> list[tuple[str, str]]:
+              fetched_from: int, checkpoint: re.Pattern[str] | None = None) -> list[tuple[str, str]]:
         """Scan complete lines not scanned before; after a restart, lines that were already in
-        the local log before this probe's fetch count as scanned (reported before the restart)."""
+        the local log before this probe's fetch count as scanned (reported before the restart).
+        The newest checkpoint line among them sets the step this host reports from now on
+        (the output is fetched by offset, at most MAX_FETCH bytes a probe: the pattern runs
+        here, on bounded lines, never in a shell on the host)."""
         key = (job_id, attempt, worker)
         if not out.exists():
             return []
@@ -295,9 +315,13 @@ class RemoteRunner:
             f.seek(start)
             data = f.read()
         end = len(data) if final else data.rfind(b"\n") + 1
+        text = data[:end].decode(errors="replace")
+        step = patterns.newest_step(text, checkpoint) if checkpoint is not None else None
         with self._scan_lock:
             self._scanned[key] = start + end
-        return patterns.scan(data[:end].decode(errors="replace"), compiled)
+            if step is not None:
+                self._checkpoint_steps[key] = step
+        return patterns.scan(text, compiled)
 
     # -- stop ----------------------------------------------------------------------------
     def stop(self, job_id: str, attempt: int, hosts: list[Host], *, grace: float = 10,

@@ -57,6 +57,7 @@ class HostStatus:
     error: str | None = None
     kinds: list[str] = field(default_factory=list)
     output_bytes: int = 0  # size of the host's output log seen by this probe
+    checkpoint: int | None = None  # step of the newest checkpoint line this attempt printed here
 
 
 @dataclass

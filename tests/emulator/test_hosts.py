@@ -41,7 +41,7 @@ def test_exec_exit_codes_stdin_and_sftp(client, user_key):
             f.write("payload\n")
         sftp.mkdir("sub")
         sftp.put(__file__, "sub/copy.py")
-        assert sorted(sftp.listdir(".")) == ["in.txt", "sub"]
+        assert sorted(sftp.listdir(".")) == [".vm", "in.txt", "sub"]  # .vm: the VM's files (hosts.py)
         assert sftp.stat("sub/copy.py").st_size == os.path.getsize(__file__)
         assert run(ssh, "cat in.txt && wc -c < sub/copy.py")[1].split() == ["payload", str(os.path.getsize(__file__))]
         run(ssh, "echo made-remotely > out.txt")

@@ -99,7 +99,7 @@ def test_a_push_of_1000_commits_is_ingested_in_order(hub, store):
     shas = hub.fast_commits(1000)
     hub.push()
     report = ingest(hub.bare, store, "main")
-    assert report.commits == 1001 and report.counts == {"submitted": 1000}
+    assert report.commits == 1001 and report.counts == {"submitted": 1000, "policy_changed": 1}  # the bootstrap policy
     events = job_events(store)
     assert [e.data["commit"] for e in events] == shas
     assert [e.seq for e in events] == sorted(e.seq for e in events)

@@ -32,6 +32,8 @@ def of_type(t: mi.Type) -> st.SearchStrategy:
         return st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=t.min_length or 0, max_size=12)
     if isinstance(t, mi.IntType):
         return st.integers(t.ge if t.ge is not None else -(2**40), 2**40)
+    if isinstance(t, mi.FloatType):
+        return st.floats(t.ge if t.ge is not None else -1e12, 1e12, allow_nan=False, allow_infinity=False)
     if isinstance(t, mi.BoolType):
         return st.booleans()
     if isinstance(t, mi.NoneType):

@@ -38,19 +38,24 @@ CLASSES = {cls.__name__: cls for cls in DATA_TYPES.values()}
 # Where the product appends events (NewEvent constructions), per file. A new append site
 # changes a count here: make its data a class from ledger/events/data.py, then update it.
 APPEND_SITES = {
-    "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun
+    "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun, admit
+    "ledger/app/queueview.py": 1,  # policy_applied: the sharing policy a reconciler enforces
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
-    "ledger/gitops/ingest.py": 5,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note
+    "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
+    "reconciler/doctor/records.py": 2,  # the host checks' repairs: clean intent, clean outcome
 }
 # Names an append site may pass as data, each bound to a class instance (see the site).
 TYPED_NAMES = {
     ("ledger/app/commands/reconcile.py", "data"),  # Callable[[JobState], EventData]
+    ("ledger/app/queueview.py", "data"),  # PolicyApplied(...)
     ("ledger/gitops/decide.py", "data"),  # emit(..., data: EventData, ...)
     ("ledger/gitops/ingest.py", "data"),  # HistoryRewritten(...)
     ("reconciler/executor.py", "d"),  # an element of Events = list[EventData]
     ("reconciler/executor.py", "outcome"),  # ActionOutcome(...)
     ("reconciler/executor.py", "released"),  # Released(...)
+    ("reconciler/doctor/records.py", "intent"),  # ActionIntent(...)
+    ("reconciler/doctor/records.py", "outcome"),  # ActionOutcome(...)
 }
 
 
@@ -97,12 +102,22 @@ def test_every_append_site_builds_typed_data():
     assert dict(sites) == APPEND_SITES
 
 
+def _typed_builders(rel: str) -> set[str]:
+    """Functions of a module whose return annotation is an event data class."""
+    tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
+    return {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.returns is not None
+            and _class_named(f.returns)}
+
+
 def test_the_planner_records_only_typed_data():
     tree = ast.parse((ROOT / "reconciler" / "plan.py").read_text(encoding="utf-8"))
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_record"]
     assert len(calls) >= 10
+    # admission.queued(...) / admission.preemption(...): builders annotated to return a data class
+    builders = {f"admission.{name}" for name in _typed_builders("reconciler/admission.py")}
     for call in calls:
-        assert all(isinstance(a, ast.Call) and _class_named(a.func) for a in call.args[1:]), ast.unparse(call)
+        assert all(isinstance(a, ast.Call) and (_class_named(a.func) or ast.unparse(a.func) in builders)
+                   for a in call.args[1:]), ast.unparse(call)
 
 
 def test_the_product_writes_every_event_type_and_each_is_known():
@@ -126,6 +141,8 @@ def _minimal(t: mi.Type) -> Any:
         return _SAMPLE_STR.get(t.pattern or "", "x")
     if isinstance(t, mi.IntType):
         return t.ge if t.ge is not None else 1
+    if isinstance(t, mi.FloatType):
+        return t.ge if t.ge is not None else 1.5
     if isinstance(t, mi.BoolType):
         return True
     if isinstance(t, mi.ListType):

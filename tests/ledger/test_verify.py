@@ -94,3 +94,31 @@ def test_rewritten_suffix_with_valid_hashes_is_caught_by_version_check(store_fac
         rebuilt.append(tuple(r))
     problem = verify_rows(rebuilt).problem
     assert problem.position == 4 and "version is not contiguous" in problem.reason
+
+
+def test_verify_in_two_processes_finds_what_one_finds(tmp_path):
+    """Above PARALLEL_FROM events a child checks the tail's hashes and schema: the same first
+    problem, wherever the damage sits (the parent's range, the child's, the boundary)."""
+    import sqlite3
+
+    from workload import workload  # bench/workload.py, on the path by tests/ledger/conftest.py
+
+    from ledger.store.sqlite import SQLiteStore
+
+    path = tmp_path / "l.db"
+    store = SQLiteStore(path)
+    store.append_many([(job, events, 0) for job, events in workload(400, 20)])
+    assert verify_store(store, parallel_from=1) == verify_store(store, parallel_from=0) and verify_store(store, parallel_from=1).ok
+    head = store.head()
+    mid = head - int(head * 0.6)  # verify.CHILD_SHARE
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER events_no_update")
+    for seq in (mid - 3, mid, mid + 1, head - 5, head):
+        original = db.execute("SELECT data FROM events WHERE seq = ?", (seq,)).fetchone()[0]
+        db.execute("UPDATE events SET data = '{\"reason\":\"forged\"}' WHERE seq = ?", (seq,))
+        db.commit()
+        two, one = verify_store(store, parallel_from=1), verify_store(store, parallel_from=0)
+        assert two.problem == one.problem and two.problem.position == seq and "hash mismatch" in two.problem.reason
+        db.execute("UPDATE events SET data = ? WHERE seq = ?", (original, seq))
+        db.commit()
+    assert verify_store(store, parallel_from=1).ok

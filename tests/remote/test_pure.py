@@ -75,7 +75,8 @@ def test_default_patterns_classify_by_kind():
     assert classify("Barrier timed out after 30s") == "failure"
     assert classify("RESOURCE_EXHAUSTED: HBM") == "failure"
     assert classify("step 100 loss 2.3") is None
-    assert set(DEFAULT_PATTERNS) == {"preempted", "grpc", "failure"}
+    assert classify("RuntimeError: TPU is already in use by process with pid 4242") == "tpu_busy"
+    assert set(DEFAULT_PATTERNS) == {"preempted", "tpu_busy", "grpc", "failure"}
 
 
 def test_spec_patterns_are_regexes_or_literals():

@@ -92,7 +92,7 @@ def test_the_policy_is_frozen():
 
 
 @pytest.mark.parametrize(("text", "line", "column", "pointer", "hint"), [
-    ("approval: {mode: either}\nquotas: {ml: [alice]}\n", 2, 1, "/quotas", "fields allowed here"),
+    ("approval: {mode: either}\nbudgets: {ml: [alice]}\n", 2, 1, "/budgets", "fields allowed here"),
     ("approval:\n  mode: either\n  requried: 2\n", 3, 3, "/approval/requried", "did you mean `required`?"),
     ("notify:\n  owners:\n    alice: {email: a@b.c, phone: '1'}\n", 3, 27, "/notify/owners/alice/phone", ""),
     ("limits:\n  max_gpus: 8\n", 2, 3, "/limits/max_gpus", ""),

@@ -68,6 +68,7 @@ def test_explicit_kinds_beat_the_rule_and_attempt_flag_implies_passing(config):
     rules = recovery_rules(spec_of(text, config))
     assert rules == {
         "on_preempted": "pass", "on_grpc_error": "rerun", "on_failure": "resume", "max_restarts": 2,
+        "on_host_unhealthy": "reapply", "on_tpu_busy": "resume",  # the host kinds' defaults
         "error_patterns": [], "pass_attempt": True, "attempt_flag": "--stage",
     }
 

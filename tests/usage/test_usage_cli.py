@@ -1,9 +1,6 @@
 """`ledger usage` and the accounting line of `ledger inspect`, through the real CLI on a real
-SQLite ledger holding the hand-built events (tests/usage/ledger_by_hand.py).
-
-The store does not know `checkpointed` yet (it comes with the probe that writes it), so
-here bert's preemption loses its whole run since 10:21 instead of the 9 minutes since its
-checkpoint: 39 minutes on 16 chips."""
+SQLite ledger holding the hand-built events (tests/usage/ledger_by_hand.py): bert's
+preemption at 11:00 loses the 9 minutes since its checkpoint at 10:51, on 16 chips."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ def ledger_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("usage") / "ledger.db"
     store = SQLiteStore(path)
     for stream, type_, time, data in EVENTS:
-        if type_ != "checkpointed":
-            store.append(stream, [NewEvent(type_, data, time=time)])
+        store.append(stream, [NewEvent(type_, data, time=time)])
     store.close()
     return path
 
@@ -41,7 +37,7 @@ def run(path: Path, *args: str, code: int = 0) -> str:
 def test_json_by_job_until_a_time(ledger_file):
     out = json.loads(run(ledger_file, "usage", "--by", "job", "--until", "2026-03-02T12:33:00Z", "--json",
                          "--price", "v4/spot=1.2", "--price", "v4/on-demand=4"))
-    assert out["until"] == at("12:33") and out["since"] is None and out["position"] == len(EVENTS) - 2
+    assert out["until"] == at("12:33") and out["since"] is None and out["position"] == len(EVENTS)
     jobs = {r["group"]: r for r in out["rows"]}
     bert = jobs["alice/bert"]
     assert bert["chip_hours"] == pytest.approx({
@@ -49,7 +45,7 @@ def test_json_by_job_until_a_time(ledger_file):
         "running": 1584 / 60, "recovering": 144 / 60, "after_end": 32 / 60}, abs=1e-6)
     assert bert["goodput"] == pytest.approx(1584 / 1936, abs=1e-6)
     assert (bert["preemptions"], bert["lost_chip_hours"], bert["recoveries"], bert["mttr_s"]) == \
-        (1, pytest.approx(16 * 39 / 60, abs=1e-6), 1, 780.0)
+        (1, pytest.approx(16 * 9 / 60, abs=1e-6), 1, 780.0)
     assert bert["cost_usd"] == pytest.approx(1936 / 60 * 1.2, abs=1e-5)
     assert bert["ondemand_usd"] == pytest.approx(1936 / 60 * 4, abs=1e-5)
     assert jobs["alice/eval"]["cost_usd"] is None and jobs["alice/eval"]["chip_hours"]["running"] == pytest.approx(8.0)
@@ -58,9 +54,9 @@ def test_json_by_job_until_a_time(ledger_file):
 
 
 def test_until_a_seq_and_since(ledger_file):
-    # seq 37 is bert's preemption at 11:00: the report stands at that event's time
-    out = json.loads(run(ledger_file, "usage", "--since", "2026-03-02T10:30:00Z", "--until", "37", "--json"))
-    assert (out["since"], out["until"], out["position"]) == (at("10:30"), at("11:00"), 37)
+    # seq 39 is bert's preemption at 11:00: the report stands at that event's time
+    out = json.loads(run(ledger_file, "usage", "--since", "2026-03-02T10:30:00Z", "--until", "39", "--json"))
+    assert (out["since"], out["until"], out["position"]) == (at("10:30"), at("11:00"), 39)
     owners = {r["group"]: r for r in out["rows"]}
     assert owners["alice"]["chip_hours"]["running"] == pytest.approx((16 * 30 + 4 * 27) / 60, abs=1e-6)
     assert owners["alice"]["preemptions"] == 1
@@ -71,7 +67,7 @@ def test_until_a_seq_and_since(ledger_file):
     assert again["rows"] == out["rows"]
     # a seq beyond the head is the head, standing at its last event's time
     beyond = json.loads(run(ledger_file, "usage", "--until", "99999", "--json"))
-    assert (beyond["position"], beyond["until"]) == (len(EVENTS) - 2, at("12:15"))
+    assert (beyond["position"], beyond["until"]) == (len(EVENTS), at("12:15"))
 
 
 def test_table_csv_and_missing_prices(ledger_file):
@@ -96,7 +92,7 @@ def test_inspect_ends_with_the_jobs_accounting_line(ledger_file):
     start = max(i for i, line in enumerate(lines) if line.startswith("usage:"))
     assert all(len(line) <= 220 for line in lines[start:])  # wrapped to the terminal (COLUMNS)
     assert " ".join(" ".join(lines[start:]).split()) == ("usage: 32.27 chip-h held (running 26.40, setup 1.60, provisioning 1.33, recovering 2.40, "
-                    "after end 0.533), waiting 3.73; goodput 81.8%; 1 preemption (lost 10.40 chip-h); "
+                    "after end 0.533), waiting 3.73; goodput 81.8%; 1 preemption (lost 2.40 chip-h); "
                     "mean time to recover 13.0 min; cost: no price for v4/ondemand, v4/spot")
     assert json.loads(run(ledger_file, "inspect", "alice/bert", "--json"))[0]["type"] == "submitted"  # JSON unchanged
 

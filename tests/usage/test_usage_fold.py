@@ -27,14 +27,15 @@ def chip_minutes(**by_category: int) -> tuple[int, ...]:
     return tuple(by_category.get(c, 0) * MIN for c in CATEGORIES)
 
 
-def fold(*, since: str | None = None, until: str | None = None, per_attempt: bool = False, keep: bool = False) -> UsageFold:
+def fold(*, since: str | None = None, until: str | None = None, per_attempt: bool = False, keep: bool = False,
+         prices=None) -> UsageFold:
     f = UsageFold(to_us(since) if since else None, to_us(until) if until else None,
-                  per_attempt=per_attempt, keep_intervals=keep)
+                  per_attempt=per_attempt, keep_intervals=keep, prices=prices)
     return f.apply_rows(rows())
 
 
-def by_job(f: UsageFold, now: str = NOW, prices=None):
-    return {r.group: r for r in summarize(f.figures(to_us(now)), "job", prices).rows}
+def by_job(f: UsageFold, now: str = NOW):
+    return {r.group: r for r in summarize(f.figures(to_us(now)), "job").rows}
 
 
 def test_every_category_of_every_job_by_hand():
@@ -85,7 +86,7 @@ def test_every_category_of_every_job_by_hand():
 
 def test_costs_and_missing_prices():
     prices = {("v4", "spot"): 1.2, ("v4", "on-demand"): 4.0}  # no v5litepod prices at all
-    report = summarize(fold().figures(to_us(NOW)), "owner", prices)
+    report = summarize(fold(prices=prices).figures(to_us(NOW)), "owner")
     owners = {r.group: r for r in report.rows}
     bert_h, gpt_h = 1936 / 60, 348 / 60  # chip-hours held
     assert owners["bob"].cost == pytest.approx(gpt_h * 4.0) and owners["bob"].ondemand_cost == pytest.approx(gpt_h * 4.0)
@@ -95,7 +96,7 @@ def test_costs_and_missing_prices():
     assert owners["alice"].missing == ("v5litepod/ondemand", "v5litepod/reserved")
     assert owners["carol"].cost == 0.0 and owners["carol"].missing == ()  # held nothing: needs no price
     assert report.missing == ("v5litepod/ondemand", "v5litepod/reserved") and report.total.cost is None
-    jobs = by_job(fold(), prices=prices)
+    jobs = by_job(fold(prices=prices))
     assert jobs["alice/bert"].cost == pytest.approx(bert_h * 1.2)
     assert jobs["alice/bert"].ondemand_cost == pytest.approx(bert_h * 4.0)  # what on demand would have cost
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.usage import GROUPINGS, HELD, UsageFold, chips_of, from_us, summarize, to_us
-from ledger.usage.fold import LOST, RUNNING, WAITING
+from ledger.usage.fold import COST, LOST, RUNNING, WAITING
 
 T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z in us
 MIN = 60_000_000
@@ -130,10 +130,11 @@ def held_by_hand(rows, lo, hi, now) -> dict[str, int]:
 
 
 def per_job(figures) -> dict[str, list[int]]:
+    """The counted figures (not the costs) of each job, summed over its accounts."""
     out: dict[str, list[int]] = {}
     for key, values in figures.items():
-        acc = out.setdefault(key.job, [0] * len(values))
-        for i, v in enumerate(values):
+        acc = out.setdefault(key.job, [0] * COST)
+        for i, v in enumerate(values[:COST]):
             acc[i] += v
     return out
 
@@ -177,9 +178,9 @@ def test_intervals_never_overlap_and_held_adds_up(rows, a, b, now_min):
     st.floats(0, 10, allow_nan=False), max_size=4))
 def test_totals_by_owner_equal_totals_by_job(rows, a, b, prices):
     lo, hi = window(a, b)
-    figures = UsageFold(lo, hi).apply_rows(rows).figures(T0 + 10_000 * MIN)
-    jobs = summarize(figures, "job", prices)
-    owners = summarize(figures, "owner", prices)
+    figures = UsageFold(lo, hi, prices=prices).apply_rows(rows).figures(T0 + 10_000 * MIN)
+    jobs = summarize(figures, "job")
+    owners = summarize(figures, "owner")
     for owner in owners.rows:
         mine = [r for r in jobs.rows if r.group.partition("/")[0] == owner.group]
         assert owner.chip_us == tuple(map(sum, zip(*(r.chip_us for r in mine), strict=True)))
@@ -192,7 +193,7 @@ def test_totals_by_owner_equal_totals_by_job(rows, a, b, prices):
             assert owner.cost == pytest.approx(sum(r.cost for r in mine))
     assert {r.group.partition("/")[0] for r in jobs.rows} == {r.group for r in owners.rows}
     # every grouping adds up to the same total
-    totals = {by: summarize(figures, by, prices).total for by in GROUPINGS}
+    totals = {by: summarize(figures, by).total for by in GROUPINGS}
     assert len({(t.chip_us, t.preemptions, t.lost_us, t.recoveries, t.recover_us, t.missing) for t in totals.values()}) == 1
 
 
@@ -208,10 +209,39 @@ def test_incremental_and_per_attempt_agree(rows, cut, a, b):
     f.apply_rows(rows[cut:])
     assert f.figures(now) == whole
     by_attempt = UsageFold(lo, hi, per_attempt=True).apply_rows(rows).figures(now)
-    merged = defaultdict(lambda: [0] * 10)
+    merged = defaultdict(lambda: [0] * COST)
     for key, values in by_attempt.items():
-        for i, v in enumerate(values):
+        for i, v in enumerate(values[:COST]):
             merged[key._replace(attempt=0)][i] += v
-    assert {k: v for k, v in merged.items() if any(v)} == {k: v for k, v in whole.items() if any(v)}
+    assert {k: v for k, v in merged.items() if any(v)} == {k: v[:COST] for k, v in whole.items() if any(v[:COST])}
     # waiting never weighs a TPU held: a job waits with the chips it asks for
     assert all(values[WAITING] >= 0 for values in whole.values())
+
+
+def _priced(usd: float) -> str:
+    return json.dumps({"commit": "c", "prices": [
+        {"family": f, "pricing": p, "usd_per_chip_hour": usd} for f in ("v4", "v5litepod") for p in ("spot", "ondemand")]})
+
+
+@settings(max_examples=150, deadline=None)
+@given(ledgers(), st.lists(st.integers(0, 60), max_size=4), edges, edges)
+def test_price_changes_split_intervals_but_change_no_figure_and_a_constant_price_is_held_times_price(rows, cuts, a, b):
+    lo, hi = window(a, b)
+    now = T0 + 10_000 * MIN
+    with_prices = list(rows)
+    for cut in sorted(set(cuts), reverse=True):  # the same price every time: only the splits differ
+        at = min(cut, len(rows) - 1)
+        with_prices.insert(at, (0, "_policy", 0, "policy_changed", rows[at][4], _priced(2.0)))
+    with_prices = [(seq, *r[1:]) for seq, r in enumerate(with_prices, 1)]
+    plain = UsageFold(lo, hi, prices={(f, p): 2.0 for f in ("v4", "v5litepod") for p in ("spot", "ondemand")})
+    plain = plain.apply_rows(rows).figures(now)
+    split = UsageFold(lo, hi, prices={("v4", "spot"): 2.0, ("v4", "ondemand"): 2.0,
+                                      ("v5litepod", "spot"): 2.0, ("v5litepod", "ondemand"): 2.0})
+    split = split.apply_rows(with_prices).figures(now)
+    assert {k: v[:COST] for k, v in plain.items() if any(v[:COST])} == {k: v[:COST] for k, v in split.items() if any(v[:COST])}
+    ledger_only = UsageFold(lo, hi).apply_rows([(0, "_policy", 0, "policy_changed", rows[0][4], _priced(2.0)), *with_prices])
+    for report in (summarize(plain, "job"), summarize(ledger_only.figures(now), "job")):
+        for row in report.rows:
+            if row.missing:  # v9-8 weighs 0 chips; any other family here has a price
+                continue
+            assert row.cost == pytest.approx(row.held_us / 3_600_000_000 * 2.0)

@@ -23,6 +23,9 @@ COMMANDS: dict[str, str] = {
     "resume": "reconcile:resume",
     "rerun": "reconcile:rerun",
     "tpus": "reconcile:tpus",
+    "admit": "admit:admit_cmd",
+    "queue": "queue:queue_cmd",
+    "doctor": "doctor:doctor_cmd",
     # questions to the ledger
     "replay": "replay:replay_cmd",
     "inspect": "inspect:inspect_cmd",

@@ -6,11 +6,13 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
+from ledger import defaults
 from ledger.fanout import start_publisher_thread
 from ledger.store import Store, open_store
 
@@ -29,6 +31,21 @@ def print_json(value: Any) -> None:
 
 def console():
     return Console(highlight=False, soft_wrap=True)
+
+
+def tpu_access_options(func):
+    """`--project`, `--tpu-endpoint`, `--ssh-key`, `--ssh-user`: how to reach the TPUs and their hosts."""
+    for option in reversed((
+        click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
+                     help="Google Cloud project of the TPUs [env: LEDGER_PROJECT]."),
+        click.option("--tpu-endpoint", envvar="LEDGER_TPU_ENDPOINT", default=None,
+                     help="host:port of a TPU API without TLS (the emulator); unset = Google Cloud [env: LEDGER_TPU_ENDPOINT]."),
+        click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,
+                     help="Private key for TPU hosts; created if missing [env: LEDGER_SSH_KEY]."),
+        click.option("--ssh-user", envvar="LEDGER_SSH_USER", default=defaults.SSH_USER, show_default=True),
+    )):
+        func = option(func)
+    return func
 
 
 def topic_option(func):

@@ -86,7 +86,9 @@ def _report(out: Console, result: DemoResult) -> None:
     if result.ok:
         out.print(f"[bold green]demo passed[/] in {result.seconds:.0f} s: {len(EXPECTED)} events in order, "
                   f"attempt {result.attempt} resumed from step {result.resumed_from}, unreviewed job rejected, "
-                  f"the preemption's lost work accounted ({chip_hours(result.usage.lost_chip_hours) if result.usage else '?'} chip-h)"
+                  f"the preemption's lost work counted from checkpoint step "
+                  f"{result.checkpoints[-1][1] if result.checkpoints else '?'} "
+                  f"({chip_hours(result.usage.lost_chip_hours) if result.usage else '?'} chip-h)"
                   + (", fanned out over the Pub/Sub emulator" if result.pubsub else ""))
         return
     out.print("[bold red]demo failed[/]:")

@@ -177,6 +177,64 @@ def kill_host(ctx: click.Context, node: str, worker: int) -> None:
     click.echo(f"{node}: worker {worker} killed")
 
 
+@emulator_group.command("stale-process")
+@click.argument("node")
+@click.argument("worker", type=int)
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+              help="An environment variable the process carries (e.g. LEDGER_JOB_ID=alice/old-run, as a "
+                   "child of that job's command would); repeatable.")
+@click.option("--no-lock", is_flag=True, help="Hold the devices only, not libtpu's lockfile.")
+@click.pass_context
+def stale_process(ctx: click.Context, node: str, worker: int, env: tuple[str, ...], no_lock: bool) -> None:
+    """Leave a process on WORKER of NODE that holds its TPU devices and outlives its session.
+
+    \b
+    Example:
+      ledger emulator stale-process my-tpu 0 --env LEDGER_JOB_ID=alice/old-run
+    """
+    pairs = dict(e.split("=", 1) for e in env if "=" in e)
+    if len(pairs) != len(env):
+        raise UsageError("--env takes NAME=VALUE")
+    pid = _call(ctx, "stale_process", node, worker, env=pairs, lock=not no_lock)
+    click.echo(f"{node}: worker {worker}: pid {pid} holds the TPU devices")
+
+
+@emulator_group.command("stale-lock")
+@click.argument("node")
+@click.argument("worker", type=int)
+@click.pass_context
+def stale_lock(ctx: click.Context, node: str, worker: int) -> None:
+    """Leave libtpu's lockfile on WORKER of NODE with no process holding it."""
+    path = _call(ctx, "stale_lock", node, worker)
+    click.echo(f"{node}: worker {worker}: stale lockfile {path}")
+
+
+@emulator_group.command("unmount")
+@click.argument("node")
+@click.argument("worker", type=int)
+@click.option("--path", default=None, help="The mount point (`~/...` in the host's home); default: every gcsfuse mount.")
+@click.pass_context
+def unmount(ctx: click.Context, node: str, worker: int, path: str | None) -> None:
+    """Drop the gcsfuse mounts of WORKER of NODE, as a dead fuse daemon does."""
+    gone = _call(ctx, "unmount", node, worker, path)
+    click.echo(f"{node}: worker {worker}: unmounted {', '.join(gone) or 'nothing'}")
+
+
+@emulator_group.command("fill-disk")
+@click.argument("node")
+@click.argument("worker", type=int)
+@click.option("--free", default="0", show_default=True, help="Bytes `df` reports free, or 'default' for the real disk.")
+@click.pass_context
+def fill_disk(ctx: click.Context, node: str, worker: int, free: str) -> None:
+    """Make the disk of WORKER of NODE read (nearly) full to `df`."""
+    try:
+        value = None if free == "default" else int(free)
+    except ValueError:
+        raise UsageError(f"--free must be a number of bytes or 'default', not {free!r}") from None
+    _call(ctx, "fill_disk", node, worker, value)
+    click.echo(f"{node}: worker {worker}: {'real disk' if value is None else f'{value} bytes free'}")
+
+
 @emulator_group.command("fail-creations")
 @click.option("-n", "count", type=int, default=1, show_default=True)
 @click.option("--zone", default=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -11,10 +12,15 @@ from rich.table import Table
 
 from ledger.app.commands.common import print_json, store_from
 from ledger.app.commands.usage import accounting_line
+from ledger.app.queueview import policy_at, policy_option, queue_rows
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
+from ledger.events import Event
+from ledger.fold import replay
+from ledger.spec.policy import Policy
+from ledger.store import Reader
 from ledger.timeline import Row, compact, wrap
-from ledger.usage import job_usage, to_us
+from ledger.usage import POLICY_STREAM, job_usage, to_us
 
 
 @click.command("inspect")
@@ -22,10 +28,12 @@ from ledger.usage import job_usage, to_us
 @click.option("--json", "as_json", is_flag=True, help="Print the job's events as a JSON list of full envelopes.")
 @click.option("--wide", is_flag=True,
               help="One table row per event at its full width (for a wide terminal or `less -S`).")
+@policy_option
 @click.pass_context
-def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool) -> None:
+def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_path: Path | None) -> None:
     """Show JOB's timeline (JOB is owner/name): time, event, who, what; then its usage
-    in one line (`ledger usage --by job` explains the figures).
+    in one line (`ledger usage --by job` explains the figures), and for a job waiting for
+    a TPU its place in the queue and why it waits (as `ledger queue` says).
 
     Compact by default: fits the terminal (80 columns in a pipe, or $COLUMNS), each
     event a short head line with its summary wrapped below; ids and hashes are never cut.
@@ -50,10 +58,24 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool) -> None
         click.echo("\n".join(compact(title, rows, width)))
     else:
         _wide_table(title, rows)
-    usage = job_usage(events, to_us(datetime.now(UTC)))
+    usage = job_usage(events, to_us(datetime.now(UTC)), policy=store.read_stream(POLICY_STREAM))
     if usage is not None:
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
+    line = waiting_line(store, job, policy_at(policy_path, store), events)
+    if line:
+        click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
+
+
+def waiting_line(store: Reader, job: str, policy: Policy | None, events: list[Event]) -> str | None:
+    """"waiting: #3 in the queue (normal, quota): over quota: ..." for a job that waits for a TPU."""
+    state = replay(events).jobs.get(job)
+    if state is None or state.tpu is not None or state.terminal:
+        return None
+    row = next((r for r in queue_rows(store, policy) if r["job"] == job), None)
+    if row is None:
+        return None
+    return f"waiting: #{row['position']} in the queue ({row['class']}, {row['wait']}): {row['reason']}"
 
 
 def _wide_table(title: str, rows: list[Row]) -> None:

@@ -17,8 +17,16 @@ from ledger.app.commands.checkpoint import (
     checkpoint_repo_option,
     start_checkpoints,
 )
-from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
-from ledger.app.readmodels import tpu_rows
+from ledger.app.commands.common import (
+    console,
+    print_json,
+    publishing,
+    store_from,
+    topic_option,
+    tpu_access_options,
+)
+from ledger.app.queueview import LedgerPolicy, PolicyFile
+from ledger.app.readmodels import tpu_health, tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
@@ -34,13 +42,7 @@ from ledger.fold import LIVE, JobState, replay
               help="With --once: exit after SECONDS even if operations are still under way.")
 @click.option("--interval", type=float, default=2.0, show_default=True, envvar="LEDGER_INTERVAL",
               help="Seconds between observations when no event wakes the loop.")
-@click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
-              help="Google Cloud project of the TPUs [env: LEDGER_PROJECT].")
-@click.option("--tpu-endpoint", envvar="LEDGER_TPU_ENDPOINT", default=None,
-              help="host:port of a TPU API without TLS (the emulator); unset = Google Cloud [env: LEDGER_TPU_ENDPOINT].")
-@click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,
-              help="Private key for TPU hosts; created if missing [env: LEDGER_SSH_KEY].")
-@click.option("--ssh-user", envvar="LEDGER_SSH_USER", default=defaults.SSH_USER, show_default=True)
+@tpu_access_options
 @click.option("--secrets-dir", envvar="LEDGER_SECRETS_DIR", type=click.Path(path_type=Path), default=None,
               help="The only place files a spec names (secret://NAME, keys, conda and requirements files) are "
                    "read from: <dir>/<owner>/NAME [default: ~/.local/share/tpu-ledger/secrets; env: LEDGER_SECRETS_DIR].")
@@ -59,26 +61,42 @@ from ledger.fold import LIVE, JobState, replay
 @click.option("--checkpoint-every", type=float, default=60.0, show_default=True, envvar="LEDGER_CHECKPOINT_EVERY",
               help="Seconds between signed checkpoints of the ledger's head (made when it moved, and at "
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
+@click.option("--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",
+              type=click.Path(path_type=Path),
+              help="A .ledger/policy.yaml to enforce (quotas, priority classes, fair share) instead of the one the "
+                   "watcher recorded from the branch; read again when it changes, its rules recorded in the "
+                   "ledger when they differ [env: LEDGER_POLICY; unset = the ledger's: the branch's file].")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
-              checkpoint_every: float) -> None:
+              checkpoint_every: float, policy_path: Path | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
 
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
     recovers from preemptions and errors by each job's rules. Every action is recorded as
     an intent before and an outcome after, so a restart repairs instead of repeating.
 
+    Jobs are admitted by the policy's quotas, priority classes and fair share, and urgent
+    jobs may preempt lower classes (`ledger queue` explains who waits): the policy the
+    watcher recorded from the branch's .ledger/policy.yaml, followed as it changes, or the
+    file given with --policy.
+
     \b
     Examples:
       ledger reconcile --tpu-endpoint 127.0.0.1:8470     # run until stopped (SIGTERM)
       ledger reconcile --once --timeout 300              # cron/CI: carry every job as far
                                                          # as it goes now, then exit
+      ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
                         ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
+    # The sharing rules in force, followed at every pass: by default the ones the watcher
+    # recorded from the branch's policy file; with --policy, that file's, recorded in the
+    # ledger when they differ (`ledger queue` and `inspect` explain by the ledger's).
+    source = PolicyFile(policy_path, store.url, holder or settings.holder) if policy_path else LedgerPolicy(store.url)
+    policy = source()
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key
@@ -87,12 +105,13 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
         settings.log_dir = log_dir
     if holder:
         settings.holder = holder
+    settings.policy = policy
     out = console()
 
     def report(action, result) -> None:
         out.print(f"[bold]{action.kind}[/] {action.job_id or '-'}: {result}")
 
-    rec = build(settings, on_action=report)
+    rec = build(settings, on_action=report, policy_source=source)
     checkpoints = start_checkpoints(settings.store_url, settings.ssh_key, settings.holder, repo=checkpoint_repo,
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
@@ -161,14 +180,22 @@ def rerun(ctx: click.Context, job_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.pass_context
 def tpus(ctx: click.Context, as_json: bool) -> None:
-    """Every TPU the ledger knows: its state, the job and owner holding it, and since when."""
+    """Every TPU the ledger knows: its state, the job and owner holding it, since when, and
+    its hosts' health at the last check (before a start, or `ledger doctor --fix`)."""
     store = store_from(ctx)
-    rows = tpu_rows(replay(store.read_all()).jobs.values())
-    if as_json:
+    events = list(store.read_all())
+    rows = tpu_rows(replay(events).jobs.values())
+    if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows)
         return
-
-    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since")
+    health = tpu_health(events)
     for r in rows:
-        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"])
+        r["health"] = health.get(r["tpu"] or "", {}).get("health", "")
+
+    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
+    colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}
+    for r in rows:
+        h = r["health"]
+        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"],
+                      f"[{colour[h]}]{h}[/]" if h in colour else h)
     console().print(table if rows else "no TPU is held or awaited")

@@ -17,9 +17,11 @@ from ledger.app.readmodels import usage_json
 from ledger.errors import UsageError
 from ledger.events import format_time
 from ledger.replay import fold_rows, no_cyclic_gc, resolve_until
+from ledger.spec.layout import POLICY_PATH
 from ledger.store import Store, store_errors
 from ledger.usage import (
     GROUPINGS,
+    Prices,
     UsageFold,
     UsageReport,
     UsageRow,
@@ -58,7 +60,8 @@ def parse_prices(specs: tuple[str, ...]) -> dict[tuple[str, str], float]:
     return table
 
 
-def fold_usage(store: Store, since: str | None, until: str | None, *, per_attempt: bool = False) -> tuple[UsageFold, int]:
+def fold_usage(store: Store, since: str | None, until: str | None, *, per_attempt: bool = False,
+               prices: Prices | None = None) -> tuple[UsageFold, int]:
     """The accounting fold over the ledger up to `until` (a seq or an ISO time, as
     `ledger replay --until`), and the moment the report stands at (us): `until`'s time, the
     time of event `until`, or now. The same ledger and options give the same report forever."""
@@ -76,7 +79,7 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
     if lo is not None and lo > now:
         raise UsageError(f"--since {since} is after the report's end ({format_time(from_us(now))})",
                          hint="--since must come before --until (and before now)")
-    fold = UsageFold(lo, hi, per_attempt=per_attempt)
+    fold = UsageFold(lo, hi, per_attempt=per_attempt, prices=prices)
     with no_cyclic_gc():  # a million rows make no cycles, but set off collections of every job
         fold.apply_rows(fold_rows(store, 0, position))
     return fold, now
@@ -85,6 +88,14 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
 # -- presentation -----------------------------------------------------------------------------
 def missing_text(missing: tuple[str, ...]) -> str:
     return f"no price for {', '.join(missing)}"
+
+
+def prices_text(fold: UsageFold) -> str:
+    """Which prices the report ends with, and where they came from."""
+    shown = [f"{p['family']}/{p['pricing']} ${p['usd_per_chip_hour']:g}" + (" (--price)" if p["from"] == "--price" else "")
+             for p in fold.prices.in_force()]
+    source = f"the policy of commit {fold.prices.commit[:10]}" if fold.prices.commit else "no policy_changed event yet"
+    return f"prices per chip-hour in force at the end ({source}): {', '.join(shown) or 'none'}"
 
 
 def accounting_line(row: UsageRow) -> str:
@@ -137,7 +148,8 @@ def _csv(report: UsageReport) -> None:
                    "last month's report reads the same forever.")
 @click.option("--by", type=click.Choice(GROUPINGS), default="owner", show_default=True, help="One row per ...")
 @click.option("--price", "prices", multiple=True, metavar="FAMILY/PRICING=USD",
-              help="USD per chip-hour for an accelerator family and pricing model, e.g. --price v4/spot=1.2; repeat for more.")
+              help="USD per chip-hour for an accelerator family and pricing model, e.g. --price v4/spot=1.2, over the "
+                   "whole report instead of the policy's price in force; repeat for more.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (chip-hours, seconds, USD).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV, for a spreadsheet.")
 @click.pass_context
@@ -146,6 +158,10 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     """Chip-hours per owner (or job, accelerator, zone, pricing, attempt): how many were held,
     how many ran, what setup, waiting and recovering took, goodput, preemptions and the work
     they lost, mean time to recover, and cost when a price is known.
+
+    Prices come from `prices:` in .ledger/policy.yaml: the watcher records the table with
+    every change of the file, and each interval is priced at the table in force when it
+    happened (so --until reports keep their costs). A missing price is named, never guessed.
 
     Figures are chip-hours: time weighed by the TPU's chips (waiting: by the chips asked
     for). Held = running + setup (provisioning included) + recovering + after end;
@@ -163,11 +179,11 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     table = parse_prices(prices)
     store = store_from(ctx)
     with store_errors(store.url):
-        fold, now = fold_usage(store, since, until, per_attempt=by == "attempt")
-    report = summarize(fold.figures(now), by, table)
+        fold, now = fold_usage(store, since, until, per_attempt=by == "attempt", prices=table)
+    report = summarize(fold.figures(now), by)
     span = (format_time(from_us(fold.lo)) if since else None, format_time(from_us(now)))
     if as_json:
-        print_json(usage_json(report, span[0], span[1], fold.position))
+        print_json(usage_json(report, span[0], span[1], fold.position, fold.prices.in_force()))
         return
     if as_csv:
         _csv(report)
@@ -175,6 +191,7 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     out = console()
     title = f"usage by {by} in chip-hours, {span[0] or 'from the start'} .. {span[1]} (up to seq {fold.position})"
     out.print(usage_table(report, title))
+    out.print(prices_text(fold))
     if report.missing:
-        out.print(f"{missing_text(report.missing)}: their costs show '?'. "
-                  f"Give them with --price FAMILY/PRICING=USD per chip-hour.")
+        out.print(f"{missing_text(report.missing)}: their costs show '?'. Add them to `prices:` in "
+                  f"{POLICY_PATH} (in force from the commit that brings them), or give --price FAMILY/PRICING=USD.")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.queueview import would_start
 from ledger.errors import LedgerError, UsageError
 from ledger.gitops.hook import install_hook
 from ledger.gitops.plan import plan, to_markdown
@@ -136,8 +137,9 @@ def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool
     """What merging REF into BRANCH would do: jobs to submit, update and cancel.
 
     Validates every changed spec, lists TPU types and chips requested (per family), the
-    shared TPUs already held by live jobs (when a ledger is reachable), and who may still
-    approve each change (its CODEOWNERS or policy approvers, teams expanded, its authors
+    shared TPUs already held by live jobs (when a ledger is reachable), whether each new
+    job would start now or wait under the branch's policy (quotas, priorities, fair share;
+    with a ledger), and who may still approve each change (its CODEOWNERS or policy approvers, teams expanded, its authors
     left out). Exits 1 when a spec would be rejected, so it serves as a pull-request check.
 
     \b
@@ -151,7 +153,7 @@ def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool
         store = store_from(ctx, create=False)
     except LedgerError:
         store = None  # a PR check in CI has no ledger: plan without the held-TPU column
-    report = plan(repo, ref, branch, store=store)
+    report = plan(repo, ref, branch, store=store, admission=would_start(store))
     if as_json or fmt == "json":
         print_json(report.to_dict())
     elif fmt == "markdown":
@@ -179,6 +181,8 @@ def _print_plan(report) -> None:  # noqa: ANN001
             notes.append("shared TPU held by " + ", ".join(item.held_by))
         if item.approvers:
             notes.append("approvers: " + " ".join(item.approvers))
+        if item.start:
+            notes.append(item.start)
         tpu = item.accelerator or ""
         if item.tpu:
             tpu = f"{item.tpu} ({tpu})" if tpu else item.tpu

@@ -301,7 +301,8 @@ def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
         weeks = live.weeks.table(live.usage.open_intervals(now), last=WEEKS_SHOWN)
         position = live.usage.position
     return {
-        "report": usage_json(report, None, format_time(from_us(now)), position), "rows": report.rows,
+        "report": usage_json(report, None, format_time(from_us(now)), position, live.usage.prices.in_force()),
+        "rows": report.rows,
         "total": report.total, "by": by, "owner_chart": charts.owner_bars(owners.rows),
         "week_chart": charts.week_columns(weeks), "weeks": weeks, "position": position,
     }

@@ -1,0 +1,116 @@
+"""Admission figures: one admission pass (reconciler.admission.admit) and one whole plan()
+with a sharing policy, over W waiting jobs and R running ones (default 10,000 and 500), 100
+owners in 5 teams, with quotas per user, team and lab and a preemption rule. Median of runs.
+
+The waiting jobs mix priorities and sizes; most of them are held back (the lab is full),
+which is the expensive case: every one is placed and explained. Also: plan() over the same
+jobs without a policy, for the cost admission adds, and `ledger queue`'s read model
+(admission.explain).
+
+    python bench/admission_bench.py [--waiting 10000] [--running 500] [--runs 9] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ledger.fold import evolve, initial  # noqa: E402
+from ledger.spec.policy import parse_policy  # noqa: E402
+from reconciler.admission import Usage, admit, explain  # noqa: E402
+from reconciler.model import HostObs, NodeObs, Observed, PlanConfig  # noqa: E402
+from reconciler.plan import plan, tpu_request  # noqa: E402
+
+ZONE = "us-central2-b"
+OWNERS = [f"user{i}" for i in range(100)]
+TEAMS = {f"@lab/t{t}": [o for i, o in enumerate(OWNERS) if i % 5 == t] for t in range(5)}
+POLICY = "\n".join([
+    "teams:", *(f'  "{t}": [{", ".join(m)}]' for t, m in TEAMS.items()),
+    "quotas:",
+    "  lab: {chips: {v4: 8192}}",
+    "  teams:", *(f'    "{t}": {{chips: {{v4: 2048}}}}' for t in TEAMS),
+    "  default_user: {chips: {v4: 256}, chip_hours_per_week: {v4: 50000}}",
+    "priorities:",
+    "  classes: {low: 100, normal: 500, urgent: 900}",
+    "  preempt: {urgent: [low]}",
+    "fair_share: {half_life_hours: 168}",
+]) + "\n"
+SIZES = ("v4-8", "v4-16", "v4-32", "v4-64")
+
+
+def lab(waiting: int, running: int):
+    jobs, nodes, hosts = {}, {}, {}
+    for seq, i in enumerate(range(running + waiting), start=1):
+        owner = OWNERS[i % len(OWNERS)]
+        spec = {"job": {"name": f"j{i}"}, "tpu": {"accelerator": SIZES[i % 4], "zone": ZONE, "pricing": "spot"},
+                "command": {"cmd": "python train.py", "workers": "all"}, "priority": (100, 500, 500, 900)[i % 4]}
+        j = evolve(initial(f"{owner}/job{i}"), "submitted", {"spec": spec, "spec_hash": "h", "commit": f"c{i}"}, seq=seq)
+        if i < running:
+            want = tpu_request(j)
+            j = evolve(j, "provisioning", {"attempt": 1, "tpu": want})
+            j = evolve(j, "provisioned", {"tpu": want, "hosts": [{"worker": 0}]})
+            j = evolve(evolve(evolve(j, "setup_started", {}), "setup_done", {}), "started", {"spec_hash": "h"})
+            nodes[want["name"]] = NodeObs(want["name"], ZONE, "READY", {"managed-by": "tpu-ledger"}, create_time=time.time())
+            hosts[j.id] = {0: HostObs("running")}
+        jobs[j.id] = j
+    obs = Observed(now=time.time(), zones=frozenset({ZONE}), nodes=nodes, hosts=hosts)
+    return jobs, obs
+
+
+def median_ms(fn, runs: int) -> tuple[float, float]:
+    """(wall, CPU) medians in ms: on a shared machine the CPU time is the steadier figure."""
+    wall, cpu = [], []
+    for _ in range(runs):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--waiting", type=int, default=10_000)
+    ap.add_argument("--running", type=int, default=500)
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    policy, errors = parse_policy(POLICY)
+    assert not errors, errors
+    jobs, obs = lab(args.waiting, args.running)
+    usage = Usage(decayed={o: float(i) for i, o in enumerate(OWNERS)}, week={(o, "v4"): 100.0 * i for i, o in enumerate(OWNERS)})
+    decision = admit(jobs, policy, usage)
+    config = PlanConfig(policy=policy)
+    first_pass = median_ms(lambda: plan(jobs, obs, config=config, usage=usage), args.runs)
+    # Steady state: every job held back has its reason recorded already (one `queued` per change).
+    for job_id, wait in decision.waits.items():
+        jobs[job_id] = evolve(jobs[job_id], "queued", wait.event().to_builtins())
+    figures = {
+        "waiting": args.waiting, "running": args.running,
+        "admitted": len(decision.admitted), "held_back": len(decision.waits), "victims": len(decision.preempt),
+        "admit_ms": median_ms(lambda: admit(jobs, policy, usage), args.runs),
+        "plan_first_pass_ms": first_pass,
+        "plan_with_policy_ms": median_ms(lambda: plan(jobs, obs, config=config, usage=usage), args.runs),
+        "plan_without_policy_ms": median_ms(lambda: plan(jobs, obs, config=PlanConfig()), args.runs),
+        "explain_ms": median_ms(lambda: explain(jobs, policy, usage), args.runs),
+    }
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    print(f"{args.waiting} waiting, {args.running} running: {figures['admitted']} admitted, "
+          f"{figures['held_back']} held back, {figures['victims']} victims chosen")
+    for key, label in (("admit_ms", "admission pass (admit), target <= 50 ms"), ("plan_first_pass_ms", "plan(), first pass: records every wait"),
+                       ("plan_with_policy_ms", "plan() with the policy, reasons recorded"),
+                       ("plan_without_policy_ms", "plan() without a policy"), ("explain_ms", "ledger queue's read model")):
+        wall, cpu = figures[key]
+        print(f"{label:42s} median {wall:7.1f} ms wall, {cpu:7.1f} ms CPU")
+
+
+if __name__ == "__main__":
+    main()

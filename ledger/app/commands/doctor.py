@@ -1,0 +1,150 @@
+"""`ledger doctor JOB|TPU`: the host checks on every worker, and their safe repairs."""
+
+from __future__ import annotations
+
+import getpass
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ledger import defaults
+from ledger.app.commands.common import console, print_json, store_from, tpu_access_options
+from ledger.app.wiring import Settings, host_paths, hosts_of, job_keys_of
+from ledger.errors import UsageError
+from ledger.events import actor
+from ledger.fold import JobState, replay
+from reconciler.doctor import Doctor, Report, clean, context
+from reconciler.keys import ensure_key
+from reconciler.remote import Host, RemoteRunner
+from reconciler.tpu import TpuApi
+
+REPAIRS = {"kill": "kill it", "rm_lock": "remove the lockfile", "remount": "remount"}
+STYLE = {"ok": "green", "warn": "yellow", "fix": "bold yellow", "fail": "bold red"}
+
+
+def _target(jobs: dict[str, JobState], name: str) -> tuple[JobState | None, dict[str, Any] | None]:
+    """(the job, the TPU): JOB itself, or the job holding TPU `name`, or the last one that held it."""
+    if name in jobs:
+        job = jobs[name]
+        if not job.tpu or not job.hosts:
+            raise UsageError(f"job {name} holds no TPU now ({job.state})",
+                             hint="doctor the TPU by name instead: `ledger doctor TPU --zone ZONE`")
+        return job, job.tpu
+    holders = [j for j in jobs.values() if j.tpu and j.tpu.get("name") == name]
+    live = [j for j in holders if not j.terminal and j.hosts]
+    if live:
+        return live[0], live[0].tpu
+    named = [j for j in jobs.values() if any(r and r[0] == name for r in j.released)
+             or (j.spec.get("tpu") or {}).get("name") == name]
+    last = max(named, key=lambda j: j.position, default=None)
+    return None, ({"name": name, "zone": ((last.spec.get("tpu") or {}).get("zone") if last else None),
+                   "shared": bool((last.spec.get("tpu") or {}).get("shared")) if last else False,
+                   "last_job": last.id if last else None})
+
+
+def _hosts_of_tpu(tpu: dict[str, Any], zone: str | None, project: str, endpoint: str | None, user: str) -> list[Host]:
+    zone = zone or tpu.get("zone")
+    if not zone:
+        raise UsageError(f"no job of this ledger names TPU {tpu['name']}'s zone", hint="pass --zone ZONE")
+    api = TpuApi(project, endpoint)
+    try:
+        node = api.get_node(zone, tpu["name"])
+        if node is None:
+            raise UsageError(f"no TPU {tpu['name']} in {zone} (project {project})", hint="see `ledger tpus`")
+        keys = api.host_keys(zone, tpu["name"])
+    finally:
+        api.close()
+    return [Host(h["worker"], h["address"], h.get("port", 22), user, keys[i] if i < len(keys) else None)
+            for i, h in enumerate(node.hosts)]
+
+
+def _table(report: Report, title: str) -> Table:
+    table = Table("worker", "check", "status", "finding", "safe repair", title=title)
+    for f in report.findings:
+        status = {"fix": "fixable"}.get(f.status, f.status)
+        table.add_row(str(f.worker), f.check, f"[{STYLE[f.status]}]{status}[/]", f.message, REPAIRS[f.fix.kind] if f.fix else "")
+    return table
+
+
+@click.command("doctor")
+@click.argument("target", metavar="JOB|TPU")
+@click.option("--worker", "-w", "workers", type=int, multiple=True, help="Only this worker (repeatable); default: all.")
+@click.option("--fix", is_flag=True, help="Apply the safe repairs, recorded in the job's stream as an audited override.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--zone", default=None, help="The TPU's zone, when no job of the ledger names it.")
+@tpu_access_options
+@click.option("--host-root", envvar="LEDGER_HOST_ROOT", default=None,
+              help="Where the VMs' /dev, /tmp and /proc/mounts are: '' on real VMs (the default), "
+                   f"{defaults.EMULATOR_HOST_ROOT} on the emulator's hosts (the default with --tpu-endpoint) [env: LEDGER_HOST_ROOT].")
+@click.pass_context
+def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], fix: bool, as_json: bool, zone: str | None,
+               project: str, tpu_endpoint: str | None, ssh_key: Path | None, ssh_user: str, host_root: str | None) -> None:
+    """Check the hosts of a job's TPU (or of a TPU by name) before they fail a start.
+
+    On every worker, in parallel over SSH: which processes hold the TPU devices (/dev/accel*,
+    /dev/vfio/*) and libtpu's lockfile, and whose they are by the ledger's records; processes
+    of the job's earlier attempts still running; the spec's gcsfuse mount; free disk in the
+    working directory and /tmp; python, jax and libtpu versions across workers.
+
+    With --fix, the safe repairs: kill the job's own leftovers and processes of jobs the
+    ledger knows have ended (never a live job's), remove a lockfile no process holds,
+    remount gcsfuse. Each repair is recorded in the job's stream (intent, then outcome),
+    by you, like `ledger cancel`. The reconciler runs the same checks before every start.
+
+    \b
+    Examples:
+      ledger doctor alice/train-7b                 # every check on every worker
+      ledger doctor lab-v4-32 --worker 3 --json    # a shared TPU by name, one worker
+      ledger doctor alice/train-7b --fix           # repair what is safe, recorded
+    """
+    store = store_from(ctx)
+    try:
+        jobs = replay(store.read_all()).jobs
+        job, tpu = _target(jobs, target)
+        settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint, ssh_user=ssh_user, host_root=host_root)
+        if ssh_key:
+            settings.ssh_key = ssh_key
+        ensure_key(settings.ssh_key)
+        hosts = hosts_of(ssh_user, job_keys_of(settings))(job) if job else _hosts_of_tpu(tpu or {}, zone, project, tpu_endpoint, ssh_user)
+        if workers:
+            missing = set(workers) - {h.worker for h in hosts}
+            if missing:
+                raise UsageError(f"no worker {sorted(missing)} on {tpu and tpu.get('name')}: it has {len(hosts)}")
+            hosts = [h for h in hosts if h.worker in set(workers)]
+        record_on = job or (jobs.get(tpu.get("last_job") or "") if tpu else None)
+        if fix and record_on is None:
+            raise UsageError(f"no job of this ledger used {target}: there is no stream to record repairs on",
+                             hint="repair by hand, or doctor the job that holds it")
+        runner = RemoteRunner(private_key_path=settings.ssh_key, known_hosts_path=settings.ssh_key.parent / "known_hosts",
+                              log_dir=settings.log_dir, username=ssh_user, retries=2, probe_retries=1)
+        doc = Doctor(runner, host_paths(settings))
+        try:
+            ctx_ = context(store, job, tpu=tpu)
+            report = doc.examine(hosts, ctx_)
+            repaired: list[dict[str, Any]] = []
+            if fix and report.fixable and record_on is not None:
+                who = actor("cli", getpass.getuser(), manual=True)
+                report, result = clean(doc, store, record_on, hosts, report, ctx_, who, key=f"doctor:{uuid.uuid4().hex}",
+                                       reason="ledger doctor --fix")
+                repaired = [{"worker": d["worker"], "check": d["check"], "done": d["what"]} for d in result.get("done", [])]
+        finally:
+            doc.close()
+            runner.close()
+    finally:
+        store.close()
+    name = (tpu or {}).get("name", target)
+    if as_json:
+        print_json({"target": target, "job": job.id if job else None, "tpu": name, **report.to_json(),
+                    **({"repaired": repaired} if fix else {})})
+    else:
+        out = console()
+        out.print(_table(report, f"{name}" + (f" ({job.id}, attempt {job.attempt})" if job else "") + f": {report.health}"))
+        for r in repaired:
+            out.print(f"worker {r['worker']}: {r['done']}")
+        if report.fixable and not fix:
+            out.print("repairs are safe for the rows marked fixable: run again with --fix")
+    if report.failures:
+        ctx.exit(1)

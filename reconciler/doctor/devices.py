@@ -1,0 +1,74 @@
+"""The TPU devices and libtpu's lockfile: who holds them, and whether that one may be killed.
+
+Killable: a process of an earlier attempt of the job about to start, or of a job the ledger
+knows has ended. Never a live job's process, nor one the ledger cannot place.
+"""
+
+from __future__ import annotations
+
+from reconciler.doctor import probe
+from reconciler.doctor.model import Check, Context, Facts, Finding, Fix, Paths
+from reconciler.doctor.owners import kill, owner
+
+FIXABLE = ("earlier", "ended")
+
+
+def _probe(paths: Paths, ctx: Context) -> str:
+    devs = " ".join(probe.rooted(d) for d in paths.devices)
+    pats = " -o ".join(f"-lname {probe.rooted(p, real=True, pattern=True)}" for p in (*paths.devices, paths.lockfile))
+    return "\n".join([
+        f"for f in {devs}; do [ -e \"$f\" ] && printf 'dev\\t%s\\n' \"$f\"; done",
+        f"while IFS=$'\\t' read -r d l; do p=${{d#/proc/}}; p=${{p%/fd}}; printf 'holder\\t%s\\t%s\\n' \"$p\" \"$l\"; P+=\" $p\"; "
+        f"done < <($S find /proc/[0-9]*/fd -maxdepth 1 \\( {pats} \\) -printf '%h\\t%l\\n')",
+        f"[ -e {probe.rooted(paths.lockfile)} ] && printf 'lock\\t%s\\n' \"$RR\"/{probe.q(paths.lockfile)}",
+    ])
+
+
+def _is_lock(path: str, paths: Paths) -> bool:
+    return path.endswith("/" + paths.lockfile)
+
+
+def _devices(facts: Facts, ctx: Context, paths: Paths) -> list[Finding]:
+    w = facts.worker
+    out: list[Finding] = []
+    for pid, held in sorted(facts.holders.items()):
+        devs = [h for h in held if not _is_lock(h, paths)]
+        if not devs:
+            continue
+        what = f"holding {', '.join(sorted(devs))}"
+        p = facts.procs.get(pid)
+        if p is None:
+            continue  # gone between the listing and its description
+        o = owner(p, w, ctx)
+        if o.verdict == "current":
+            out.append(Finding("devices", w, "ok", f"pid {pid} ({o.label}) {what}"))
+        elif o.verdict in FIXABLE:
+            out.append(Finding("devices", w, "fix", f"pid {pid} ({o.label}) {what}", kill(p, o.label, what)))
+        else:
+            out.append(Finding("devices", w, "fail", f"pid {pid} ({o.label}) {what}; not killed"))
+    if not out:
+        if facts.devices:
+            out.append(Finding("devices", w, "ok", f"{len(facts.devices)} device(s) free"))
+        else:
+            out.append(Finding("devices", w, "warn", "no TPU device files found"))
+    return out
+
+
+def _lock(facts: Facts, ctx: Context, paths: Paths) -> list[Finding]:
+    w = facts.worker
+    if facts.lockfile is None:
+        return [Finding("libtpu_lock", w, "ok", "no lockfile")]
+    holders = [pid for pid, held in facts.holders.items() if any(_is_lock(h, paths) for h in held)]
+    verdicts = {pid: owner(facts.procs[pid], w, ctx) for pid in holders if pid in facts.procs}
+    stuck = [f"pid {pid} ({o.label})" for pid, o in sorted(verdicts.items()) if o.verdict not in (*FIXABLE, "current")]
+    if stuck:
+        return [Finding("libtpu_lock", w, "fail", f"{facts.lockfile} held by {', '.join(stuck)}")]
+    if any(o.verdict == "current" for o in verdicts.values()):
+        return [Finding("libtpu_lock", w, "ok", f"{facts.lockfile} held by this job's running attempt")]
+    how = f"held by {', '.join(f'pid {p}' for p in sorted(verdicts))}, killed first" if verdicts else "no process holds it"
+    return [Finding("libtpu_lock", w, "fix", f"stale lockfile {facts.lockfile} ({how})",
+                    Fix("rm_lock", f"removed stale lockfile {facts.lockfile}", path=facts.lockfile))]
+
+
+DEVICES = Check("devices", _probe, _devices)
+LOCK = Check("libtpu_lock", lambda paths, ctx: "", _lock)  # the devices probe lists its holders too

@@ -1,0 +1,176 @@
+"""`ledger queue`, `ledger admit` and inspect's reason line, through the CLI on a real SQLite ledger."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ledger.app.cli import cli
+from ledger.app.queueview import (
+    LedgerPolicy,
+    PolicyFile,
+    record_policy,
+    recorded_policy,
+    would_start,
+)
+from ledger.events import NewEvent, actor
+from ledger.events.data import PolicyChanged
+from ledger.fold import replay
+from ledger.spec.policy import sharing_blocks
+from ledger.store import open_store
+from tests.admission.lab import POLICY, ZONE, policy, spec
+
+GIT = {"spec_hash": "ab" * 32, "commit": "c0ffee", "path": "jobs/a/b.yaml"}
+
+
+def tpu(name: str, accelerator: str) -> dict:
+    return {"name": name, "zone": ZONE, "kind": "node", "accelerator": accelerator}
+
+
+def running(accelerator: str, name: str, priority: int = 500) -> list[tuple[str, dict]]:
+    t = tpu(name, accelerator)
+    return [("submitted", {"spec": spec(accelerator, priority=priority)}), ("provisioning", {"attempt": 1, "tpu": t}),
+            ("provisioned", {"tpu": t, "hosts": [{"worker": 0}]}), ("setup_started", {}), ("setup_done", {}),
+            ("started", {"attempt": 1})]
+
+
+def lab(tmp_path: Path) -> tuple[str, str]:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    store = open_store(url)
+    jobs = {
+        "alice/a": running("v4-128", "n1"),  # alice holds 64 of her 64
+        "alice/b": [("submitted", {"spec": spec("v4-64")})],
+        "carol/c": [("submitted", {"spec": spec("v4-8", priority=900)})],
+    }
+    for job_id, events in jobs.items():
+        store.append(job_id, [NewEvent(t, {**(GIT if t == "submitted" else {}), **d}, actor("git", "tester")) for t, d in events])
+    store.close()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    return url, str(policy)
+
+
+def run(url: str, *args: str):
+    return CliRunner().invoke(cli, ["--store", url, *args], catch_exceptions=False)
+
+
+def test_queue_lists_waiting_jobs_in_order_with_why(tmp_path: Path):
+    url, policy = lab(tmp_path)
+    out = run(url, "queue", "--policy", policy, "--json")
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert [(r["job"], r["wait"]) for r in rows] == [("carol/c", "admitted"), ("alice/b", "quota")]
+    assert "user alice holds 64 of 64 v4 chips, needs 32" in rows[1]["reason"]
+    table = run(url, "queue", "--policy", policy)
+    assert "alice/b" in table.output and "quota" in table.output
+    # without the policy nobody is held back
+    rows = json.loads(run(url, "queue", "--json").output)
+    assert {r["wait"] for r in rows} == {"admitted"}
+
+
+def test_inspect_says_why_a_job_waits(tmp_path: Path):
+    url, policy = lab(tmp_path)
+    out = run(url, "inspect", "alice/b", "--policy", policy)
+    assert out.exit_code == 0, out.output
+    assert "waiting: #2 in the queue (normal, quota)" in " ".join(out.output.split())
+
+
+def test_admit_is_audited_and_lets_the_job_past_its_quota(tmp_path: Path):
+    url, policy = lab(tmp_path)
+    out = run(url, "admit", "alice/b", "--reason", "paper deadline")
+    assert out.exit_code == 0, out.output
+    store = open_store(url)
+    events = store.read_stream("alice/b")
+    store.close()
+    assert events[-1].type == "admitted" and events[-1].data["by"] == getpass.getuser()
+    assert events[-1].actor["manual"] is True
+    assert replay(events).jobs["alice/b"].admitted_by == getpass.getuser()
+    rows = json.loads(run(url, "queue", "--policy", policy, "--json").output)
+    assert {r["job"]: r["wait"] for r in rows}["alice/b"] == "admitted"
+    assert run(url, "verify").exit_code == 0
+    bad = CliRunner().invoke(cli, ["--store", url, "admit", "nobody/x", "--reason", "r"])
+    assert bad.exit_code != 0 and "no job" in bad.output
+
+
+def test_plan_says_whether_a_new_job_would_start_now_or_wait(tmp_path: Path):
+    url, _ = lab(tmp_path)
+    store = open_store(url)
+    try:
+        answer = would_start(store)
+        assert answer is not None
+        starts = answer({"alice/new": spec("v4-8"), "dave/new": spec("v4-8")}, policy())
+    finally:
+        store.close()
+    assert starts["dave/new"] == "would start now"
+    assert starts["alice/new"].startswith("would wait (#")
+    assert "over quota: user alice holds 64 of 64 v4 chips, needs 4" in starts["alice/new"]
+    assert would_start(None) is None
+
+
+def test_the_reconcilers_policy_is_recorded_once_and_queue_explains_by_it(tmp_path: Path):
+    url, _ = lab(tmp_path)
+    store = open_store(url)
+    try:
+        assert record_policy(store, None, source="", holder="r1") is False  # nothing to say yet
+        assert record_policy(store, policy(), source="jobs/.ledger/policy.yaml", holder="r1") is True
+        assert record_policy(store, policy(), source="jobs/.ledger/policy.yaml", holder="r1") is False  # unchanged
+        assert recorded_policy(store).quotas == policy().quotas
+        events = list(store.read_stream("_policy"))
+        assert len(events) == 1 and "webhook" not in json.dumps(events[0].data)
+    finally:
+        store.close()
+    rows = json.loads(run(url, "queue", "--json").output)  # no --policy: the recorded one
+    assert {r["job"]: r["wait"] for r in rows}["alice/b"] == "quota"
+    store = open_store(url)
+    try:  # a reconciler started without a policy records that nothing is enforced any more
+        assert record_policy(store, None, source="", holder="r2") is True
+    finally:
+        store.close()
+    rows = json.loads(run(url, "queue", "--json").output)
+    assert {r["wait"] for r in rows} == {"admitted"}
+    assert run(url, "verify").exit_code == 0
+
+
+def test_the_policy_file_is_followed_recorded_per_change_and_a_broken_edit_kept_out(tmp_path: Path):
+    url, path = lab(tmp_path)
+    source = PolicyFile(Path(path), url, "r1")
+    first = source()
+    assert first is not None and first.quotas.users["alice"].chips["v4"] == 64
+    assert source() is first  # unchanged file: not even parsed again
+
+    def recorded() -> int:
+        store = open_store(url)
+        try:
+            return store.stream_version("_policy")
+        finally:
+            store.close()
+
+    assert recorded() == 1
+    Path(path).write_text(POLICY.replace("alice: {chips: {v4: 64}}", "alice: {chips: {v4: 128}}"))
+    second = source()
+    assert second is not None and second.quotas.users["alice"].chips["v4"] == 128 and recorded() == 2
+    Path(path).write_text(POLICY + "quotas: [broken\n")
+    assert source() is second and recorded() == 2  # the last good one stays in force
+
+
+def test_the_watchers_policy_in_git_is_the_one_in_force_by_default(tmp_path: Path):
+    url, path = lab(tmp_path)
+    store = open_store(url)
+    try:
+        follow = LedgerPolicy(url)
+        assert follow() is None  # nothing recorded: nothing enforced
+        changed = PolicyChanged(commit="c1", prices=[], sharing=sharing_blocks(policy()))
+        store.append("_policy", [NewEvent("policy_changed", changed, actor("watcher", "ledger watch"))])
+        assert follow().quotas == policy().quotas  # the branch's rules, followed
+        assert record_policy(store, policy(), source=path, holder="r1") is False  # the same rules: nothing to add
+        rows = json.loads(run(url, "queue", "--json").output)
+        assert {r["job"]: r["wait"] for r in rows}["alice/b"] == "quota"
+        # a reconciler given another file records its rules: they are the ones in force now
+        assert record_policy(store, policy("quotas: {lab: {chips: {v4: 8}}}\n"), source="other.yaml", holder="r1")
+        assert follow().quotas.lab.chips == {"v4": 8}
+    finally:
+        store.close()
+    assert run(url, "verify").exit_code == 0
