@@ -166,7 +166,11 @@ def verify_store(store: Reader, *, parallel_from: int = PARALLEL_FROM, **kwargs)
 
 def _verify_split(store: Reader, url: str, head: int, *, transitions: bool = True) -> Report:
     mid = head - int(head * CHILD_SHARE)
-    ctx = multiprocessing.get_context("fork")  # the child reads by URL, on its own connection
+    # forkserver, not fork: a process with other threads (the dashboard verifies from one)
+    # could fork while one of them holds SQLite's or the allocator's lock, and the child
+    # would hang on it. The server is started once per process, with this module loaded.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(send, url, mid, head), daemon=True)
     child.start()
