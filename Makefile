@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench lint schemas clean
+.PHONY: install test test-fast demo bench chaos lint schemas model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +23,30 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "(unit or (contract and sqlite)) and not slow"
 
+# The reconciler's property-based model test, many more and longer fault sequences than CI's
+# (tests/reconciler/test_model.py; a few minutes). MODEL_EXAMPLES / MODEL_STEPS override.
+MODEL_EXAMPLES ?= 500
+MODEL_STEPS ?= 40
+model: $(STAMP)
+	MODEL_EXAMPLES=$(MODEL_EXAMPLES) MODEL_STEPS=$(MODEL_STEPS) $(BIN)/python -m pytest -q -p no:logging \
+		tests/reconciler/test_model.py --hypothesis-show-statistics
+
 demo: $(STAMP)
 	$(BIN)/ledger demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/ledger_bench.py
+
+# The chaos harness, long: the real watcher and reconcilers under kill -9, preemptions, host
+# kills, capacity drops and failed operations, for CHAOS_DURATION seconds on each store (one
+# reconciler on SQLite, two sharing leases on PostgreSQL); exits 1 if an invariant broke.
+CHAOS_DURATION ?= 600
+CHAOS_SEED     ?= 1
+CHAOS_JOBS     ?= 6
+chaos: $(STAMP)
+	$(BIN)/ledger chaos --store sqlite --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --jobs $(CHAOS_JOBS); a=$$?; \
+	$(BIN)/ledger chaos --store postgres --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --jobs $(CHAOS_JOBS); b=$$?; \
+	test $$a = 0 && test $$b = 0
 
 # The event schema is generated from the classes in ledger/events/ (never edited by hand).
 schemas: $(STAMP)

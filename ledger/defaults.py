@@ -50,6 +50,11 @@ PROJECT = "tpu-ledger-local"
 # may belong to an intent whose outcome is not recorded yet).
 ORPHAN_GRACE_S = 300.0
 
+# A worker the SSH probe finds gone (or killed by a signal) while the TPU API still reads the
+# node READY and healthy: the API is asked again for this long before the loss is recorded as
+# `lost_host`, because Google may flip the node to PREEMPTED a little after its VMs die.
+LOST_HOST_CONFIRM_S = 5.0
+
 # After a failed ingest (git or the store unreachable) the watcher waits interval * 2^n
 # seconds, at most this long, before it tries again; file system hints do not cut it short.
 WATCH_MAX_BACKOFF_S = 300.0

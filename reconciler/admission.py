@@ -20,8 +20,9 @@ preempt some lower class, running jobs of those classes are chosen as victims: a
 wasted as possible, then the most recent checkpoint (the least work lost). The victims are
 recorded `preempted` (cause: priority, winner: the job), stop, release their TPU by their
 recovery rule and wait again like any job; the winner waits (`preempting`) until their
-chips are free. A job never preempts one of its own or a higher class, and never more jobs
-than it needs.
+chips are free. A job never preempts one of its own or a higher class, never more jobs than
+it needs, and never one that would not come back (its `on_preempted` rule is `pass`, or its
+restart budget is spent).
 
 Chips are counted held from the intent to provision until the TPU is released, so what is
 held never exceeds a quota at any moment (an operator's `ledger admit` excepted: it lets
@@ -38,6 +39,9 @@ from ledger import fold, tpu_types
 from ledger.events import data as ev
 from ledger.fold import JobState
 from ledger.spec.policy import Policy, Quota
+from ledger.usage.fold import Interval
+from ledger.usage.share import ShareMeter
+from reconciler.rules import decide
 
 LAB = "lab"
 WAITING_STATES = frozenset({fold.PENDING, fold.QUEUED, fold.RECOVERING})
@@ -55,6 +59,13 @@ class Usage:
 
 
 NO_USAGE = Usage()
+
+
+def usage_at(meter: ShareMeter, open_now: Iterable[Interval], now_us: int) -> Usage:
+    """The figures a pass at `now_us` plans with: the meter's closed intervals plus the usage
+    fold's open ones (`UsageFold.open_intervals(now_us)`)."""
+    open_now = list(open_now)
+    return Usage(decayed=meter.decayed(now_us, open_now), week=meter.week(now_us, open_now))
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +292,7 @@ def _make_room(
             if j.state in PREEMPTIBLE_STATES and j.tpu is not None and not j.pending_action and not j.cancel_requested
             and j.id not in taken and j.id not in busy and (n := need_of(j)) is not None and n.family == need.family
             and prio.may_preempt(winner.priority, j.priority, victim_spot=is_spot(j), winner_spot=is_spot(winner))
+            and resumes(j)
         ]
         victims = choose_victims(candidates, short - already)
         for v in victims:
@@ -290,6 +302,12 @@ def _make_room(
         return wait
     names = tuple(sorted(v.id for v in [*freeing, *victims]))
     return Wait("preempting", wait.scope, need.family, held=wait.held, limit=wait.limit, needs=need.chips, victims=names)
+
+
+def resumes(job: JobState) -> bool:
+    """Would the job come back after a preemption (its `on_preempted` rule, its restart
+    budget)? A job whose rule is `pass` would end for good: it is never chosen as a victim."""
+    return decide(job.spec, "preempted", job.restarts, tpu_usable=False).rule not in ("pass", "exhausted")
 
 
 def _last_save(job: JobState) -> str:

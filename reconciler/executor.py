@@ -19,8 +19,8 @@ from ledger.events import data as ev
 from ledger.fold import JobState
 from ledger.store import Recorder
 from reconciler import naming
-from reconciler.model import Action
-from reconciler.remote.errors import RemoteError
+from reconciler.model import NODE_GONE_STATES, Action
+from reconciler.remote.errors import HostUnreachable, RemoteError
 from reconciler.tpu import CapacityError, CreateRequest, PermanentTpuError, TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
@@ -139,15 +139,15 @@ class Executor:
         return ("done " if outcome.ok else f"failed {outcome.error}") + ", ".join(d.event_type for d in events)
 
     # -- effects --------------------------------------------------------------------------
-    def _effect(self, kind: str, job: JobState, p: dict) -> Callable[[], Events]:
+    def _effect(self, kind: str, job: JobState, p: dict, *, taken_up: bool = False) -> Callable[[], Events]:
         effects: dict[str, Callable[[], Events]] = {
             "provision": lambda: self._provision(job, p),
             "setup": lambda: self._setup(job),
             "start": lambda: self._start(job, p),
-            "release": lambda: self._release(job, p),
-            "cancel": lambda: self._cancel(job, p),
-            "recover": lambda: self._recover(job, p),
-            "restart": lambda: self._recover(job, p),
+            "release": lambda: self._release(job, p, taken_up),
+            "cancel": lambda: self._cancel(job, p, taken_up),
+            "recover": lambda: self._recover(job, p, taken_up),
+            "restart": lambda: self._recover(job, p, taken_up),
         }
         return effects[kind]
 
@@ -189,6 +189,8 @@ class Executor:
         report = self.runner.setup(job.id, job.attempt, self.hosts_of(job), job.spec)
         if getattr(report, "ok", False):
             return [ev.SetupDone(attempt=job.attempt)]
+        if (gone := self._tpu_gone(job, "setup could not finish")) is not None:
+            return gone
         failures = list(getattr(report, "failures", []) or [])
         worker, module, message = failures[0] if failures else (None, "", "setup failed")
         return [ev.SetupFailed(attempt=job.attempt, worker=worker, module=module,
@@ -205,11 +207,28 @@ class Executor:
                 job.id, job.attempt, self.hosts_of(job), job.spec,
                 extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
             )
+        except HostUnreachable as exc:  # the host died under us: the API says whether it was preempted
+            gone = self._tpu_gone(job, "could not start")
+            return gone or [ev.Failed(kind="lost_host", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
         except RemoteError as exc:  # the runner already retried what was transient
             return [ev.Failed(kind="failure", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
         return [ev.Started(attempt=job.attempt, workers=sorted(pids), pids={str(w): pid for w, pid in pids.items()},
                            resume=bool(p.get("resume")), spec_hash=job.spec_hash,
                            **({"health": health} if health else {}))]
+
+    def _tpu_gone(self, job: JobState, what: str) -> Events | None:
+        """A step on the hosts failed: ask the TPU API before choosing the kind, so a TPU
+        preempted under the step is recorded as a preemption, not as the step's failure."""
+        tpu = job.tpu or {}
+        try:
+            node = self.tpu.get_node(tpu.get("zone", ""), tpu.get("name", ""))
+        except Exception as exc:  # the API cannot say: the step's own failure stands
+            log.warning("could not read %s after a failed step: %s", tpu.get("name"), exc)
+            return None
+        if node is not None and node.state not in NODE_GONE_STATES:
+            return None
+        state = node.state if node is not None else "DELETED"
+        return [ev.Preempted(tpu_state=state, reason=f"TPU {tpu.get('name')} is {state}: {what}", attempt=job.attempt)]
 
     def _stop(self, job: JobState, p: dict) -> None:
         if not p.get("stop"):
@@ -219,34 +238,44 @@ class Executor:
         except Exception as exc:  # best effort: the TPU is deleted next anyway
             log.warning("could not stop %s attempt %s: %s", job.id, job.attempt, exc)
 
-    def _delete(self, tpu: dict | None) -> bool:
+    def _delete(self, tpu: dict | None, *, taken_up: bool = False) -> bool:
+        """Delete a TPU of the job's own. `taken_up`: a dead process may have asked already,
+        so look first: a node gone or DELETING is awaited, not deleted again (Google answers
+        a second delete of a DELETING node with an error, which would fail the release)."""
         if not tpu or tpu.get("shared"):
             return False  # a shared TPU is handed back, never deleted
-        return self.tpu.delete(tpu["zone"], tpu["name"], queued=tpu.get("kind") == "queued_resource")
+        queued = tpu.get("kind") == "queued_resource"
+        if taken_up:
+            node = self.tpu.get_node(tpu["zone"], tpu["name"])
+            if node is not None and node.state == "DELETING" and self.tpu.await_gone(tpu["zone"], tpu["name"]):
+                return True
+            if node is None and not queued:
+                return False
+        return self.tpu.delete(tpu["zone"], tpu["name"], queued=queued)
 
-    def _release(self, job: JobState, p: dict) -> Events:
+    def _release(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
         self._stop(job, p)
         tpu = p["tpu"]
-        self._delete(tpu)
+        self._delete(tpu, taken_up=taken_up)
         events: Events = [ev.Released(tpu=ev.tpu(tpu), reason=p.get("next") or "job ended", deleted=not tpu.get("shared"))]
         if p.get("next") == "retry":
             events.append(ev.Queued(reason="retrying on a new TPU"))
         return events
 
-    def _cancel(self, job: JobState, p: dict) -> Events:
+    def _cancel(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
         self._stop(job, p)
         events: Events = []
         if p.get("tpu"):
-            self._delete(p["tpu"])
+            self._delete(p["tpu"], taken_up=taken_up)
             events.append(ev.Released(tpu=ev.tpu(p["tpu"]), reason="cancelled", deleted=not p["tpu"].get("shared")))
         events.append(ev.Cancelled(reason="cancel requested"))
         return events
 
-    def _recover(self, job: JobState, p: dict) -> Events:
+    def _recover(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
         self._stop(job, p)
         events: Events = []
         if p.get("reapply") and p.get("tpu"):
-            self._delete(p["tpu"])
+            self._delete(p["tpu"], taken_up=taken_up)
             events.append(ev.Released(tpu=ev.tpu(p["tpu"]), reason="reapply", deleted=not p["tpu"].get("shared")))
         rule = p["rule"]
         again = ev.Rerun if rule == "rerun" else ev.Resumed
@@ -285,10 +314,21 @@ class Executor:
         if kind == "setup":
             # Setup modules check before they act, so running them again is safe.
             return self._interrupted(job.id, action_id, kind, "setup was interrupted; it runs again")
-        # Deleting and stopping are idempotent: finish the job under the same intent.
-        return self._complete(job.id, action_id, kind, self._effect(kind, job, p))
+        # Releasing, cancelling and recovering: finish the action under the same intent, from
+        # where it stands (taken_up: a delete under way is awaited, not started again).
+        return self._complete(job.id, action_id, kind, self._effect(kind, job, as_taken_up(kind, p), taken_up=True))
 
     def _interrupted(self, job_id: str, action_id: str, kind: str, why: str) -> str:
         outcome = ev.ActionOutcome(action_id=action_id, action=kind, ok=False, interrupted=True, error=why)
         self.store().append(job_id, [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")])
         return f"resolved {kind}: {why}"
+
+
+def as_taken_up(kind: str, p: dict) -> dict:
+    """The params of an action a dead process left under way, as the next one carries it on.
+    A TPU of the job's own that the action deletes is not stopped first again: the dead
+    process had its grace period, and the delete ends what still runs there. Under a crash
+    loop a fresh stop (seconds of SSH) per process would keep the release from ever ending."""
+    tpu = p.get("tpu") or {}
+    deletes = bool(tpu) and not tpu.get("shared") and (kind in ("release", "cancel") or bool(p.get("reapply")))
+    return {**p, "stop": bool(p.get("stop")) and not deletes}

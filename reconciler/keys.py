@@ -4,15 +4,17 @@ nodes in the `ssh-keys` metadata at creation, as Google Cloud's guest agent expe
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 from pathlib import Path
+
+import paramiko
+from cryptography.hazmat.primitives.asymmetric import ec
 
 
 def ensure_key(path: Path) -> str:
     """Create an ECDSA key at `path` if missing (paramiko cannot make Ed25519); return the
     public key line `type base64 comment`."""
-    import paramiko
-
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(path.parent, 0o700)
@@ -24,8 +26,6 @@ def ensure_key(path: Path) -> str:
 
 
 def load_public(path: Path) -> str:
-    import paramiko
-
     for cls in (paramiko.ECDSAKey, paramiko.RSAKey, paramiko.Ed25519Key):
         try:
             key = cls.from_private_key_file(str(path))
@@ -35,27 +35,59 @@ def load_public(path: Path) -> str:
     raise ValueError(f"{path} is not a private key paramiko can read")
 
 
+# The order of NIST P-256: a derived scalar is taken modulo it.
+_P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+def derive_job_key(seed: bytes, job_id: str) -> paramiko.ECDSAKey:
+    """The job's ECDSA P-256 key, derived from `seed` (the reconciler's private key file) and
+    the job id: every reconciler holding the same key derives the same job key, so a peer
+    that takes a job over (leases) reaches its hosts without any key being shared or stored
+    in the ledger. Knowing a job key tells nothing about the seed or another job's key."""
+    digest = hmac.new(seed, b"tpu-ledger job key v1\0" + job_id.encode(), hashlib.sha512).digest()
+    private = ec.derive_private_key(int.from_bytes(digest, "big") % (_P256_ORDER - 1) + 1, ec.SECP256R1())
+    return paramiko.ECDSAKey(vals=(private, private.public_key()))
+
+
 class JobKeys:
     """One SSH key per job, made when its TPU is created: the TPU's `ssh-keys` metadata holds
     that key's public half only, so a job's host never holds a key that opens another job's
     hosts (nor the reconciler's key, which would open them all).
 
-    The private halves live under `root` (defaults.JOB_KEYS_DIR, beside the reconciler's
-    key), in a folder named by a digest of the job id: never in the ledger, never in events.
+    Keys are derived from the reconciler's own key (`derive_job_key`) and cached under `root`
+    (beside the reconciler's key), in a folder named by a digest of the job id: never in the
+    ledger, never in events. Without a seed (tests) a key is random and lives only on disk.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, seed_key: Path | None = None) -> None:
         self.root = Path(root)
+        self.seed_key = Path(seed_key) if seed_key else None
 
     def path(self, job_id: str) -> Path:
         digest = hashlib.sha256(job_id.encode()).hexdigest()[:24]
         return self.root / digest / "id_ecdsa"
 
     def public(self, job_id: str) -> str:
-        """The job's public key line, the key made first if the job has none yet."""
-        return ensure_key(self.path(job_id))
+        """The job's public key line, the key made (or derived) first if there is none yet."""
+        path = self.path(job_id)
+        if not path.exists() and self.seed_key is not None:
+            self._write(path, derive_job_key(self.seed_key.read_bytes(), job_id))
+        return ensure_key(path)
 
     def existing(self, job_id: str) -> Path | None:
-        """The job's private key when one was made (its TPU was created by us), else None."""
-        p = self.path(job_id)
-        return p if p.is_file() else None
+        """The job's private key when it has one here or can be derived, else None."""
+        path = self.path(job_id)
+        if not path.is_file() and self.seed_key is not None and self.seed_key.is_file():
+            self.public(job_id)
+        return path if path.is_file() else None
+
+    @staticmethod
+    def _write(path: Path, key: paramiko.PKey) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path.parent, 0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return  # another thread wrote the same derived key first
+        with os.fdopen(fd, "w") as f:
+            key.write_private_key(f)

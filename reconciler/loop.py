@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from ledger.fold import LedgerState
+from ledger.fold import JobState, LedgerState
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
@@ -24,11 +24,41 @@ from ledger.usage.share import ShareMeter
 from reconciler import admission
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
-from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
-from reconciler.plan import plan, queued_resource_zones, selected_workers, zones_in_use
+from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
+from reconciler.plan import plan, queued_resource_zones, selected_workers, suspect, zones_in_use
+from reconciler.settle import awaiting
 from reconciler.tpu import TpuApi
 
 log = logging.getLogger("tpu_ledger.reconciler")
+
+
+def recheck_suspects(
+    jobs: Mapping[str, JobState], obs: Observed, get_node: Callable[[str, str], NodeObs | None],
+    since: Mapping[str, float],
+) -> dict[str, float]:
+    """The probe saw a worker of a job die: ask the TPU API about that job's node now, after
+    the probe, so the planner chooses the failure kind from what the API says (a preemption
+    the host noticed first is still recorded as a preemption). Updates `obs` in place and
+    returns when each suspect was first seen, for the next pass."""
+    first_seen: dict[str, float] = {}
+    for job_id, hosts in list(obs.hosts.items()):
+        job = jobs.get(job_id)
+        if job is None or not job.tpu or not suspect(hosts):
+            continue
+        first_seen[job_id] = since.get(job_id, obs.now)
+        name = job.tpu["name"]
+        try:
+            node = get_node(job.tpu.get("zone", ""), name)
+        except Exception as exc:  # the API cannot say why: conclude nothing from the probe
+            log.warning("could not re-read %s after its worker died: %s", name, exc)
+            del obs.hosts[job_id]
+            continue
+        if node is None:
+            obs.nodes.pop(name, None)
+        else:
+            obs.nodes[name] = node
+    obs.suspect_since = dict(first_seen)
+    return first_seen
 
 
 class Reconciler:
@@ -74,6 +104,8 @@ class Reconciler:
         self.usage: UsageFold | None = None
         self.policy_source = policy_source
         self._follow_policy(self.config.policy)
+        self._suspect_since: dict[str, float] = {}
+        self.last_observed = Observed(now=0.0)
         self.passes = 0
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
@@ -115,8 +147,7 @@ class Reconciler:
         if self.usage is None:
             return admission.NO_USAGE
         us = int(now * 1_000_000)
-        open_now = self.usage.open_intervals(us)
-        return admission.Usage(decayed=self.meter.decayed(us, open_now), week=self.meter.week(us, open_now))
+        return admission.usage_at(self.meter, self.usage.open_intervals(us), us)
 
     def observe(self) -> Observed:
         obs = Observed(now=time.time())
@@ -134,6 +165,7 @@ class Reconciler:
             obs.queued.update({q.name: q for q in queued})
         obs.zones = frozenset(zones)
         obs.hosts = self._probe_running(obs)
+        self._suspect_since = recheck_suspects(self.state.jobs, obs, self.tpu.get_node, self._suspect_since)
         return obs
 
     def _probe_running(self, obs: Observed) -> dict[str, dict[int, HostObs]]:
@@ -164,19 +196,34 @@ class Reconciler:
         if self.policy_source is not None:
             self._follow_policy(self.policy_source())
         self.catch_up()
-        obs = self.observe()
+        self._take_up_unfinished()
+        obs = self.last_observed = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
                        taken_over=self._adoptable(), usage=self.recent_usage(obs.now))
         for action in actions:
-            if self.membership is not None and action.job_id and not action.job_id.startswith("_") \
-                    and not self.membership.may_act(action.job_id):
-                continue  # another live reconciler holds or should take this job
-            self._dispatch(action)
+            if self._may_act(action):
+                self._dispatch(action)
         self._let_go_of_ended_jobs()
         self.passes += 1
         return actions
+
+    def _take_up_unfinished(self) -> None:
+        """Intents without an outcome are taken up before observing: resolving one needs no
+        observation of the whole zone (it looks at its own node), and under a crash loop a
+        process may not live through a full pass (SSH probes of every running job)."""
+        unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
+        if not unfinished:
+            return
+        for action in plan(unfinished, Observed(now=time.time()), config=self.config, taken_over=self._adoptable()):
+            if action.kind == "resolve" and self._may_act(action):
+                self._dispatch(action)
+
+    def _may_act(self, action: Action) -> bool:
+        """Another live reconciler holds or should take this job?"""
+        return self.membership is None or not action.job_id or action.job_id.startswith("_") \
+            or self.membership.may_act(action.job_id)
 
     def _adoptable(self) -> list[str]:
         """Jobs with another holder's unfinished intent whose lease we could win: that
@@ -225,14 +272,25 @@ class Reconciler:
         return bool(self._in_flight)
 
     # -- driving --------------------------------------------------------------------------
-    def run(self, *, once: bool = False, stop: threading.Event | None = None) -> None:
+    def run(self, *, once: bool = False, stop: threading.Event | None = None, timeout: float | None = None) -> None:
+        """Forever (until `stop`), or with `once` until nothing more can be done without
+        waiting: passes go on while they act or while a cloud operation under way (a TPU
+        being created, a node restarting) will let a next step be planned; `timeout` caps
+        the whole call."""
         stop = stop or threading.Event()
+        give_up = time.monotonic() + timeout if timeout is not None else None
         while not stop.is_set():
             actions = self.step()
             if once:
-                self.drain()
-                if not actions:
+                self.drain(timeout=max(0.0, give_up - time.monotonic()) if give_up is not None else 600)
+                if give_up is not None and time.monotonic() >= give_up:
                     return
+                if actions:
+                    continue
+                self.catch_up()
+                if not awaiting(self.state.jobs, self.last_observed):
+                    return
+                stop.wait(min(self.interval, 0.5))
                 continue
             head = self.store().head()
             # Wake on any new event (ours included: the next step of a story follows at once).

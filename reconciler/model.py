@@ -56,6 +56,9 @@ class Observed:
     nodes: dict[str, NodeObs] = field(default_factory=dict)  # by node name
     queued: dict[str, QueuedObs] = field(default_factory=dict)  # by queued-resource name
     hosts: dict[str, dict[int, HostObs]] = field(default_factory=dict)  # job id -> worker -> status
+    # job id -> when the probe first saw one of its workers gone or killed while the node
+    # read READY: the planner waits for the TPU API to say why before choosing a kind.
+    suspect_since: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +80,4 @@ class PlanConfig:
     holder: str = "reconciler"  # this reconciler's id: its own unfinished intents are resolved at once
     intent_timeout_s: float = 600.0  # another reconciler's intent older than this is taken over
     policy: Policy | None = None  # quotas, priority classes, fair share (reconciler.admission); None = admit all
+    lost_host_confirm_s: float = defaults.LOST_HOST_CONFIRM_S

@@ -130,7 +130,8 @@ def plan_job(
         resume = job.attempt > 1 and (job.recovery or {}).get("rule", "resume") != "rerun"
         return Action("start", job.id, {"attempt": job.attempt, "resume": resume}, "set up")
     if s == fold.RUNNING:
-        return _watch_running(job, node, obs.hosts.get(job.id)) or _checkpointed(job, obs.hosts.get(job.id), obs.now)
+        return (_watch_running(job, node, obs.hosts.get(job.id), _suspect_age(job.id, obs), config)
+                or _checkpointed(job, obs.hosts.get(job.id), obs.now))
     if s in (fold.PREEMPTED, fold.FAILED):  # preempted for another job: its TPU is given back
         return _recover(job, tpu_usable=not admission.preempted_for_another(job))
     return None
@@ -211,7 +212,15 @@ def _vanished(job: JobState, obs: Observed, config: PlanConfig) -> Action | None
     )
 
 
-def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | None) -> Action | None:
+def _suspect_age(job_id: str, obs: Observed) -> float | None:
+    since = obs.suspect_since.get(job_id)
+    return None if since is None else obs.now - since
+
+
+def _watch_running(
+    job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | None,
+    suspect_age: float | None = None, config: PlanConfig | None = None,
+) -> Action | None:
     if job.run_spec_hash and job.spec_hash != job.run_spec_hash:
         assert job.tpu is not None
         want = job.spec.get("tpu") or {}
@@ -229,6 +238,13 @@ def _watch_running(job: JobState, node: NodeObs, hosts: Mapping[int, HostObs] | 
         return _record(job, ev.Failed(kind="tpu_busy", message="the TPU was in use by another process (or its lock was)", attempt=job.attempt))
     if "grpc" in matches:
         return _record(job, ev.Failed(kind="grpc", message="GRPC error in the job's output", attempt=job.attempt))
+    # `suspect_age` None: the caller does not track suspects (the loop always does).
+    confirm = (config or PlanConfig()).lost_host_confirm_s
+    if suspect(hosts) and node.health in UNEXPLAINED_HEALTH and suspect_age is not None and suspect_age < confirm:
+        # The node reads READY and healthy, yet a worker is gone or was killed: the host may
+        # have seen the preemption before the API did. Ask again next pass (the loop re-reads
+        # the node after such a probe) rather than record a host loss that was a preemption.
+        return None
     gone = sorted(w for w, h in hosts.items() if h.state == "gone")
     if gone:
         return _record(job, ev.Failed(kind="lost_host", worker=gone[0], message=f"worker {gone[0]} lost: {hosts[gone[0]].error or 'process or host gone'}", attempt=job.attempt))
@@ -264,6 +280,17 @@ def _checkpointed(job: JobState, hosts: Mapping[int, HostObs] | None, now: float
     return _record(job, ev.Checkpointed(attempt=job.attempt, step=seen.checkpoint, worker=workers[0]))
 
 
+# Health values that do not explain a dead worker: a TIMEOUT or an unhealthy node does.
+UNEXPLAINED_HEALTH = frozenset({"", "HEALTHY", "HEALTH_UNSPECIFIED"})
+
+
+def suspect(hosts: Mapping[int, HostObs]) -> bool:
+    """A worker gone, or its command killed by a signal: what a preemption looks like from
+    the host's side, before the TPU API says so."""
+    return any(h.state == "gone" or h.state == "exited" and not 0 <= (h.exit_code or 0) < 128
+               for h in hosts.values())
+
+
 def selected_workers(job: JobState) -> list[int]:
     workers = (job.spec.get("command") or {}).get("workers", "all")
     if workers == "all" or workers is None:
@@ -274,11 +301,11 @@ def selected_workers(job: JobState) -> list[int]:
 
 
 def _cause_when_tpu_gone(job: JobState) -> str | None:
-    """A host that vanished, or a command killed by a signal, on a TPU that now reads
-    PREEMPTED (or is gone) was the preemption seen first from the host's side: the probe
-    raced the TPU API. Judge it by the preemption rule, not the failure rule."""
+    """A host that vanished, a command killed by a signal, or a setup that failed, on a TPU
+    that now reads PREEMPTED (or is gone) was the preemption seen first from the host's
+    side: the step raced the TPU API. Judge it by the preemption rule, not the failure rule."""
     err = job.last_error or {}
-    if err.get("kind") == "lost_host" or err.get("kind") == "exit" and (err.get("exit_code") or 0) >= 128:
+    if err.get("kind") in ("lost_host", "setup") or err.get("kind") == "exit" and (err.get("exit_code") or 0) >= 128:
         return "preempted"
     return None
 

@@ -67,6 +67,7 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/checkpoints", "checkpoint_hub"): frozenset({"git"}),
     ("tests/dashboard", "browser"): frozenset({"browser"}),
     ("tests/dashboard", "demo_story"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)
+    ("tests/e2e/test_chaos.py", "chaos_pg"): frozenset({"postgres"}),
 }
 
 # Fixtures parametrized over store backends: a test using one is a contract test, and each
@@ -87,6 +88,7 @@ PLACES: dict[str, frozenset[str]] = {
     "tests/spec/test_spec_cli.py": frozenset({"git"}),  # `ledger init` commits the template
     "tests/test_demo_e2e.py": frozenset({"tpu_emulator", "pubsub", "git"}),
     "tests/e2e/test_wheel.py": frozenset({"tpu_emulator", "git"}),  # `ledger init`, `ledger demo --no-pubsub`
+    "tests/e2e/test_chaos.py": frozenset({"tpu_emulator", "git"}),  # `ledger chaos`'s run, in the test process
 }
 
 E2E_PLACES = ("tests/e2e/",)

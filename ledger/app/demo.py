@@ -26,6 +26,7 @@ from emulator.pubsub import PUBSUB_EMULATOR, PubSubEmulator
 from ledger import defaults
 from ledger.app.dashboard.live import LiveLedger
 from ledger.app.dashboard.server import Background, create_app, hosts_for
+from ledger.app.queueview import LedgerPolicy
 from ledger.app.wiring import Settings, build
 from ledger.describe import summarize
 from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thread
@@ -258,7 +259,8 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         # 3. Everything that runs: watcher, reconciler, fan-out, and a progress subscriber.
         settings = Settings(store_url=store_url, tpu_endpoint=emu.endpoint, ssh_key=workdir / "ssh" / "id_ecdsa",
                             log_dir=result.log_dir, holder="demo-reconciler", interval=1.0)
-        rec = build(settings, on_action=lambda a, r: None)
+        # As `ledger reconcile` does: the sharing rules the watcher recorded from the template's policy.
+        rec = build(settings, on_action=lambda a, r: None, policy_source=LedgerPolicy(store_url))
         watcher_store = open_store(store_url)
         watcher = Watcher(str(hub), watcher_store, "main", interval=0.5)
         progress = _progress_source(store_url, pubsub_host)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,8 +17,8 @@ from typing import Any
 
 import click
 
-from ledger.errors import LedgerError
-from ledger.events import NewEvent, actor, format_time
+from ledger.errors import ConflictError, LedgerError
+from ledger.events import Event, NewEvent, actor, format_time
 from ledger.events.data import PolicyApplied
 from ledger.fold import JobState, evolve, initial
 from ledger.replay import load_state
@@ -49,28 +50,59 @@ def policy_at(path: Path | None, store: Reader | None = None) -> Policy | None:
     return recorded_policy(store) if store is not None else None
 
 
+def _rules(event: Event) -> dict[str, Any] | None:
+    """The sharing rules an event of the `_policy` stream sets: the watcher's (the file in
+    git, `policy_changed`) or a reconciler's (its --policy file, `policy_applied`)."""
+    if event.type == "policy_applied":
+        return event.data.get("blocks")
+    if event.type == "policy_changed":
+        return event.data.get("sharing")  # absent in events written before sharing was recorded
+    return None
+
+
+def last_rules(store: Reader) -> dict[str, Any] | None:
+    """The sharing rules last recorded on the `_policy` stream (None: none ever were)."""
+    for event in reversed(list(store.read_stream(POLICY_STREAM))):
+        rules = _rules(event)
+        if rules is not None:
+            return rules
+    return None
+
+
 def recorded_policy(store: Reader) -> Policy | None:
-    """The sharing policy the reconciler last recorded it enforces (None: never recorded)."""
-    version = store.stream_version(POLICY_STREAM)
-    if not version:
-        return None
-    last = store.read_stream(POLICY_STREAM, after_version=version - 1)[-1]
-    return sharing_policy(last.data["blocks"])
+    """The sharing policy in force by the ledger (None: never recorded)."""
+    rules = last_rules(store)
+    return None if rules is None else sharing_policy(rules)
 
 
 def record_policy(store: Store, policy: Policy | None, *, source: str, holder: str) -> bool:
-    """Record the sharing policy a reconciler starts with, when it differs from the last one
-    recorded (a reconciler without one records that nothing is enforced, once there was)."""
-    version = store.stream_version(POLICY_STREAM)
-    if policy is None and not version:
-        return False
-    blocks = sharing_blocks(policy or Policy())
-    digest = spec_hash(blocks)  # SHA-256 of the canonical JSON
-    if version and store.read_stream(POLICY_STREAM, after_version=version - 1)[-1].data["digest"] == digest:
-        return False
-    data = PolicyApplied(digest=digest, blocks=blocks, source=source, holder=holder)
-    store.append(POLICY_STREAM, [NewEvent("policy_applied", data, actor("reconciler", holder))], expected_version=version)
-    return True
+    """Record the sharing policy a reconciler enforces from a file, when it differs from the
+    rules last recorded (by the watcher or a reconciler); a reconciler without one records
+    that nothing is enforced, once something was."""
+    for _ in range(3):  # the watcher may append to the stream meanwhile: look again
+        version = store.stream_version(POLICY_STREAM)
+        rules = last_rules(store) if version else None
+        if policy is None and rules is None:
+            return False
+        blocks = sharing_blocks(policy or Policy())
+        digest = spec_hash(blocks)  # SHA-256 of the canonical JSON
+        if rules is not None and spec_hash(rules) == digest:
+            return False
+        data = PolicyApplied(digest=digest, blocks=blocks, source=source, holder=holder)
+        try:
+            store.append(POLICY_STREAM, [NewEvent("policy_applied", data, actor("reconciler", holder))],
+                         expected_version=version)
+            return True
+        except ConflictError:
+            continue
+    return False
+
+
+def share_meter(store: Reader, half_life_hours: float, until: int | None = None) -> tuple[ShareMeter, UsageFold]:
+    """A fair-share meter fed the whole ledger up to seq `until` (the head by default), and
+    the usage fold that fed it (its open intervals complete the figures at a moment)."""
+    meter = ShareMeter(half_life_hours)
+    return meter, UsageFold(on_interval=meter.add).apply_rows(store.fold_rows(0, until))
 
 
 def recent_usage(store: Reader, policy: Policy | None, now: datetime | None = None) -> admission.Usage:
@@ -78,39 +110,85 @@ def recent_usage(store: Reader, policy: Policy | None, now: datetime | None = No
     if not admission.active(policy):
         return admission.NO_USAGE
     assert policy is not None
-    meter = ShareMeter(policy.fair_share.half_life_hours)
-    fold = UsageFold(on_interval=meter.add).apply_rows(store.fold_rows(0, None))
+    meter, fold = share_meter(store, policy.fair_share.half_life_hours)
     us = to_us(now or datetime.now(UTC))
-    open_now = fold.open_intervals(us)
-    return admission.Usage(decayed=meter.decayed(us, open_now), week=meter.week(us, open_now))
+    return admission.usage_at(meter, fold.open_intervals(us), us)
 
 
-def queue_rows(store: Reader, policy: Policy | None, jobs: dict[str, JobState] | None = None) -> list[dict[str, Any]]:
-    """Every waiting job in admission order, with why it waits."""
+def queue_rows(store: Reader, policy: Policy | None, jobs: Mapping[str, JobState] | None = None,
+               usage: admission.Usage | None = None) -> list[dict[str, Any]]:
+    """Every waiting job in admission order, with why it waits: `ledger queue --json`, the
+    `waiting` of `ledger inspect --json`, the dashboard's /api/queue. `jobs` and `usage`
+    default to the ledger's (a reader that keeps them current, the dashboard, passes its own)."""
     if jobs is None:
-        jobs = load_state(store).jobs  # type: ignore[arg-type]
-    return admission.explain(jobs, policy, recent_usage(store, policy))
+        jobs = load_state(store).jobs
+    return admission.explain(jobs, policy, recent_usage(store, policy) if usage is None else usage)
 
 
-class PolicyFile:
-    """The policy file a reconciler follows: read again when it changes (its mtime or size),
-    its rules recorded in the ledger whenever they differ from the last recorded. A broken
-    edit is logged and the last good policy kept: a typo never lifts every quota."""
+class _Stream:
+    """The `_policy` stream seen from one store per thread (the loop's thread asks every pass)."""
 
-    def __init__(self, path: Path, store_url: str, holder: str) -> None:
-        self.path, self.store_url, self.holder = Path(path), store_url, holder
-        self.key: tuple[int, int] | None = None
+    def __init__(self, store_url: str) -> None:
+        self.store_url = store_url
+        self.local = threading.local()
+
+    def store(self) -> Store:
+        store = getattr(self.local, "store", None)
+        if store is None:
+            store = self.local.store = open_store(self.store_url)
+        return store
+
+
+class LedgerPolicy(_Stream):
+    """The sharing policy a reconciler without --policy follows: the rules the watcher
+    recorded from the policy file on the branch (read again only when the stream moves)."""
+
+    def __init__(self, store_url: str) -> None:
+        super().__init__(store_url)
+        self.version = -1
         self.policy: Policy | None = None
 
     def __call__(self) -> Policy | None:
+        store = self.store()
+        version = store.stream_version(POLICY_STREAM)
+        if version != self.version:
+            self.version = version
+            self.policy = recorded_policy(store)
+        return self.policy
+
+
+class PolicyFile(_Stream):
+    """The policy file a reconciler follows (--policy): read again when it changes (its mtime
+    or size), its rules recorded in the ledger whenever they differ from the last recorded
+    (the watcher's, from git, included). A broken edit is logged and the last good policy
+    kept: a typo never lifts every quota."""
+
+    def __init__(self, path: Path, store_url: str, holder: str) -> None:
+        super().__init__(store_url)
+        self.path, self.holder = Path(path), holder
+        self.key: tuple[int, int] | None = None
+        self.policy: Policy | None = None
+        self.version = -1
+
+    def __call__(self) -> Policy | None:
+        changed = self._reload()
+        store = self.store()
+        if changed or store.stream_version(POLICY_STREAM) != self.version:
+            record_policy(store, self.policy, source=str(self.path), holder=self.holder)
+            self.version = store.stream_version(POLICY_STREAM)
+        return self.policy
+
+    def _reload(self) -> bool:
         try:
             st = os.stat(self.path)
         except OSError as exc:
+            if self.policy is None:
+                raise LedgerError(f"cannot read policy {self.path}: {exc.strerror}", hint="pass --policy PATH") from exc
             log.warning("policy %s: %s; keeping the last one read", self.path, exc.strerror)
-            return self.policy
+            return False
         key = (st.st_mtime_ns, st.st_size)
         if key == self.key:
-            return self.policy
+            return False
         self.key = key
         try:
             policy = load_policy(self.path)
@@ -118,14 +196,9 @@ class PolicyFile:
             if self.policy is None:
                 raise  # at start: refuse to run with a broken policy
             log.warning("policy %s not applied: %s; keeping the last good one", self.path, exc)
-            return self.policy
-        store = open_store(self.store_url)
-        try:
-            record_policy(store, policy, source=str(self.path), holder=self.holder)
-        finally:
-            store.close()
+            return False
         self.policy = policy
-        return policy
+        return True
 
 
 def would_start(store: Reader | None) -> Callable[[Mapping[str, dict[str, Any]], Policy], Mapping[str, str]] | None:

@@ -71,8 +71,10 @@ def extra_args_of(spec: dict) -> list[str]:
 
 
 def job_keys_of(settings: Settings) -> JobKeys:
-    """The per-job SSH keys: a TPU the reconciler created accepts its job's key only."""
-    return JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs")
+    """The per-job SSH keys: a TPU the reconciler created accepts its job's key only. They are
+    derived from the reconciler's key, so a peer reconciler with the same key (or `ledger
+    doctor` on another host) reaches the hosts with nothing shared or stored."""
+    return JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs", seed_key=settings.ssh_key)
 
 
 def build(settings: Settings, **overrides: Any):

@@ -414,6 +414,9 @@ class PolicyChanged(EventData):
     blob: Opt[str] = UNSET  # the policy file's blob; absent when the file was deleted
     branch: Opt[str] = UNSET
     broken: Opt[bool] = UNSET  # the file's `prices` block had errors (the table is empty)
+    # The sharing rules in force from here (quotas, priorities, fair_share and the teams the
+    # quotas name: `ledger.spec.policy.sharing_blocks`); what a reconciler without --policy follows.
+    sharing: Opt[dict[str, Any]] = UNSET
 
 
 class HistoryRewritten(EventData):

@@ -38,7 +38,7 @@ from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
 from ledger.spec.files import secrets_check
 from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_job_path
-from ledger.spec.policy import parse_policy
+from ledger.spec.policy import parse_policy, sharing_blocks
 from ledger.store import Store
 from ledger.usage.prices import POLICY_STREAM
 
@@ -394,7 +394,7 @@ def _policy_changed(step: StepInput, state: RepoState, branch: str) -> tuple[str
     broken = any(m.pointer.startswith("/prices") or not m.pointer for m in parsed.errors)
     prices = [Price(family=f, pricing=p, usd_per_chip_hour=usd) for (f, p), usd in parsed.policy.prices.usd.items()]
     data = PolicyChanged(commit=step.commit.sha, prices=prices, blob=entry[0] if entry else UNSET,
-                         branch=branch, broken=True if broken else UNSET)
+                         branch=branch, broken=True if broken else UNSET, sharing=sharing_blocks(parsed.policy))
     return POLICY_STREAM, NewEvent("policy_changed", data, _watcher_actor(branch),
                                    key=f"policy:{step.commit.sha}:{entry[0] if entry else 'deleted'}",
                                    causation=f"git:{step.commit.sha}")

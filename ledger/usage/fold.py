@@ -318,7 +318,8 @@ class UsageFold:
                 job.last = max(job.last, t)
         for key, values in self.accounts.items():
             self._settle(key, values)
-        self.prices.replace(from_event(data))
+        commit = data.get("commit")
+        self.prices.replace(from_event(data), commit if isinstance(commit, str) else None)
 
     def _account(self, key: AccountKey) -> list:
         values = self.accounts.get(key)

@@ -55,16 +55,24 @@ class PriceBook:
     """The prices in force: the ledger's table (replaced by each `policy_changed`) under the
     report's overrides."""
 
-    __slots__ = ("overrides", "table", "_rates")
+    __slots__ = ("overrides", "table", "commit", "_rates")
 
     def __init__(self, overrides: Prices | None = None) -> None:
         self.overrides = normalized(overrides)
         self.table: dict[tuple[str, str], float] = {}
+        self.commit: str | None = None  # the policy commit the ledger's table came from
         self._rates: dict[tuple[str, str], Rates] = {}
 
-    def replace(self, table: Mapping[tuple[str, str], float]) -> None:
-        self.table = dict(table)
+    def replace(self, table: Mapping[tuple[str, str], float], commit: str | None = None) -> None:
+        self.table, self.commit = dict(table), commit
         self._rates.clear()
+
+    def in_force(self) -> list[dict[str, Any]]:
+        """The prices in force now, as reports show them: each with where it came from."""
+        merged = {key: (usd, "policy") for key, usd in self.table.items()}
+        merged.update({key: (usd, "--price") for key, usd in self.overrides.items()})
+        return [{"family": f, "pricing": p, "usd_per_chip_hour": usd, "from": source}
+                for (f, p), (usd, source) in sorted(merged.items())]
 
     def rates(self, accelerator: str, pricing: str) -> Rates:
         key = (accelerator, pricing)

@@ -18,6 +18,7 @@ import select
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import paramiko
@@ -218,6 +219,14 @@ class SSHPool:
                     self._clients[slot] = client
                     return client
                 except paramiko.AuthenticationException as exc:
+                    if host.key_path is not None:
+                        # A TPU created before per-job keys holds the reconciler's key: try it.
+                        try:
+                            client = self._connect_once(replace(host, key_path=None))
+                            self._clients[slot] = client
+                            return client
+                        except paramiko.AuthenticationException:
+                            pass
                     raise AuthFailed(f"worker {host.worker} ({key_name(host)}): {host.username!r} was refused: {exc}") from None
                 except Exception as exc:
                     if not _is_transient(exc):

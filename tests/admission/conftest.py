@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from emulator import Emulator
-from ledger.app.queueview import PolicyFile
-from ledger.app.wiring import Settings, build
+from ledger.app.queueview import LedgerPolicy, PolicyFile
+from ledger.app.wiring import Settings
 from ledger.spec.policy import Policy, parse_policy
 from tests.reconciler.conftest import Harness
 
@@ -40,14 +39,12 @@ class LabHarness(Harness):
         settings.policy = self.policy
         return settings
 
-    def follow(self, path: Path, holder: str = "test-reconciler"):
-        """A reconciler that follows the policy file at `path`, as `ledger reconcile --policy`."""
-        rec = build(self.settings(holder), policy_source=PolicyFile(path, self.store_url, holder))
-        thread = threading.Thread(target=rec.run, kwargs={"stop": self.stop}, daemon=True)
-        thread.start()
-        self.reconcilers.append(rec)
-        self.threads.append(thread)
-        return rec
+    def follow(self, path: Path | None, holder: str = "test-reconciler"):
+        """A reconciler that follows the policy file at `path`, as `ledger reconcile --policy`,
+        or (None) the rules recorded in the ledger, as `ledger reconcile` does by default."""
+        source = PolicyFile(path, self.store_url, holder) if path else LedgerPolicy(self.store_url)
+        self.policy = None
+        return self.start(holder, policy_source=source)
 
     def use(self, text: str) -> None:
         policy, errors = parse_policy(text)

@@ -41,7 +41,7 @@ def at(t: float) -> str:
 
 def spec(accelerator: str = "v4-64", *, priority: int = 500, pricing: str = "ondemand") -> dict:
     return {"job": {"name": "x"}, "tpu": {"accelerator": accelerator, "zone": ZONE, "pricing": pricing},
-            "command": {"cmd": "train"}, "recovery": {"max_restarts": 3}, "priority": priority}
+            "command": {"cmd": "train"}, "recovery": {"on_preempted": "resume", "max_restarts": 3}, "priority": priority}
 
 
 class Lab:

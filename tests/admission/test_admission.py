@@ -192,3 +192,15 @@ def test_spot_for_on_demand_lets_an_on_demand_job_preempt_a_lower_spot_job_only(
     lab.jobs.pop("frank/spot")
     lab.waiting("gina/same", "v4-64", priority=100, pricing="ondemand")  # same class: never
     assert admit(lab.jobs, policy(text)).preempt == {}
+
+
+def test_a_job_that_would_not_come_back_is_never_a_victim():
+    lab = Lab()
+    lab.running("carol/low", "v4-256", priority=100)  # the whole lab
+    lab.jobs["carol/low"].spec["recovery"] = {"on_preempted": "pass", "max_restarts": 3}
+    lab.waiting("gina/urgent", "v4-64", priority=900)
+    assert admit(lab.jobs, policy()).preempt == {}
+    lab.jobs["carol/low"].spec["recovery"] = {"on_preempted": "reapply", "max_restarts": 0}  # budget spent
+    assert admit(lab.jobs, policy()).preempt == {}
+    lab.jobs["carol/low"].spec["recovery"] = {"on_preempted": "reapply", "max_restarts": 1}
+    assert admit(lab.jobs, policy()).preempt == {"carol/low": "gina/urgent"}

@@ -3,7 +3,9 @@ reconciler, the real google-cloud-tpu client, real SSH hosts, a real SQLite ledg
 
 from __future__ import annotations
 
+from ledger.events.data import PolicyChanged
 from ledger.fold import FINISHED, RUNNING, replay
+from ledger.spec.policy import parse_policy, sharing_blocks
 from ledger.store import open_store
 from reconciler.admission import need_of
 from tests.admission.conftest import LAB_POLICY, LabHarness
@@ -150,3 +152,26 @@ def test_an_admin_raising_a_quota_in_the_policy_file_lets_the_waiting_job_start(
     finally:
         store.close()
     h.verify()
+
+
+def test_by_default_the_reconciler_follows_the_rules_the_watcher_recorded(lab_harness: LabHarness):
+    h = lab_harness
+
+    def merged(text: str) -> None:  # what the watcher records when the policy file changes on main
+        h.append("_policy", "policy_changed", PolicyChanged(commit="c0ffee", prices=[], sharing=sharing_blocks(h_policy(text)))
+                 .to_builtins())
+
+    merged(LAB_POLICY)
+    h.submit("alice/one", spec("sleep 30; echo one"))
+    h.submit("alice/two", spec("echo two"))
+    h.follow(None)
+    h.wait("alice/two", lambda j: j.queued_reason.startswith("over quota: user alice"))
+    merged(LAB_POLICY.replace("alice: {chips: {v4: 4}}", "alice: {chips: {v4: 8}}"))
+    h.wait("alice/two", lambda j: j.state == FINISHED, timeout=90)
+    h.verify()
+
+
+def h_policy(text: str):
+    parsed, errors = parse_policy(text)
+    assert errors == ()
+    return parsed

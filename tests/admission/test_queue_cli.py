@@ -9,9 +9,17 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
-from ledger.app.queueview import PolicyFile, record_policy, recorded_policy, would_start
+from ledger.app.queueview import (
+    LedgerPolicy,
+    PolicyFile,
+    record_policy,
+    recorded_policy,
+    would_start,
+)
 from ledger.events import NewEvent, actor
+from ledger.events.data import PolicyChanged
 from ledger.fold import replay
+from ledger.spec.policy import sharing_blocks
 from ledger.store import open_store
 from tests.admission.lab import POLICY, ZONE, policy, spec
 
@@ -68,6 +76,12 @@ def test_inspect_says_why_a_job_waits(tmp_path: Path):
     out = run(url, "inspect", "alice/b", "--policy", policy)
     assert out.exit_code == 0, out.output
     assert "waiting: #2 in the queue (normal, quota)" in " ".join(out.output.split())
+    # --json: the same row `ledger queue --json` has for the job, beside its events
+    shown = json.loads(run(url, "inspect", "alice/b", "--policy", policy, "--json").output)
+    queue = json.loads(run(url, "queue", "--policy", policy, "--json").output)
+    assert shown["waiting"] == next(r for r in queue if r["job"] == "alice/b")
+    assert shown["waiting"]["wait"] == "quota" and shown["events"][0]["type"] == "submitted"
+    assert json.loads(run(url, "inspect", "carol/c", "--json").output)["waiting"]["wait"] == "admitted"
 
 
 def test_admit_is_audited_and_lets_the_job_past_its_quota(tmp_path: Path):
@@ -146,3 +160,23 @@ def test_the_policy_file_is_followed_recorded_per_change_and_a_broken_edit_kept_
     assert second is not None and second.quotas.users["alice"].chips["v4"] == 128 and recorded() == 2
     Path(path).write_text(POLICY + "quotas: [broken\n")
     assert source() is second and recorded() == 2  # the last good one stays in force
+
+
+def test_the_watchers_policy_in_git_is_the_one_in_force_by_default(tmp_path: Path):
+    url, path = lab(tmp_path)
+    store = open_store(url)
+    try:
+        follow = LedgerPolicy(url)
+        assert follow() is None  # nothing recorded: nothing enforced
+        changed = PolicyChanged(commit="c1", prices=[], sharing=sharing_blocks(policy()))
+        store.append("_policy", [NewEvent("policy_changed", changed, actor("watcher", "ledger watch"))])
+        assert follow().quotas == policy().quotas  # the branch's rules, followed
+        assert record_policy(store, policy(), source=path, holder="r1") is False  # the same rules: nothing to add
+        rows = json.loads(run(url, "queue", "--json").output)
+        assert {r["job"]: r["wait"] for r in rows}["alice/b"] == "quota"
+        # a reconciler given another file records its rules: they are the ones in force now
+        assert record_policy(store, policy("quotas: {lab: {chips: {v4: 8}}}\n"), source="other.yaml", holder="r1")
+        assert follow().quotas.lab.chips == {"v4": 8}
+    finally:
+        store.close()
+    assert run(url, "verify").exit_code == 0

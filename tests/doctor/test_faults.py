@@ -14,6 +14,7 @@ from ledger.app.cli import cli
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
 from ledger.store import open_store
+from reconciler.doctor import Gate
 from tests.doctor.conftest import Pod
 from tests.emulator.conftest import pid_alive
 
@@ -131,3 +132,20 @@ def test_the_faults_over_the_control_api_and_a_stale_process_dies_with_its_vm(po
     client.delete_node(name=f"projects/proj/locations/us-central2-b/nodes/{pod.node}").result(timeout=60)
     client.transport.close()
     assert not pid_alive(pid)  # the VM went away, and its processes with it
+
+
+def test_before_a_start_a_host_the_probe_cannot_reach_is_left_to_the_start(pod: Pod):
+    url = ledger_for(pod)
+    for w in range(4):
+        pod.sh(w, "gcsfuse --implicit-dirs data ~/gcs")
+    pod.emu.kill_host(pod.node, 3)
+    store = open_store(url)
+    try:
+        job = replay(store.read_stream("alice/train")).jobs["alice/train"]
+        health, problem = Gate(pod.doctor)(store, job, pod.hosts, actor("reconciler", "test"))
+        code, answer = doctor(pod, url, "alice/train")
+    finally:
+        store.close()
+    # The gate says nothing of worker 3 (the start fails on it as a lost host); the doctor does.
+    assert problem is None and health in ("healthy", "warning")
+    assert code == 1 and [f["check"] for f in answer["findings"] if f["worker"] == 3] == ["ssh"]

@@ -6,6 +6,7 @@ import json
 
 from gitops_helpers import ALICE, BOB, CAROL, git, run_cli, spec
 
+from ledger.events import NewEvent, actor
 from ledger.gitops import ingest, plan
 
 ALIASES = "tpus:\n  pool-a:\n    name: lab-v4-32-a\n    zone: us-central2-b\n    accelerator: v4-32\n"
@@ -62,3 +63,20 @@ def test_plan_as_a_pull_request_comment_names_who_may_still_approve(hub, store_u
     [row] = [line for line in lines if line.startswith("| submit | `bob/big` |")]
     assert row.endswith(" (v4-32) | 16 | carol@lab.org | by Bob Li <bob@lab.org> |")
     assert "**Chips requested:** v4: 16, v5litepod: 8 (24 in all)" in lines
+
+
+def test_plan_says_whether_a_new_job_would_start_now_or_wait_under_the_branch_quotas(hub, store, store_url):
+    hub.bootstrap()
+    hub.commit({".ledger/policy.yaml": "quotas:\n  users:\n    alice: {chips: {v4: 16}}\n",
+                "jobs/alice/big.yaml": spec("v4-32")}, "alice's quota and her job", author=CAROL, approvers=(BOB,))
+    hub.push()
+    ingest(hub.bare, store, "main")
+    big = {"name": "n1", "zone": "us-central2-b", "kind": "node", "accelerator": "v4-32"}
+    store.append("alice/big", [NewEvent("provisioning", {"attempt": 1, "tpu": big}, actor("reconciler", "r"))])
+    git(hub.work, "checkout", "-q", "-b", "pr")
+    hub.commit({"jobs/alice/more.yaml": spec("v4-8"), "jobs/bob/small.yaml": spec("v4-8")}, "two more")
+    proc = run_cli(store_url, "plan", "pr", "--repo", str(hub.work), "--json")
+    starts = {i["job"]: i["start"] for i in json.loads(proc.stdout)["items"]}
+    assert starts["bob/small"] == "would start now"
+    assert "over quota: user alice holds 16 of 16 v4 chips, needs 4" in starts["alice/more"]
+    assert "would wait" in run_cli(store_url, "plan", "pr", "--repo", str(hub.work), "--format", "markdown").stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gitops_helpers import ALICE, BOB, MALLORY, POLICY
 
 from ledger.gitops import ingest
+from ledger.spec.policy import sharing_policy
 from ledger.usage import POLICY_STREAM
 
 PRICED = POLICY + "prices:\n  v4: {spot: 1.25, ondemand: 3.5}\n"
@@ -43,3 +44,17 @@ def test_a_broken_prices_block_records_no_prices_and_says_so(hub, store):
     ingest(hub.bare, store, "main")
     last = policy_events(store)[-1]
     assert last.data["prices"] == [] and last.data["broken"] is True
+
+
+def test_the_sharing_rules_of_an_approved_policy_are_recorded_and_are_the_ones_in_force(hub, store):
+    hub.bootstrap()
+    hub.commit({".ledger/policy.yaml": POLICY + "quotas:\n  users:\n    alice: {chips: {v4: 64}}\n"
+                "priorities:\n  classes: {low: 100, urgent: 900}\n  preempt: {urgent: [low]}\n"},
+               "alice's quota", author=ALICE, approvers=(BOB,))
+    hub.push()
+    ingest(hub.bare, store, "main")
+    last = policy_events(store)[-1]
+    in_force = sharing_policy(last.data["sharing"])
+    assert in_force.quotas.users["alice"].chips == {"v4": 64}
+    assert in_force.priorities.preempt == {"urgent": frozenset({"low"})}
+    assert "notify" not in last.data["sharing"] and "approval" not in last.data["sharing"]

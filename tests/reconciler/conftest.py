@@ -65,8 +65,8 @@ class Harness:
         store.append(job_id, [NewEvent(type_, data, actor("cli", "tester"))])
         store.close()
 
-    def start(self, holder: str = "test-reconciler"):
-        rec = build(self.settings(holder))
+    def start(self, holder: str = "test-reconciler", **overrides):
+        rec = build(self.settings(holder), **overrides)
         thread = threading.Thread(target=rec.run, kwargs={"stop": self.stop}, daemon=True)
         thread.start()
         self.reconcilers.append(rec)

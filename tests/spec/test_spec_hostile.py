@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.spec import MAX_BYTES, MAX_DEPTH, validate_text
+from ledger.spec.names import SHELL_META, job_id_from_path, safe_stream
 
 VALID = "tpu: {accelerator: v4-8, zone: us-central2-b}\ncommand: {cmd: python train.py}\n"
 
@@ -165,3 +166,21 @@ def test_sound_rejects_an_internal_error(config, monkeypatch):
     assert not result.ok
     with pytest.raises(AssertionError, match="internal error while validating: KeyError"):
         sound(result)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_characters="/\x00") | st.integers(0xDC80, 0xDCFF).map(chr), min_size=1, max_size=40))
+def test_any_file_name_gets_a_printable_verdict(name):
+    """Whatever a file is called (control characters, surrogate escapes of bytes that were not
+    UTF-8, shell metacharacters), the verdict is a job id or one printable line saying why."""
+    job_id, problem, hint = job_id_from_path(f"jobs/alice/{name}.yaml")
+    if job_id is not None:
+        assert problem is None and safe_stream(job_id)
+        return
+    assert problem.isprintable() and hint.isprintable(), (problem, hint)
+    if any(0xDC80 <= ord(c) <= 0xDCFF for c in name):
+        assert "not valid UTF-8" in problem
+    elif any(not c.isprintable() and c != " " for c in name):
+        assert "control characters" in problem
+    elif any(c in SHELL_META for c in name):
+        assert "shell metacharacters" in problem

@@ -125,8 +125,14 @@ def test_ledger_usage_and_inspect_show_costs_from_the_ledgers_prices(tmp_path: P
     got = json.loads(out.output)
     assert got["rows"][0]["cost_usd"] == pytest.approx(14.0) and got["rows"][0]["ondemand_usd"] is None
     assert got["missing_prices"] == ["v4/ondemand"]
+    assert got["prices_in_force"] == [{"family": "v4", "pricing": "spot", "usd_per_chip_hour": 3.0, "from": "policy"}]
     table = runner.invoke(cli, ["--store", f"sqlite:///{path}", "usage"])
     assert "no price for v4/ondemand" in table.output and "prices:" in table.output
+    assert "in force at the end (the policy of commit c0ffee01): v4/spot $3" in " ".join(table.output.split())
+    early = json.loads(runner.invoke(cli, ["--store", f"sqlite:///{path}", "usage", "--json",
+                                           "--until", "2026-03-02T10:45:00Z", "--price", "v6e/spot=2"]).output)
+    assert [(p["family"], p["pricing"], p["usd_per_chip_hour"], p["from"]) for p in early["prices_in_force"]] == [
+        ("v4", "ondemand", 4.0, "policy"), ("v4", "spot", 2.0, "policy"), ("v6e", "spot", 2.0, "--price")]
     line = runner.invoke(cli, ["--store", f"sqlite:///{path}", "inspect", "a/x"]).output
     assert "cost: no price for v4/ondemand" in " ".join(line.split())
     csv_out = runner.invoke(cli, ["--store", f"sqlite:///{path}", "usage", "--csv", "--price", "v4/ondemand=5"]).output

@@ -46,4 +46,5 @@ COMMANDS: dict[str, str] = {
     # rehearsal
     "emulator": "emulator:emulator_group",
     "demo": "demo:demo",
+    "chaos": "chaos:chaos_cmd",
 }

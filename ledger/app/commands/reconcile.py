@@ -25,7 +25,7 @@ from ledger.app.commands.common import (
     topic_option,
     tpu_access_options,
 )
-from ledger.app.queueview import PolicyFile, record_policy
+from ledger.app.queueview import LedgerPolicy, PolicyFile
 from ledger.app.readmodels import tpu_health, tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
@@ -35,7 +35,11 @@ from ledger.fold import LIVE, JobState, replay
 
 
 @click.command()
-@click.option("--once", is_flag=True, help="Act until nothing is left to do right now, then exit.")
+@click.option("--once", is_flag=True,
+              help="Run passes until nothing more can be done without waiting (a TPU being created is "
+                   "awaited; capacity and running commands are not), then exit.")
+@click.option("--timeout", type=float, default=None, envvar="LEDGER_ONCE_TIMEOUT",
+              help="With --once: exit after SECONDS even if operations are still under way.")
 @click.option("--interval", type=float, default=2.0, show_default=True, envvar="LEDGER_INTERVAL",
               help="Seconds between observations when no event wakes the loop.")
 @tpu_access_options
@@ -59,11 +63,11 @@ from ledger.fold import LIVE, JobState, replay
                    "shutdown), published to --checkpoint-repo and --topic; 0 = at shutdown only.")
 @click.option("--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",
               type=click.Path(path_type=Path),
-              help="The jobs repo's .ledger/policy.yaml to enforce: quotas, priority classes, fair share; read "
-                   "again when it changes, and recorded in the ledger when its rules do [env: LEDGER_POLICY; "
-                   "unset = no quotas].")
+              help="A .ledger/policy.yaml to enforce (quotas, priority classes, fair share) instead of the one the "
+                   "watcher recorded from the branch; read again when it changes, its rules recorded in the "
+                   "ledger when they differ [env: LEDGER_POLICY; unset = the ledger's: the branch's file].")
 @click.pass_context
-def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu_endpoint: str | None,
+def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
               checkpoint_every: float, policy_path: Path | None) -> None:
@@ -73,21 +77,26 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     recovers from preemptions and errors by each job's rules. Every action is recorded as
     an intent before and an outcome after, so a restart repairs instead of repeating.
 
-    With --policy, jobs are admitted by the policy's quotas, priority classes and fair
-    share, and urgent jobs may preempt lower classes (`ledger queue` explains who waits).
+    Jobs are admitted by the policy's quotas, priority classes and fair share, and urgent
+    jobs may preempt lower classes (`ledger queue` explains who waits): the policy the
+    watcher recorded from the branch's .ledger/policy.yaml, followed as it changes, or the
+    file given with --policy.
 
     \b
-    ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
+    Examples:
+      ledger reconcile --tpu-endpoint 127.0.0.1:8470     # run until stopped (SIGTERM)
+      ledger reconcile --once --timeout 300              # cron/CI: carry every job as far
+                                                         # as it goes now, then exit
+      ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
                         ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
-    # What it enforces goes into the ledger (`ledger queue` and `inspect` explain by it), and
-    # the file is followed: an admin's change applies at the next pass.
-    source = PolicyFile(policy_path, store.url, holder or settings.holder) if policy_path else None
-    policy = source() if source else None
-    if source is None:
-        record_policy(store, None, source="", holder=holder or settings.holder)
+    # The sharing rules in force, followed at every pass: by default the ones the watcher
+    # recorded from the branch's policy file; with --policy, that file's, recorded in the
+    # ledger when they differ (`ledger queue` and `inspect` explain by the ledger's).
+    source = PolicyFile(policy_path, store.url, holder or settings.holder) if policy_path else LedgerPolicy(store.url)
+    policy = source()
     store.close()
     if ssh_key:
         settings.ssh_key = ssh_key
@@ -110,7 +119,7 @@ def reconcile(ctx: click.Context, once: bool, interval: float, project: str, tpu
     out.print(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
     try:
         with publishing(settings.store_url, project, topic):
-            rec.run(once=once, stop=stop)
+            rec.run(once=once, stop=stop, timeout=timeout)
     except KeyboardInterrupt:
         stop.set()
     finally:
@@ -175,13 +184,10 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     its hosts' health at the last check (before a start, or `ledger doctor --fix`)."""
     store = store_from(ctx)
     events = list(store.read_all())
-    rows = tpu_rows(replay(events).jobs.values())
+    rows = tpu_rows(replay(events).jobs.values(), tpu_health(events))
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows)
         return
-    health = tpu_health(events)
-    for r in rows:
-        r["health"] = health.get(r["tpu"] or "", {}).get("health", "")
 
     table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
     colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}

@@ -90,6 +90,14 @@ def missing_text(missing: tuple[str, ...]) -> str:
     return f"no price for {', '.join(missing)}"
 
 
+def prices_text(fold: UsageFold) -> str:
+    """Which prices the report ends with, and where they came from."""
+    shown = [f"{p['family']}/{p['pricing']} ${p['usd_per_chip_hour']:g}" + (" (--price)" if p["from"] == "--price" else "")
+             for p in fold.prices.in_force()]
+    source = f"the policy of commit {fold.prices.commit[:10]}" if fold.prices.commit else "no policy_changed event yet"
+    return f"prices per chip-hour in force at the end ({source}): {', '.join(shown) or 'none'}"
+
+
 def accounting_line(row: UsageRow) -> str:
     """A job's usage in one line: `ledger inspect` ends with it."""
     parts = ", ".join(f"{c.replace('_', ' ')} {chip_hours(row.chip_hours(c))}" for c in _HOURS[1:-1] if row.chip_hours(c))
@@ -175,7 +183,7 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     report = summarize(fold.figures(now), by)
     span = (format_time(from_us(fold.lo)) if since else None, format_time(from_us(now)))
     if as_json:
-        print_json(usage_json(report, span[0], span[1], fold.position))
+        print_json(usage_json(report, span[0], span[1], fold.position, fold.prices.in_force()))
         return
     if as_csv:
         _csv(report)
@@ -183,6 +191,7 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
     out = console()
     title = f"usage by {by} in chip-hours, {span[0] or 'from the start'} .. {span[1]} (up to seq {fold.position})"
     out.print(usage_table(report, title))
+    out.print(prices_text(fold))
     if report.missing:
         out.print(f"{missing_text(report.missing)}: their costs show '?'. Add them to `prices:` in "
                   f"{POLICY_PATH} (in force from the commit that brings them), or give --price FAMILY/PRICING=USD.")

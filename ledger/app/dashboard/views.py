@@ -1,6 +1,6 @@
 """What each page shows, from the live state and the store: plain data for the templates and
 for `/api/`. The shapes of the CLI's `--json` come from `ledger.app.readmodels`,
-`ledger.app.commands.usage.usage_json` and `Event.to_dict()` (what `ledger inspect --json`
+`ledger.app.commands.usage.usage_json` and `Event.to_dict()` (the events `ledger inspect --json`
 prints), so a script and a page read the same answer.
 
 Everything a user can put in a URL is checked here first: ids are looked up, never used as
@@ -20,6 +20,7 @@ import yaml
 
 from ledger.app.dashboard import charts, timeline
 from ledger.app.dashboard.live import LiveLedger, VerifyRun
+from ledger.app.queueview import queue_rows, recorded_policy
 from ledger.app.readmodels import (
     SORTS,
     accelerator_of,
@@ -36,6 +37,7 @@ from ledger.replay import SNAPSHOT_NAME
 from ledger.store import Store
 from ledger.usage import GROUPINGS, chips_of, from_us
 from ledger.usage import summarize as usage_summary
+from reconciler import admission
 from reconciler.plan import shared_line
 from reconciler.remote import layout
 
@@ -272,7 +274,7 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
     """`ledger tpus --json`'s rows, and each shared TPU with its holder and its line."""
     with live.lock:
         jobs = live.state.jobs
-        rows = tpu_rows(jobs.values())
+        rows = tpu_rows(jobs.values(), live.health.checks)
         shared: dict[str, dict[str, Any]] = {}
         for r in rows:
             if r["shared"]:
@@ -289,6 +291,21 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
                 "chips": sum(chips_of(r["accelerator"] or "") for r in held)}
 
 
+def queue_page(live: LiveLedger, store: Store) -> dict[str, Any]:
+    """`ledger queue --json`'s rows (waiting jobs in admission order, why each waits) under the
+    sharing rules the ledger records, from the live state and its usage."""
+    policy = recorded_policy(store)
+    usage = live.recent_usage(policy, store)
+    with live.lock:
+        rows = queue_rows(store, policy, live.state.jobs, usage)
+        position = live.position
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["wait"]] = counts.get(r["wait"], 0) + 1
+    return {"position": position, "rows": rows, "counts": sorted(counts.items()),
+            "policy": policy is not None and admission.active(policy)}
+
+
 def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
     """`ledger usage --json` as it stands now (no window, no prices), the charts' geometry,
     and the weekly table."""
@@ -301,7 +318,8 @@ def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
         weeks = live.weeks.table(live.usage.open_intervals(now), last=WEEKS_SHOWN)
         position = live.usage.position
     return {
-        "report": usage_json(report, None, format_time(from_us(now)), position), "rows": report.rows,
+        "report": usage_json(report, None, format_time(from_us(now)), position, live.usage.prices.in_force()),
+        "rows": report.rows,
         "total": report.total, "by": by, "owner_chart": charts.owner_bars(owners.rows),
         "week_chart": charts.week_columns(weeks), "weeks": weeks, "position": position,
     }
