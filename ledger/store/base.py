@@ -65,6 +65,21 @@ def event_from_row(row: tuple) -> Event:
     return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
 
 
+class ActorTexts:
+    """The canonical text of each actor of one append. Writers pass one actor dict for many
+    events, so each object is encoded once (kept by identity, with the object itself held
+    so a freed id cannot be reused by another dict during the append)."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[object, str]] = {}
+
+    def __call__(self, actor: dict) -> str:
+        cached = self._texts.get(id(actor))
+        if cached is None or cached[0] is not actor:
+            cached = self._texts[id(actor)] = (actor, dumps(actor))
+        return cached[1]
+
+
 def chained_rows(events: Sequence[Event], head: int, head_hash: str) -> list[tuple]:
     """The rows of sealed envelopes (import, migrate) after checking that each continues the
     chain from (head, head_hash) and hashes as it claims; StoreError naming the first that

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
-from ledger.verify import verify_rows, verify_store
+from ledger.verify import CHILD_SHARE, verify_rows, verify_store
 
 SUBMIT = {"spec": {}, "spec_hash": "ab12cd34", "commit": "c0ffee", "path": "jobs/alice/a.yaml"}
 
@@ -110,7 +110,7 @@ def test_verify_in_two_processes_finds_what_one_finds(tmp_path):
     store.append_many([(job, events, 0) for job, events in workload(400, 20)])
     assert verify_store(store, parallel_from=1) == verify_store(store, parallel_from=0) and verify_store(store, parallel_from=1).ok
     head = store.head()
-    mid = head - int(head * 0.6)  # verify.CHILD_SHARE
+    mid = head - int(head * CHILD_SHARE)
     db = sqlite3.connect(path)
     db.execute("DROP TRIGGER events_no_update")
     for seq in (mid - 3, mid, mid + 1, head - 5, head):

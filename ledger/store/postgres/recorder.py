@@ -22,6 +22,7 @@ import psycopg
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import Event, NewEvent, body_text, dumps, now
 from ledger.store.base import (
+    ActorTexts,
     AppendOne,
     AppendResult,
     chained_rows,
@@ -81,7 +82,7 @@ class PostgresRecorder(AppendOne):
         # ids, types, times, actors, causations, datas, pre, post, keyed
         cols: list[list] = [[] for _ in range(9)]
         ids, types, times, actors, causations, datas, pres, posts, keyed = cols
-        encoded: dict[int, tuple[object, str]] = {}  # writers reuse one actor dict: encode it once
+        actor_text = ActorTexts()
         for stream, events, exp in batches:
             check_stream(stream)
             streams.append(stream)
@@ -92,10 +93,7 @@ class PostgresRecorder(AppendOne):
                 check_type(new.type)
                 id_ = new.resolve_id(stream)
                 time_ = new.time or stamp
-                cached = encoded.get(id(new.actor))
-                if cached is None or cached[0] is not new.actor:
-                    cached = encoded[id(new.actor)] = (new.actor, dumps(new.actor))
-                actor = cached[1]
+                actor = actor_text(new.actor)
                 data = dumps(new.data)
                 ids.append(id_)
                 keyed.append(id_ if new.key is not None else None)

@@ -11,6 +11,7 @@ from typing import TypeVar
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import GENESIS_HASH, Event, NewEvent, dumps, now, sealed_hash
 from ledger.store.base import (
+    ActorTexts,
     AppendOne,
     AppendResult,
     chained_rows,
@@ -219,17 +220,13 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
         insert = self._q["insert"]
         seq, prev_hash = self._head
         rows: list[tuple] = []
-        # Writers pass the same actor dict for many events: encode each object once.
-        actors: dict[int, tuple[object, str]] = {}
+        actor_text = ActorTexts()
         for stream, events, ids, version in plan:
             for new, id_ in zip(events, ids, strict=True):
                 seq += 1
                 version += 1
                 time_ = new.time or stamp
-                cached = actors.get(id(new.actor))
-                if cached is None or cached[0] is not new.actor:
-                    cached = actors[id(new.actor)] = (new.actor, dumps(new.actor))
-                actor_json = cached[1]
+                actor_json = actor_text(new.actor)
                 data_json = dumps(new.data)
                 hash_ = sealed_hash(seq, stream, version, new.type, time_, actor_json, id_, new.causation, data_json, prev_hash)
                 rows.append((seq, stream, version, new.type, time_, actor_json, id_, new.causation, data_json, prev_hash, hash_))
