@@ -84,18 +84,26 @@ def main() -> None:
                 dirty = rep % 2 == 1
                 if dirty:  # a stale lock on one worker: the checks repair and record it
                     runner.run(hosts[rep % len(hosts)], "bash -c 'mkdir -p ~/.vm/tmp && : > ~/.vm/tmp/libtpu_lockfile'")
-                cpu0, t0 = children_cpu(emu_pid), time.perf_counter()
-                health, problem = gate(store, job, hosts, actor("reconciler", "bench"))
-                (repairs if dirty else checks).append(time.perf_counter() - t0)
-                if not dirty:  # what the probes' processes cost the hosts' CPUs, whatever the load
-                    host_cpu.append((children_cpu(emu_pid) - cpu0) / len(hosts))
-                assert problem is None and health == ("fixed" if dirty else gate_health(health)), (health, problem)
-                if not dirty:  # the probe as it was, right after, under the same load
+
+                def timed(g: Gate, job=job, dirty=dirty) -> tuple[float, float]:
+                    """(wall s, host CPU s per host) of one gate; checks what it answered."""
                     cpu0, t0 = children_cpu(emu_pid), time.perf_counter()
-                    health, problem = old_gate(store, job, hosts, actor("reconciler", "bench"))
-                    old_checks.append(time.perf_counter() - t0)
-                    old_cpu.append((children_cpu(emu_pid) - cpu0) / len(hosts))
-                    assert problem is None and health == gate_health(health), (health, problem)
+                    health, problem = g(store, job, hosts, actor("reconciler", "bench"))
+                    wall = time.perf_counter() - t0
+                    assert problem is None and health == ("fixed" if dirty else gate_health(health)), (health, problem)
+                    return wall, (children_cpu(emu_pid) - cpu0) / len(hosts)
+
+                if dirty:
+                    repairs.append(timed(gate)[0])
+                else:  # the probe as it was, under the same load; which goes first alternates
+                    first_old = rep // 2 % 2 == 1
+                    old = timed(old_gate) if first_old else None
+                    wall, cpu = timed(gate)
+                    old = old or timed(old_gate)
+                    checks.append(wall)
+                    host_cpu.append(cpu)
+                    old_checks.append(old[0])
+                    old_cpu.append(old[1])
                 t0 = time.perf_counter()
                 runner.start(JOB, rep + 1, hosts, SPEC, extra_args=[], resume=False)
                 starts.append(time.perf_counter() - t0)
