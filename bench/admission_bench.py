@@ -7,7 +7,13 @@ which is the expensive case: every one is placed and explained. Also: plan() ove
 jobs without a policy, for the cost admission adds, and `ledger queue`'s read model
 (admission.explain).
 
+With --ledger-events N: what `ledger queue` (and a reconciler's first pass) reads besides
+the jobs: the fair-share input folded from the whole ledger (queueview.recent_usage), beside
+the jobs' state from snapshot + tail (load_state), over bench/workload.py's ledger of N
+events in a SQLite file (--db keeps it for the next run).
+
     python bench/admission_bench.py [--waiting 10000] [--running 500] [--runs 9] [--json]
+    python bench/admission_bench.py --ledger-events 200000 --db /tmp/admission-200k.db --runs 3
 """
 
 from __future__ import annotations
@@ -19,9 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
+from usage_bench import build  # noqa: E402
+
+from ledger.app.queueview import recent_usage  # noqa: E402
 from ledger.fold import evolve, initial  # noqa: E402
+from ledger.replay import load_state, save_snapshot  # noqa: E402
 from ledger.spec.policy import parse_policy  # noqa: E402
 from reconciler.admission import Usage, admit, explain  # noqa: E402
 from reconciler.model import HostObs, NodeObs, Observed, PlanConfig  # noqa: E402
@@ -80,9 +90,14 @@ def main() -> None:
     ap.add_argument("--running", type=int, default=500)
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--ledger-events", type=int, default=0, help="also time the reads of ledger queue over a ledger this big")
+    ap.add_argument("--db", type=Path, default=None, help="the SQLite file of that ledger (built once, kept)")
     args = ap.parse_args()
     policy, errors = parse_policy(POLICY)
     assert not errors, errors
+    if args.ledger_events:
+        ledger_reads(args, policy)
+        return
     jobs, obs = lab(args.waiting, args.running)
     usage = Usage(decayed={o: float(i) for i, o in enumerate(OWNERS)}, week={(o, "v4"): 100.0 * i for i, o in enumerate(OWNERS)})
     decision = admit(jobs, policy, usage)
@@ -110,6 +125,28 @@ def main() -> None:
                        ("plan_without_policy_ms", "plan() without a policy"), ("explain_ms", "ledger queue's read model")):
         wall, cpu = figures[key]
         print(f"{label:42s} median {wall:7.1f} ms wall, {cpu:7.1f} ms CPU")
+
+
+def ledger_reads(args, policy) -> None:
+    """The usage fold `ledger queue` makes from seq 0, beside the state it reads."""
+    db = args.db or Path(f"/tmp/admission-{args.ledger_events}.db")
+    store = build(db, args.ledger_events, max(1, args.ledger_events // 100), lambda text: print(text, file=sys.stderr))
+    try:
+        figures = {"events": store.head(),
+                   "recent_usage_ms": median_ms(lambda: recent_usage(store, policy), args.runs),
+                   "load_state_no_snapshot_ms": median_ms(lambda: load_state(store, use_snapshot=False), args.runs)}
+        save_snapshot(store, load_state(store))  # as the reconciler keeps one (every SNAPSHOT_EVERY events)
+        figures["load_state_ms"] = median_ms(lambda: load_state(store), args.runs)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    for key, label in (("recent_usage_ms", "fair-share input, folded from seq 0"),
+                       ("load_state_no_snapshot_ms", "jobs' state, replayed from seq 0"),
+                       ("load_state_ms", "jobs' state from a snapshot at the head")):
+        wall, cpu = figures[key]
+        print(f"{figures['events']:,} events: {label:38s} median {wall:8.1f} ms wall, {cpu:8.1f} ms CPU")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ Printed: medians (and p90) of the wall time of whole responses, as the client se
 - the job page of the 1,000-event job (timeline picture, 200 events of the list with their
   chain status, log tail), target <= 100 ms;
 - /api/jobs and the 1,000 events as JSON;
+- the queue page and /api/queue under a recorded sharing policy (quotas, fair share): the
+  first request folds the ledger once for the fair-share meter, the next ones do not;
 - live: an event appended -> its Server-Sent Event at the client (the same tail the pages use),
   target: a new event on the page within 1 s.
 """
@@ -36,7 +38,9 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from workload import job_events, workload  # noqa: E402
 
+from ledger.app.queueview import record_policy  # noqa: E402
 from ledger.events import NewEvent, actor  # noqa: E402
+from ledger.spec.policy import parse_policy  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
 
 JOBS = 10_000
@@ -65,6 +69,21 @@ def build(path: Path, progress) -> None:
         for i in range(0, len(data), JOBS_PER_TX):
             store.append_many([(job, evs, 0) for job, evs in data[i:i + JOBS_PER_TX]])
         store.append(BIG_JOB, job_events(BIG_JOB, BIG_EVENTS, JOBS))
+    finally:
+        store.close()
+
+
+# Quotas make admission active (and the queue page fold usage); fair share decays it.
+SHARING = "quotas:\n  default_user: {chips: {v4: 256}}\nfair_share: {half_life_hours: 168}\n"
+
+
+def record_sharing(path: Path) -> None:
+    """The rules a reconciler records from its --policy file (once: the same rules again are not)."""
+    policy, errors = parse_policy(SHARING)
+    assert not errors, errors
+    store = SQLiteStore(path)
+    try:
+        record_policy(store, policy, source="bench", holder="bench")
     finally:
         store.close()
 
@@ -135,6 +154,7 @@ def main() -> None:
     say = (lambda _: None) if args.json else (lambda m: print(m, file=sys.stderr))
     db = args.db or Path(tempfile.mkdtemp(prefix="dashboard-bench-")) / "ledger.db"
     build(db, say)
+    record_sharing(db)
     proc, address, banner = start(f"sqlite:///{db}")
     say(banner)
     owner, name = BIG_JOB.split("/")
@@ -148,6 +168,8 @@ def main() -> None:
             "api_events": f"/api/jobs/{owner}/{name}/events",
             "tpus_page": "/tpus",
             "usage_page": "/usage",
+            "queue_page": "/queue",
+            "api_queue": "/api/queue",
         }
         figures = {key: measure(address, path, args.requests) for key, path in pages.items()}
         figures["append_to_sse"] = sse_latency(address, db, 20)

@@ -39,6 +39,8 @@ from ledger import fold, tpu_types
 from ledger.events import data as ev
 from ledger.fold import JobState
 from ledger.spec.policy import Policy, Quota
+from ledger.usage.fold import Interval
+from ledger.usage.share import ShareMeter
 from reconciler.rules import decide
 
 LAB = "lab"
@@ -57,6 +59,13 @@ class Usage:
 
 
 NO_USAGE = Usage()
+
+
+def usage_at(meter: ShareMeter, open_now: Iterable[Interval], now_us: int) -> Usage:
+    """The figures a pass at `now_us` plans with: the meter's closed intervals plus the usage
+    fold's open ones (`UsageFold.open_intervals(now_us)`)."""
+    open_now = list(open_now)
+    return Usage(decayed=meter.decayed(now_us, open_now), week=meter.week(now_us, open_now))
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,7 +247,7 @@ class Executor:
         queued = tpu.get("kind") == "queued_resource"
         if taken_up:
             node = self.tpu.get_node(tpu["zone"], tpu["name"])
-            if node is not None and node.state == "DELETING":
+            if node is not None and node.state == "DELETING" and self.tpu.await_gone(tpu["zone"], tpu["name"]):
                 return True
             if node is None and not queued:
                 return False

@@ -147,8 +147,7 @@ class Reconciler:
         if self.usage is None:
             return admission.NO_USAGE
         us = int(now * 1_000_000)
-        open_now = self.usage.open_intervals(us)
-        return admission.Usage(decayed=self.meter.decayed(us, open_now), week=self.meter.week(us, open_now))
+        return admission.usage_at(self.meter, self.usage.open_intervals(us), us)
 
     def observe(self) -> Observed:
         obs = Observed(now=time.time())

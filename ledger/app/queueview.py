@@ -98,23 +98,31 @@ def record_policy(store: Store, policy: Policy | None, *, source: str, holder: s
     return False
 
 
+def share_meter(store: Reader, half_life_hours: float, until: int | None = None) -> tuple[ShareMeter, UsageFold]:
+    """A fair-share meter fed the whole ledger up to seq `until` (the head by default), and
+    the usage fold that fed it (its open intervals complete the figures at a moment)."""
+    meter = ShareMeter(half_life_hours)
+    return meter, UsageFold(on_interval=meter.add).apply_rows(store.fold_rows(0, until))
+
+
 def recent_usage(store: Reader, policy: Policy | None, now: datetime | None = None) -> admission.Usage:
     """Fair-share and weekly figures at `now` from the whole ledger (as the reconciler has them)."""
     if not admission.active(policy):
         return admission.NO_USAGE
     assert policy is not None
-    meter = ShareMeter(policy.fair_share.half_life_hours)
-    fold = UsageFold(on_interval=meter.add).apply_rows(store.fold_rows(0, None))
+    meter, fold = share_meter(store, policy.fair_share.half_life_hours)
     us = to_us(now or datetime.now(UTC))
-    open_now = fold.open_intervals(us)
-    return admission.Usage(decayed=meter.decayed(us, open_now), week=meter.week(us, open_now))
+    return admission.usage_at(meter, fold.open_intervals(us), us)
 
 
-def queue_rows(store: Reader, policy: Policy | None, jobs: dict[str, JobState] | None = None) -> list[dict[str, Any]]:
-    """Every waiting job in admission order, with why it waits."""
+def queue_rows(store: Reader, policy: Policy | None, jobs: Mapping[str, JobState] | None = None,
+               usage: admission.Usage | None = None) -> list[dict[str, Any]]:
+    """Every waiting job in admission order, with why it waits: `ledger queue --json`, the
+    `waiting` of `ledger inspect --json`, the dashboard's /api/queue. `jobs` and `usage`
+    default to the ledger's (a reader that keeps them current, the dashboard, passes its own)."""
     if jobs is None:
-        jobs = load_state(store).jobs  # type: ignore[arg-type]
-    return admission.explain(jobs, policy, recent_usage(store, policy))
+        jobs = load_state(store).jobs
+    return admission.explain(jobs, policy, recent_usage(store, policy) if usage is None else usage)
 
 
 class _Stream:

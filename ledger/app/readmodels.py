@@ -6,8 +6,10 @@ Pure functions over the fold's states (`ledger.fold.JobState`); no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+
+import msgspec
 
 from ledger.fold import JobState
 from ledger.usage import CATEGORIES, UsageReport
@@ -24,9 +26,11 @@ def job_json(job: JobState) -> dict[str, Any]:
     return out
 
 
-def tpu_rows(jobs: Iterable[JobState]) -> list[dict[str, Any]]:
+def tpu_rows(jobs: Iterable[JobState], health: Mapping[str, Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
     """`ledger tpus --json`: every TPU a job holds, and every shared TPU a live job waits for,
-    in job id order."""
+    in job id order; `health` and `checked`: its hosts' health at the last host check and
+    when (`TpuHealth`; "" when never checked)."""
+    health = health or {}
     rows = []
     for job in sorted(jobs, key=lambda j: j.id):
         if job.tpu:
@@ -38,28 +42,55 @@ def tpu_rows(jobs: Iterable[JobState]) -> list[dict[str, Any]]:
             rows.append({"tpu": want.get("name"), "zone": want.get("zone"), "accelerator": want.get("accelerator"),
                          "shared": True, "job": job.id, "owner": job.owner, "job_state": f"waiting ({job.state})",
                          "since": job.times.get("queued", "")})
+        else:
+            continue
+        check = health.get(rows[-1]["tpu"] or "", {})
+        rows[-1].update(health=check.get("health", ""), checked=check.get("time", ""))
     return rows
 
 
-def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
+class TpuHealth:
     """TPU name -> {"health", "time"} of the last host check on it (reconciler.doctor): the
     health a `started` event carries, a start refused as `host_unhealthy`, or the result of
-    a `clean` (the checks' repairs). Events in ledger order."""
-    on: dict[str, str] = {}
-    out: dict[str, dict[str, str]] = {}
-    for e in events:
-        d = e.data or {}
-        if e.type in ("provisioning", "provisioned") and isinstance(d.get("tpu"), dict):
-            on[e.stream] = str(d["tpu"].get("name", ""))
-        elif e.type == "started" and d.get("health") and on.get(e.stream):
-            out[on[e.stream]] = {"health": str(d["health"]), "time": e.time}
-        elif e.type == "failed" and d.get("kind") == "host_unhealthy" and on.get(e.stream):
-            out[on[e.stream]] = {"health": "unhealthy", "time": e.time}
-        elif e.type == "action_outcome" and d.get("action") == "clean" and isinstance(d.get("result"), dict):
-            name = str(d["result"].get("tpu") or on.get(e.stream, ""))
+    a `clean` (the checks' repairs). Fed in ledger order, events or store rows alike, so the
+    CLI (over the events it read) and the dashboard (over its tail) fold it the same way."""
+
+    TYPES = frozenset({"provisioning", "provisioned", "started", "failed", "action_outcome"})
+
+    def __init__(self) -> None:
+        self.on: dict[str, str] = {}  # job stream -> the TPU it holds
+        self.checks: dict[str, dict[str, str]] = {}
+
+    def add(self, stream: str, type_: str, time: str, d: Mapping[str, Any]) -> None:
+        if type_ in ("provisioning", "provisioned") and isinstance(d.get("tpu"), dict):
+            self.on[stream] = str(d["tpu"].get("name", ""))
+        elif type_ == "started" and d.get("health") and self.on.get(stream):
+            self.checks[self.on[stream]] = {"health": str(d["health"]), "time": time}
+        elif type_ == "failed" and d.get("kind") == "host_unhealthy" and self.on.get(stream):
+            self.checks[self.on[stream]] = {"health": "unhealthy", "time": time}
+        elif type_ == "action_outcome" and d.get("action") == "clean" and isinstance(d.get("result"), dict):
+            name = str(d["result"].get("tpu") or self.on.get(stream, ""))
             if name:
-                out[name] = {"health": str(d["result"].get("health", "")), "time": e.time}
-    return out
+                self.checks[name] = {"health": str(d["result"].get("health", "")), "time": time}
+
+    def tee(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        """Pass store rows (seq, stream, version, type, time, data JSON) through, folding the
+        few types that matter on the way (the dashboard folds usage from the same read)."""
+        types, add = self.TYPES, self.add
+        for row in rows:
+            if row[3] in types:
+                data = row[5]
+                add(row[1], row[3], row[4], msgspec.json.decode(data) if isinstance(data, str | bytes) else data)
+            yield row
+
+
+def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """`TpuHealth` over events in ledger order."""
+    fold = TpuHealth()
+    for e in events:
+        if e.type in fold.TYPES:
+            fold.add(e.stream, e.type, e.time, e.data or {})
+    return fold.checks
 
 
 def accelerator_of(job: JobState) -> str:

@@ -68,7 +68,7 @@ class RemoteRunner:
         self._scanned: dict[tuple[str, int, int], int] = {}
         # (job, attempt, worker) -> the newest checkpoint step seen in that output, kept
         # until the attempt ends so the planner sees it on the pass its throttle allows
-        self._steps: dict[tuple[str, int, int], int] = {}
+        self._checkpoint_steps: dict[tuple[str, int, int], int] = {}
         self._scan_lock = threading.Lock()
 
     # -- plumbing ------------------------------------------------------------------------
@@ -288,7 +288,7 @@ class RemoteRunner:
         error = {"absent": "the attempt was never started on this host",
                  "gone": "the process is gone and left no exit code"}.get(ans.state)
         with self._scan_lock:
-            step = self._steps.get((job_id, attempt, host.worker))
+            step = self._checkpoint_steps.get((job_id, attempt, host.worker))
         status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size + len(ans.data),  # type: ignore[arg-type]
                             checkpoint=step)
         if ans.state in ("exited", "gone"):
@@ -320,7 +320,7 @@ class RemoteRunner:
         with self._scan_lock:
             self._scanned[key] = start + end
             if step is not None:
-                self._steps[key] = step
+                self._checkpoint_steps[key] = step
         return patterns.scan(text, compiled)
 
     # -- stop ----------------------------------------------------------------------------

@@ -76,6 +76,12 @@ def test_inspect_says_why_a_job_waits(tmp_path: Path):
     out = run(url, "inspect", "alice/b", "--policy", policy)
     assert out.exit_code == 0, out.output
     assert "waiting: #2 in the queue (normal, quota)" in " ".join(out.output.split())
+    # --json: the same row `ledger queue --json` has for the job, beside its events
+    shown = json.loads(run(url, "inspect", "alice/b", "--policy", policy, "--json").output)
+    queue = json.loads(run(url, "queue", "--policy", policy, "--json").output)
+    assert shown["waiting"] == next(r for r in queue if r["job"] == "alice/b")
+    assert shown["waiting"]["wait"] == "quota" and shown["events"][0]["type"] == "submitted"
+    assert json.loads(run(url, "inspect", "carol/c", "--json").output)["waiting"]["wait"] == "admitted"
 
 
 def test_admit_is_audited_and_lets_the_job_past_its_quota(tmp_path: Path):

@@ -149,5 +149,23 @@ def test_a_new_event_appears_live_without_a_reload(demo_story, browser, tmp_path
     assert browser.execute_script("return window.stillThisPage") is True
     assert browser.find_elements(By.CSS_SELECTOR, 'svg.timeline g.mark[data-type="note"]')
     shoot(browser, tmp_path, "job-live")
+
+    # the queue, reached from the nav: empty after the story; a job submitted now (the demo's
+    # reconciler has stopped, so nobody gives it a TPU) appears in it live, with why it waits
+    browser.find_element(By.CSS_SELECTOR, 'nav a[href="/queue"]').click()
+    wait.until(lambda b: b.find_element(By.ID, "live-status").text == "live")
+    assert "No job is waiting." in text(browser, "main")
+    browser.execute_script("window.stillThisPage = true")
+    spec = {"tpu": {"accelerator": "v4-8", "zone": "us-central2-b", "pricing": "spot"}, "command": {"cmd": "true"}}
+    store = open_store(result.store_url, create=False)
+    try:
+        store.append("dave/late", [NewEvent("submitted", {"spec": spec, "spec_hash": "ab" * 32, "commit": "c0ffee",
+                                                          "path": "jobs/dave/late.yaml"}, actor("git", "tester"))])
+    finally:
+        store.close()
+    row = wait.until(lambda b: b.find_element(By.CSS_SELECTOR, '#queue tr[data-job="dave/late"]'))
+    assert row.get_attribute("data-wait") == "admitted" and "4 v4" in row.text and "next pass" in row.text
+    assert browser.execute_script("return window.stillThisPage") is True
+    shoot(browser, tmp_path, "queue")
     no_console_errors(browser)
     browser.get("about:blank")

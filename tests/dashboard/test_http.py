@@ -93,7 +93,8 @@ def test_the_api_answers_in_the_clis_json_shapes(ledger, site):
     assert api["jobs"] == cli_json(url, "list", "--json") and api["total"] == len(api["jobs"]) == 6
     assert api["position"] == cli_json(url, "replay", "--json")["position"]
     assert get_json(site.url, "/api/tpus") == cli_json(url, "tpus", "--json")
-    assert get_json(site.url, "/api/jobs/alice/bert/events") == cli_json(url, "inspect", "alice/bert", "--json")
+    assert get_json(site.url, "/api/queue") == cli_json(url, "queue", "--json")  # no sharing rules: no usage figures
+    assert get_json(site.url, "/api/jobs/alice/bert/events") == cli_json(url, "inspect", "alice/bert", "--json")["events"]
     assert get_json(site.url, "/api/jobs/alice/bert") == next(j for j in api["jobs"] if j["id"] == "alice/bert")
     for by in ("owner", "job", "accelerator"):
         mine, theirs = get_json(site.url, f"/api/usage?by={by}"), cli_json(url, "usage", "--by", by, "--json")
@@ -130,6 +131,8 @@ def test_hostile_ids_and_queries_are_escaped_or_refused(site):
     status, _, page = get(site.url, href)
     assert status == 200 and "<img src=x" not in page and "onerror=alert(1)&gt;" in page
     assert "&lt;script&gt;" in page and SCRIPT not in page  # the spec and the path of the hostile job
+    status, _, page = get(site.url, "/queue")  # the hostile job waits (it was never given a TPU)
+    assert status == 200 and "<img src=x" not in page and href in page
     # ids with more slashes, dot-dot paths and very long ids find nothing and echo little
     for path in (f"/jobs/x/{urllib.parse.quote(SCRIPT, safe='')}", "/jobs/../../etc/passwd", "/jobs/a/..%2F..%2Fetc",
                  "/api/jobs/alice/..%2Fbert/log", "/jobs/alice/" + "b" * 5000, "/api/jobs/..%2F..%2Fetc/passwd/log"):
@@ -192,7 +195,7 @@ def test_every_page_is_read_only_with_a_strict_policy_and_no_inline_script(site)
             status, headers, _ = get(site.url, path, method=method)
             assert status in (405, 404), (method, path, status)
             assert headers["content-security-policy"] == CSP
-    for path in ("/jobs", "/jobs/alice/bert", "/tpus", "/usage", "/health", "/jobs/no/such"):
+    for path in ("/jobs", "/jobs/alice/bert", "/queue", "/tpus", "/usage", "/health", "/jobs/no/such"):
         status, headers, page = get(site.url, path)
         assert headers["content-security-policy"] == CSP and headers["x-frame-options"] == "DENY", path
         assert re.findall(r"<script(?![^>]*\bsrc=)", page) == [], path  # every script is a file

@@ -8,14 +8,28 @@ the jobs through leases. `make chaos` runs the long ones.
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
 
+from emulator import Emulator
+from emulator.control import ControlClient
 from ledger.app.chaos.report import render
-from ledger.app.chaos.run import run_chaos
-from ledger.app.chaos.scenario import KINDS, Scenario, plan
+from ledger.app.chaos.run import run_chaos, services
+from ledger.app.chaos.sampler import Sampler, double_provisioned
+from ledger.app.chaos.scenario import KINDS, JobPlan, Scenario, plan
+from ledger.app.chaos.world import ZONE, make_world
 from tests.postgres.conftest import _admin_url
+
+# A failed delete is taken for a release (see FAILED_DELETE): until that is fixed, the random
+# runs leave failed operations to `make chaos` and the test below pins the bug on its own.
+CI_KINDS = tuple(k for k in KINDS if k != "fail_operation")
+FAILED_DELETE = (
+    "reconciler bug: TpuApi.delete (reconciler/tpu.py) never waits for the delete operation, so a "
+    "delete that fails is recorded as `released` and a reapply creates a second TPU beside the old "
+    "one, both live until orphan collection (found by make chaos; docs/reliability.md)")
 
 # Short enough for CI (about 65 s a run), long enough for every kind of fault to land.
 SHORT = {"duration": 30.0, "jobs": 3, "job_work": (0.2, 0.4), "settle": 150.0, "observe": 5.0}
@@ -60,7 +74,8 @@ def test_the_schedule_is_seeded_and_bounded_by_the_window():
 @pytest.mark.timeout(400)
 def test_chaos_one_reconciler_on_sqlite(tmp_path: Path):
     lines: list[str] = []
-    result = run_chaos(Scenario(store="sqlite", seed=11, **SHORT), tmp_path / "run", say=lines.append)
+    result = run_chaos(Scenario(store="sqlite", seed=11, kinds=CI_KINDS, **SHORT), tmp_path / "run",
+                       say=lines.append)
     _check(result, lines)
 
 
@@ -69,8 +84,42 @@ def test_chaos_two_reconcilers_sharing_leases_on_postgres(tmp_path: Path, chaos_
     lines: list[str] = []
     # Failed creations stay with the SQLite run: each costs the reconciler about 40 s to notice
     # and retry, which CI's time budget pays for once.
-    kinds = tuple(k for k in KINDS if k != "fail_creation")
+    kinds = tuple(k for k in CI_KINDS if k != "fail_creation")
     result = run_chaos(Scenario(store="postgres", reconcilers=2, seed=12, kinds=kinds, **SHORT), tmp_path / "run",
                        pg_url=chaos_pg, say=lines.append)
     assert result.processes["reconciler-1"]["kills"] >= 1  # both members were killed
     _check(result, lines)
+
+
+@pytest.mark.xfail(strict=True, reason=FAILED_DELETE)
+@pytest.mark.timeout(300)
+def test_a_failed_delete_during_a_reapply_never_leaves_two_live_tpus(tmp_path: Path):
+    """One running job; the next operation is armed to fail, then its host is killed: the
+    reconciler's recovery deletes the TPU (that delete fails) and creates a new one."""
+    s = Scenario(duration=60.0, jobs=1, kinds=())
+    world = make_world(tmp_path / "run", "sqlite")
+    try:
+        with Emulator(state_dir=tmp_path / "run" / "emulator") as emu:
+            sup = services(s, world, emu.endpoint)
+            sampler = Sampler(emu.endpoint, ZONE).start()
+            control = ControlClient(emu.control_url)
+            sup.start_all()
+            try:
+                world.push_jobs([JobPlan("j00", seconds=120, batch=0)], max_restarts=5, branch="one")
+                deadline = time.time() + 120
+                while not (ready := [n.name for n in (sampler.latest() or sampler.take()).nodes if n.state == "READY"]):
+                    assert time.time() < deadline, "the job never got a READY TPU"
+                    time.sleep(0.5)
+                time.sleep(3.0)  # set up and started
+                control.fail_next_operation("INTERNAL", "chaos: this delete fails")
+                control.kill_host(ready[0], 0)
+                time.sleep(25.0)  # lost host seen, recovery, orphan collection (grace 5 s)
+            finally:
+                sampler.stop()
+                sup.stop_all()
+            faults = [json.loads(line) for line in (emu.state_dir / "faults.jsonl").read_text().splitlines()]
+    finally:
+        world.close()
+    assert any(f["fault"] == "operation_failed" and f.get("verb") == "delete" for f in faults), faults  # it landed
+    doubles, examples = double_provisioned(sampler.samples)
+    assert doubles == 0, examples

@@ -73,7 +73,9 @@ def test_inspect_timeline_and_json(ledger_file):
     assert result.exit_code == 0
     for expected in ("submitted", "git:alice@example.com", "approved by bob@example.com", "provisioning", "tpu-1", "started"):
         assert expected in result.output
-    envelopes = json.loads(run(ledger_file, "inspect", "alice/a", "--json").output)
+    shown = json.loads(run(ledger_file, "inspect", "alice/a", "--json").output)
+    assert shown["job"] == "alice/a" and shown["waiting"] is None  # it holds its TPU
+    envelopes = shown["events"]
     assert [e["version"] for e in envelopes] == [1, 2, 3, 4, 5, 6]
     assert set(envelopes[0]) == {"seq", "stream", "version", "type", "time", "actor", "id", "causation", "data", "prev_hash", "hash"}
 

@@ -75,6 +75,7 @@ class SimCloud:
         self.host_losses: list[Node] = []  # nodes whose host was killed (not preempted)
         self.calls = 0
         self.tick_s = 10.0
+        self.redeletes = 0  # deletes asked of a node already DELETING: must stay 0
 
     # -- faults ---------------------------------------------------------------------------
     def effect(self, act: Callable[[], Any]) -> Any:
@@ -177,13 +178,21 @@ class SimCloud:
             n = self.nodes.get(name)
             if n is None:
                 return False
-            if n.state != "DELETING":
-                n.state, n.delete_at = "DELETING", self.now + self.tick_s
-                n.host_alive = False
-                self._kill_procs(name)
+            if n.state == "DELETING":  # as Google answers a second delete of a deleting node
+                self.redeletes += 1
+                raise RuntimeError(f"FAILED_PRECONDITION: node {name} is being deleted")
+            # Two ticks: the pass after a crash still sees it DELETING.
+            n.state, n.delete_at = "DELETING", self.now + 2 * self.tick_s
+            n.host_alive = False
+            self._kill_procs(name)
             return True
 
         return self.effect(act)
+
+    def await_gone(self, zone: str, name: str, *, timeout: float = 0.0) -> bool:
+        # The simulated cloud never fails a deletion once under way: it ends within two ticks.
+        n = self.nodes.get(name)
+        return n is None or n.state == "DELETING"
 
     def close(self) -> None:
         pass

@@ -48,7 +48,7 @@ JOBS = st.lists(st.fixed_dictionaries({
     "pricing": st.sampled_from(["spot", "ondemand"]),
     "max_restarts": st.integers(0, 2),
     "on_failure": st.sampled_from(["pass", "rerun", "resume"]),
-    "ticks": st.integers(1, 4),
+    "ticks": st.integers(1, 8),
     "exit": st.sampled_from([0, 0, 1]),
 }), min_size=1, max_size=3)
 
@@ -89,6 +89,7 @@ class World:
     executor: Executor | None = None
     final: dict[str, JobState] = field(default_factory=dict)  # the jobs once settled
     store_events: list = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)  # node faults that hit a live node
 
     def __post_init__(self) -> None:
         self.new_process()
@@ -145,11 +146,16 @@ class World:
 def apply(world: World, fault: tuple, job_ids: list[str], specs: dict[str, dict]) -> None:
     cloud, kind = world.cloud, fault[0]
     job_id = job_ids[fault[1] % len(job_ids)] if len(fault) > 1 and isinstance(fault[1], int) else ""
-    held = [n for n in cloud.live() if job_id and labelled(n, job_id)]
-    if kind == "preempt" and held:
-        cloud.preempt(held[0], probe_first=fault[2])
-    elif kind == "host_loss" and held:
-        cloud.lose_host(held[0])
+    # Faults on nodes and commands pick among those that exist, so few of them are no-ops.
+    live = sorted(cloud.live(), key=lambda n: n.name)
+    target = live[fault[1] % len(live)] if live and len(fault) > 1 and isinstance(fault[1], int) else None
+    running = sorted((p for p in cloud.procs.values() if p.state == "running"), key=lambda p: p.job_id)
+    if kind == "preempt" and target is not None:
+        cloud.preempt(target, probe_first=fault[2])
+        world.applied.append("preemption, " + ("probe first" if fault[2] else "API first"))
+    elif kind == "host_loss" and target is not None:
+        cloud.lose_host(target)
+        world.applied.append("host loss")
     elif kind == "capacity":
         cloud.capacity = fault[1]
     elif kind == "fail_create":
@@ -158,10 +164,8 @@ def apply(world: World, fault: tuple, job_ids: list[str], specs: dict[str, dict]
         cloud.create_ticks = 4.0
     elif kind == "fail_op":
         cloud.fail_op = True
-    elif kind == "grpc":
-        for p in cloud.procs.values():
-            if p.job_id == job_id and p.state == "running":
-                p.kinds.append("grpc")
+    elif kind == "grpc" and running:
+        running[fault[1] % len(running)].kinds.append("grpc")
     elif kind in ("cancel", "spec"):
         def act() -> None:
             job = world.jobs().get(job_id)
@@ -194,6 +198,7 @@ def settle(world: World, limit: int = 200) -> None:
 
 
 def check_end(world: World) -> None:
+    assert world.cloud.redeletes == 0, "a delete under way was started again"
     report = verify_store(world.store)
     assert report.ok, report.problem
     jobs = world.jobs()
@@ -245,6 +250,8 @@ def run_story(job_params: list[dict], faults: list[tuple]) -> World:
 def test_the_reconciler_survives_any_sequence_of_faults(job_params: list[dict], faults: list[tuple]) -> None:
     world = run_story(job_params, faults)
     event(f"crashes: {min(world.crashes, 3)}")
+    for what in set(world.applied):
+        event(f"applied: {what}")
     for j in world.final.values():
         event(f"ended {j.state} after {min(j.restarts, 2)} restarts")
     seen = {e.type for e in world.store_events}
@@ -257,3 +264,24 @@ def test_a_quiet_story_ends_every_job():
     """Without faults every job runs once and ends, its TPU deleted: the model itself works."""
     world = run_story([{"pricing": "spot", "max_restarts": 1, "on_failure": "pass", "ticks": 2, "exit": 0}] * 2, [("none",)])
     assert [j.state for j in world.final.values()] == ["finished", "finished"] and world.crashes == 0
+
+
+def _verdicts(world: World) -> list[tuple[str, str]]:
+    return [(e.type, e.data.get("kind", "")) for e in world.store_events
+            if e.type in ("preempted", "failed", "resumed", "rerun")]
+
+
+SPOT_PASS = {"pricing": "spot", "max_restarts": 1, "on_failure": "pass", "ticks": 4, "exit": 0}
+
+
+def test_found_a_preemption_that_kills_the_host_just_before_the_start_is_judged_a_preemption():
+    """What the model found: the host died with its TPU while the API still read READY, the
+    start failed, and under `on_failure: pass` the job ended `failed_final` for a preemption."""
+    world = run_story([SPOT_PASS], [("none",)] * 3 + [("preempt", 0, True)] + [("none",)] * 3)
+    assert _verdicts(world) == [("failed", "lost_host"), ("resumed", "preempted")]
+    assert [j.state for j in world.final.values()] == ["finished"]
+
+
+def test_a_preemption_the_probe_sees_first_is_recorded_as_preempted():
+    world = run_story([SPOT_PASS], [("none",)] * 5 + [("preempt", 0, True)] + [("none",)] * 3)
+    assert _verdicts(world) == [("preempted", ""), ("resumed", "preempted")]

@@ -81,3 +81,15 @@ def test_tpus_lists_held_tpus_and_who_waits_for_a_shared_one(tmp_path: Path):
     rows = json.loads(out.output)
     assert [(r["tpu"], r["job"], r["job_state"]) for r in rows] == [
         ("lab-v4-8-1", "alice/a", "provisioning"), ("lab-v4-8-1", "bob/b", "waiting (queued)")]
+
+
+def test_tpus_json_carries_the_health_of_the_last_host_check_as_the_table_shows_it(tmp_path: Path):
+    tpu = {"name": "lab-v4-8-1", "zone": "us-central2-b", "shared": True, "accelerator": "v4-8"}
+    url = ledger_with(tmp_path,
+                      ("alice/a", [("submitted", {"spec": SHARED}), ("provisioning", {"attempt": 1, "tpu": tpu}),
+                                   ("provisioned", {"tpu": tpu, "hosts": [{"worker": 0}]}),
+                                   ("started", {"spec_hash": "ab" * 32, "health": "warning"})]),
+                      ("bob/b", [("submitted", {"spec": SPEC})]))
+    rows = json.loads(run(url, "tpus", "--json").output)
+    assert [(r["tpu"], r["health"], bool(r["checked"])) for r in rows] == [("lab-v4-8-1", "warning", True)]
+    assert "warni" in run(url, "tpus").output  # the table's health column (cut to the 80 columns of a pipe)

@@ -94,7 +94,7 @@ def test_inspect_ends_with_the_jobs_accounting_line(ledger_file):
     assert " ".join(" ".join(lines[start:]).split()) == ("usage: 32.27 chip-h held (running 26.40, setup 1.60, provisioning 1.33, recovering 2.40, "
                     "after end 0.533), waiting 3.73; goodput 81.8%; 1 preemption (lost 2.40 chip-h); "
                     "mean time to recover 13.0 min; cost: no price for v4/ondemand, v4/spot")
-    assert json.loads(run(ledger_file, "inspect", "alice/bert", "--json"))[0]["type"] == "submitted"  # JSON unchanged
+    assert json.loads(run(ledger_file, "inspect", "alice/bert", "--json"))["events"][0]["type"] == "submitted"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -33,7 +33,7 @@ from ledger.app.chaos.world import ZONE, World, ledger_cmd, make_world
 from ledger.store import open_store
 
 
-def _services(s: Scenario, world: World, endpoint: str) -> Supervisor:
+def services(s: Scenario, world: World, endpoint: str) -> Supervisor:
     sup = Supervisor(env={"COLUMNS": "160"})
     logs = world.workdir / "process-logs"
     sup.add("watcher", ledger_cmd(world.store_url, "watch", "--repo", str(world.hub), "--interval", "1"),
@@ -104,7 +104,7 @@ def run_chaos(s: Scenario, workdir: Path, *, pg_url: str | None = None,
                                                  "job_seconds": {j.name: j.seconds for j in p.jobs}})
     try:
         with Emulator(state_dir=workdir / "emulator") as emu:
-            sup = _services(s, world, emu.endpoint)
+            sup = services(s, world, emu.endpoint)
             sampler = Sampler(emu.endpoint, ZONE).start()
             injector = Injector(ControlClient(emu.control_url), sup, sampler, ZONE)
             say(f"ledger {world.store_url}; emulator {emu.endpoint}; logs in {workdir}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -25,7 +26,9 @@ from ledger.usage import POLICY_STREAM, job_usage, to_us
 
 @click.command("inspect")
 @click.argument("job")
-@click.option("--json", "as_json", is_flag=True, help="Print the job's events as a JSON list of full envelopes.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON object: `events` (the full envelopes) and `waiting` (the job's `ledger queue "
+                   "--json` row while it waits for a TPU, else null).")
 @click.option("--wide", is_flag=True,
               help="One table row per event at its full width (for a wide terminal or `less -S`).")
 @policy_option
@@ -41,14 +44,16 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
     \b
     ledger inspect alice/bert-pretrain
     ledger inspect alice/bert-pretrain --wide | less -S
-    ledger inspect alice/bert-pretrain --json | jq '.[].type'
+    ledger inspect alice/bert-pretrain --json | jq '.events[].type'
+    ledger inspect alice/bert-pretrain --json | jq -r '.waiting.reason // "not waiting"'
     """
     store = store_from(ctx)
     events = store.read_stream(job)
     if not events:
         raise LedgerError(f"no job {job!r} in the ledger at {store.url}", hint="`ledger list` shows the job ids (owner/name)")
+    policy = policy_at(policy_path, store)
     if as_json:
-        print_json([e.to_dict() for e in events])
+        print_json({"job": job, "events": [e.to_dict() for e in events], "waiting": waiting_row(store, job, policy, events)})
         return
 
     title = f"{job}: {len(events)} event(s)"
@@ -62,20 +67,19 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
     if usage is not None:
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
-    line = waiting_line(store, job, policy_at(policy_path, store), events)
-    if line:
+    row = waiting_row(store, job, policy, events)
+    if row is not None:
+        line = f"waiting: #{row['position']} in the queue ({row['class']}, {row['wait']}): {row['reason']}"
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
 
 
-def waiting_line(store: Reader, job: str, policy: Policy | None, events: list[Event]) -> str | None:
-    """"waiting: #3 in the queue (normal, quota): over quota: ..." for a job that waits for a TPU."""
+def waiting_row(store: Reader, job: str, policy: Policy | None, events: list[Event]) -> dict[str, Any] | None:
+    """The job's row of `ledger queue --json` (its place and why it waits) while it waits
+    for a TPU; None otherwise. The text's last line and the JSON's `waiting` both come from it."""
     state = replay(events).jobs.get(job)
     if state is None or state.tpu is not None or state.terminal:
         return None
-    row = next((r for r in queue_rows(store, policy) if r["job"] == job), None)
-    if row is None:
-        return None
-    return f"waiting: #{row['position']} in the queue ({row['class']}, {row['wait']}): {row['reason']}"
+    return next((r for r in queue_rows(store, policy) if r["job"] == job), None)
 
 
 def _wide_table(title: str, rows: list[Row]) -> None:

@@ -184,13 +184,10 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     its hosts' health at the last check (before a start, or `ledger doctor --fix`)."""
     store = store_from(ctx)
     events = list(store.read_all())
-    rows = tpu_rows(replay(events).jobs.values())
+    rows = tpu_rows(replay(events).jobs.values(), tpu_health(events))
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows)
         return
-    health = tpu_health(events)
-    for r in rows:
-        r["health"] = health.get(r["tpu"] or "", {}).get("health", "")
 
     table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
     colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}

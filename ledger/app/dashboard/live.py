@@ -1,7 +1,8 @@
 """The dashboard's live read model: one per server, kept current from the store's tail.
 
 At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
-the events after it) and folds the ledger once into the usage fold (`ledger usage`'s). Then
+the events after it) and folds the ledger once into the usage fold (`ledger usage`'s) and
+the TPUs' last host checks. Then
 one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
 PostgreSQL, a cheap head poll on SQLite), reads only the new rows and folds them into both,
 as the reconciler's loop does. No request replays the ledger; every page reads this state
@@ -30,13 +31,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.app.dashboard.weeks import Weeks
+from ledger.app.queueview import share_meter
+from ledger.app.readmodels import TpuHealth
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import LedgerState
 from ledger.replay import fold_into, fold_rows, load_state, no_cyclic_gc
+from ledger.spec.policy import Policy
 from ledger.store import Store, open_store, store_errors
 from ledger.usage import UsageFold, to_us
+from ledger.usage.fold import Interval
+from ledger.usage.share import ShareMeter
 from ledger.verify import verify_store
+from reconciler import admission
 
 log = logging.getLogger("ledger.dashboard")
 
@@ -120,7 +127,9 @@ class LiveLedger:
         self.verify_every = verify_every
         self.lock = threading.RLock()
         self.weeks = Weeks()
-        self.usage = UsageFold(on_interval=self.weeks.add)
+        self.meter: ShareMeter | None = None  # fair share for the queue page, made at its first visit
+        self.usage = UsageFold(on_interval=self._closed)
+        self.health = TpuHealth()  # each TPU's last host check (`ledger tpus`' health column)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self.listeners: list[Callable[[], None]] = []
         self.tail_error: str | None = None
@@ -133,7 +142,7 @@ class LiveLedger:
         with store_errors(store_url):
             self.state: LedgerState = load_state(self._store)
             with no_cyclic_gc():
-                self.usage.apply_rows(fold_rows(self._store, 0, self.state.position))
+                self.usage.apply_rows(self.health.tee(fold_rows(self._store, 0, self.state.position)))
         self.position = self.state.position
         self.loaded_in = time.perf_counter() - started
         self.changed = time.time()
@@ -173,7 +182,7 @@ class LiveLedger:
         """Fold new (seq, stream, version, type, time, data) rows and announce them."""
         with self.lock:
             fold_into(self.state, rows)
-            self.usage.apply_rows(rows)
+            self.usage.apply_rows(self.health.tee(rows))
             self.position = rows[-1][0]
             self.recent.extend({"seq": r[0], "stream": r[1], "type": r[3], "time": r[4]} for r in rows)
             self.changed = time.time()
@@ -223,7 +232,33 @@ class LiveLedger:
         self.last_verify = run
         return run
 
+    def _closed(self, iv: Interval) -> None:
+        """An interval the usage fold closed: into the weekly table and the fair-share meter."""
+        self.weeks.add(iv)
+        if self.meter is not None:
+            self.meter.add(iv)
+
     # -- what the pages ask -----------------------------------------------------------------
+    def recent_usage(self, policy: Policy | None, store: Store, now_us: int | None = None) -> admission.Usage:
+        """The fair-share and weekly figures admission plans with (`ledger queue`'s). The meter
+        depends on the policy's half-life: the first visit under a half-life folds the ledger
+        once (outside the lock up to where the tail stands, the rest under it); from then on
+        the tail feeds it, as the reconciler's loop does."""
+        if policy is None or not admission.active(policy):
+            return admission.NO_USAGE
+        half_life = policy.fair_share.half_life_hours
+        meter = self.meter
+        if meter is None or meter.half_life_hours != half_life:
+            with self.lock:
+                position = self.usage.position
+            meter, fold = share_meter(store, half_life, position)
+            with self.lock:
+                fold.apply_rows(store.fold_rows(position, self.usage.position))
+                self.meter = meter
+        now = self.now_us() if now_us is None else now_us
+        with self.lock:
+            return admission.usage_at(meter, self.usage.open_intervals(now), now)
+
     def now_us(self) -> int:
         return to_us(datetime.now(UTC))
 

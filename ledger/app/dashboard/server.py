@@ -209,6 +209,14 @@ class Dashboard:
     async def tpus(self, request: Request) -> Response:
         return self.render("tpus.html", title="TPUs", nav="tpus", d=views.tpus_page(self.live))
 
+    async def queue(self, request: Request) -> Response:
+        data = await run_in_threadpool(self._queue)
+        return self.render("queue.html", title="queue", nav="queue", d=data)
+
+    def _queue(self) -> dict[str, Any]:
+        with self.pool.store() as store:
+            return views.queue_page(self.live, store)
+
     async def usage(self, request: Request) -> Response:
         by = request.query_params.get("by", "owner")
         data = await run_in_threadpool(views.usage_page, self.live, by)
@@ -228,7 +236,7 @@ class Dashboard:
         return JSONResponse({"endpoints": [
             "/api/jobs?owner=&state=&accelerator=&q=&sort=&order=&page=&per_page=",
             "/api/jobs/{owner}/{name}", "/api/jobs/{owner}/{name}/events", "/api/jobs/{owner}/{name}/timeline",
-            "/api/jobs/{owner}/{name}/log?attempt=&worker=", "/api/tpus", "/api/usage?by=owner", "/api/usage/weeks",
+            "/api/jobs/{owner}/{name}/log?attempt=&worker=", "/api/tpus", "/api/queue", "/api/usage?by=owner", "/api/usage/weeks",
             "/api/health", "/api/stream (text/event-stream)",
         ]})
 
@@ -243,7 +251,7 @@ class Dashboard:
         job_id = self.job_id(request)
         views.job_state(self.live, job_id)  # a job the state knows, or 404
         events = await run_in_threadpool(self._events, job_id)
-        return JSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`
+        return JSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`'s events
 
     def _events(self, job_id: str):
         with self.pool.store() as store:
@@ -264,6 +272,9 @@ class Dashboard:
 
     async def api_tpus(self, request: Request) -> Response:
         return JSONResponse(views.tpus_page(self.live)["rows"])  # `ledger tpus --json`
+
+    async def api_queue(self, request: Request) -> Response:
+        return JSONResponse((await run_in_threadpool(self._queue))["rows"])  # `ledger queue --json`
 
     async def api_usage(self, request: Request) -> Response:
         data = await run_in_threadpool(views.usage_page, self.live, request.query_params.get("by", "owner"))
@@ -340,6 +351,7 @@ class Dashboard:
             Route("/jobs", p(self.jobs), methods=get),
             Route("/jobs/{owner}/{name}", p(self.job), methods=get),
             Route("/tpus", p(self.tpus), methods=get),
+            Route("/queue", p(self.queue), methods=get),
             Route("/usage", p(self.usage), methods=get),
             Route("/health", p(self.health), methods=get),
             Route("/api", p(self.api_index), methods=get),
@@ -349,6 +361,7 @@ class Dashboard:
             Route("/api/jobs/{owner}/{name}/timeline", p(self.api_timeline), methods=get),
             Route("/api/jobs/{owner}/{name}/log", p(self.api_log), methods=get),
             Route("/api/tpus", p(self.api_tpus), methods=get),
+            Route("/api/queue", p(self.api_queue), methods=get),
             Route("/api/usage", p(self.api_usage), methods=get),
             Route("/api/usage/weeks", p(self.api_weeks), methods=get),
             Route("/api/health", p(self.api_health), methods=get),

@@ -1,6 +1,6 @@
 """What each page shows, from the live state and the store: plain data for the templates and
 for `/api/`. The shapes of the CLI's `--json` come from `ledger.app.readmodels`,
-`ledger.app.commands.usage.usage_json` and `Event.to_dict()` (what `ledger inspect --json`
+`ledger.app.commands.usage.usage_json` and `Event.to_dict()` (the events `ledger inspect --json`
 prints), so a script and a page read the same answer.
 
 Everything a user can put in a URL is checked here first: ids are looked up, never used as
@@ -20,6 +20,7 @@ import yaml
 
 from ledger.app.dashboard import charts, timeline
 from ledger.app.dashboard.live import LiveLedger, VerifyRun
+from ledger.app.queueview import queue_rows, recorded_policy
 from ledger.app.readmodels import (
     SORTS,
     accelerator_of,
@@ -36,6 +37,7 @@ from ledger.replay import SNAPSHOT_NAME
 from ledger.store import Store
 from ledger.usage import GROUPINGS, chips_of, from_us
 from ledger.usage import summarize as usage_summary
+from reconciler import admission
 from reconciler.plan import shared_line
 from reconciler.remote import layout
 
@@ -272,7 +274,7 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
     """`ledger tpus --json`'s rows, and each shared TPU with its holder and its line."""
     with live.lock:
         jobs = live.state.jobs
-        rows = tpu_rows(jobs.values())
+        rows = tpu_rows(jobs.values(), live.health.checks)
         shared: dict[str, dict[str, Any]] = {}
         for r in rows:
             if r["shared"]:
@@ -287,6 +289,21 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
         held = [r for r in rows if not r["job_state"].startswith("waiting")]
         return {"position": live.position, "rows": rows, "held": held, "shared": [shared[k] for k in sorted(shared)],
                 "chips": sum(chips_of(r["accelerator"] or "") for r in held)}
+
+
+def queue_page(live: LiveLedger, store: Store) -> dict[str, Any]:
+    """`ledger queue --json`'s rows (waiting jobs in admission order, why each waits) under the
+    sharing rules the ledger records, from the live state and its usage."""
+    policy = recorded_policy(store)
+    usage = live.recent_usage(policy, store)
+    with live.lock:
+        rows = queue_rows(store, policy, live.state.jobs, usage)
+        position = live.position
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["wait"]] = counts.get(r["wait"], 0) + 1
+    return {"position": position, "rows": rows, "counts": sorted(counts.items()),
+            "policy": policy is not None and admission.active(policy)}
 
 
 def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:

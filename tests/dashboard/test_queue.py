@@ -1,0 +1,99 @@
+"""The dashboard's queue (`/queue`, `/api/queue`) over a real SQLite ledger whose sharing
+rules are recorded: the rows are `ledger queue --json`'s, and the live fair-share meter,
+built at the first visit and fed by the tail after, gives the figures a fresh fold of the
+whole ledger gives. And the TPUs page's health column, kept current by the same tail."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger.app.cli import cli
+from ledger.app.dashboard import views
+from ledger.app.dashboard.live import LiveLedger
+from ledger.app.queueview import recent_usage, record_policy
+from ledger.events import NewEvent, actor
+from ledger.store import open_store
+from ledger.usage import from_us
+from tests.admission.lab import policy
+from tests.admission.test_queue_cli import GIT, running, spec
+from tests.dashboard.conftest import serve
+from tests.dashboard.test_http import get, get_json
+
+
+def append(store, job_id: str, events: list[tuple[str, dict]]) -> None:
+    store.append(job_id, [NewEvent(t, {**(GIT if t == "submitted" else {}), **d}, actor("git", "tester")) for t, d in events])
+
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    store = open_store(url)
+    append(store, "alice/a", running("v4-128", "n1"))  # alice holds 64 of her 64 v4 chips
+    append(store, "alice/b", [("submitted", {"spec": spec("v4-64")})])
+    append(store, "carol/c", [("submitted", {"spec": spec("v4-8", priority=900)})])
+    record_policy(store, policy(), source="test", holder="test")
+    yield url, store
+    store.close()
+
+
+def without_usage(rows: list[dict]) -> list[dict]:
+    """The rows but their fair-share figure, which grows with the clock while alice/a runs."""
+    return [{k: v for k, v in r.items() if k != "fair_share_usage"} for r in rows]
+
+
+def test_the_queue_page_and_api_answer_as_ledger_queue(lab):
+    url, _ = lab
+    with serve(url) as site:
+        api = get_json(site.url, "/api/queue")
+        status, _, page = get(site.url, "/queue")
+    cli_rows = json.loads(CliRunner().invoke(cli, ["--store", url, "queue", "--json"]).output)
+    assert without_usage(api) == without_usage(cli_rows)
+    assert [(r["job"], r["wait"]) for r in api] == [("carol/c", "admitted"), ("alice/b", "quota")]
+    assert status == 200 and 'data-job="alice/b" data-wait="quota"' in page
+    assert "user alice holds 64 of 64 v4 chips, needs 32" in page and 'aria-current="page">Queue' in page
+
+
+def test_the_live_meter_keeps_up_with_the_tail(lab):
+    url, store = lab
+    rules = policy()
+    live = LiveLedger(url)
+    try:
+        now = live.now_us()
+        assert live.recent_usage(rules, store, now).decayed == pytest.approx(recent_usage(store, rules, from_us(now)).decayed)
+        assert live.meter is not None
+        # alice/a ends (its interval closes: fed to the meter by the tail, not a new fold)
+        append(store, "alice/a", [("finished", {"exit_code": 0})])
+        append(store, "bob/d", running("v4-8", "n2"))
+        live.fold(list(store.fold_rows(live.position, None)))
+        later = live.now_us()
+        mine, fresh = live.recent_usage(rules, store, later), recent_usage(store, rules, from_us(later))
+        assert mine.decayed == pytest.approx(fresh.decayed) and mine.week == pytest.approx(fresh.week)
+        assert set(mine.decayed) == {"alice", "bob"} and mine.decayed["alice"] > 0
+        assert [r["job"] for r in views.queue_page(live, store)["rows"]] == ["carol/c", "alice/b"]
+    finally:
+        live.close()
+
+
+def test_the_tpus_page_shows_the_last_host_check_live(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    store = open_store(url)
+    append(store, "alice/a", running("v4-8", "n1"))
+    try:
+        with serve(url) as site:
+            assert get_json(site.url, "/api/tpus")[0]["health"] == ""  # never checked
+            append(store, "alice/a", [("started", {"attempt": 1, "health": "warning"})])  # the tail folds it
+            deadline = time.monotonic() + 20
+            while get_json(site.url, "/api/tpus")[0]["health"] != "warning" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            rows = get_json(site.url, "/api/tpus")
+            status, _, page = get(site.url, "/tpus")
+        assert rows == json.loads(CliRunner().invoke(cli, ["--store", url, "tpus", "--json"]).output)
+        assert rows[0]["health"] == "warning" and rows[0]["checked"]
+        assert status == 200 and 'class="state health-warning"' in page
+    finally:
+        store.close()
