@@ -9,6 +9,9 @@ runs first (reconciler.doctor.Gate: the job's stream read from a SQLite ledger, 
 per host in parallel, the verdicts), with a stale lock planted on one worker every other
 rep so that half the reps also repair and record; and (c) one SSH round trip of `true` to
 every host, the floor any remote step pays. Prints medians. Target: checks <= 300 ms.
+Each clean rep also times (d) the same checks with the probe as it was before the devices
+scan moved to perl and df lost its pipe (find -lname; `df | { ... }`), so the before/after
+ratio comes from one run under one load.
 
 The emulator runs all 16 hosts on this machine: each host's probe scans every process of
 the machine (/proc/*/fd), 16 times over, on its cores. On a real pod each VM scans its own.
@@ -28,15 +31,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dataclasses import replace  # noqa: E402
+
 from bench.remote_bench import emulator_pod  # noqa: E402
 from ledger import defaults  # noqa: E402
 from ledger.events import NewEvent, actor  # noqa: E402
 from ledger.fold import replay  # noqa: E402
 from ledger.store import open_store  # noqa: E402
-from reconciler.doctor import Doctor, Gate, Paths  # noqa: E402
+from reconciler.doctor import CHECKS, Doctor, Gate, Paths, devices, probe  # noqa: E402
 from reconciler.remote import RemoteRunner  # noqa: E402
 
 JOB = "bench/doctor"
+# The probe before this change: find's scan of /proc/*/fd, df through a pipe (two forks).
+OLD_DF = ("df -Pk -- {work} {tmp} | "
+          "{{ read -r _; while read -r _ _ _ avail _ mp; do printf 'df\\t%s\\t%s\\n' \"$avail\" \"$mp\"; done; }}")
+BEFORE = tuple(
+    replace(c, probe=lambda paths, ctx: devices.scan(paths, perl=False)) if c.name == "devices"
+    else replace(c, probe=lambda paths, ctx: OLD_DF.format(work=probe.word(paths.workdir), tmp=probe.rooted(paths.tmp)))
+    if c.name == "disk" else c
+    for c in CHECKS
+)
 SPEC = {"command": {"cmd": "sleep 30", "workers": "all"}, "setup": {"modules": ["command"]}}
 
 
@@ -59,7 +73,10 @@ def main() -> None:
                            NewEvent("provisioned", {"tpu": tpu, "hosts": [{"worker": h.worker, "address": h.address, "port": h.port} for h in hosts]}, git)])
         doctor = Doctor(runner, Paths.for_root(defaults.EMULATOR_HOST_ROOT))
         gate = Gate(doctor, "bench")
+        old_doctor = Doctor(runner, Paths.for_root(defaults.EMULATOR_HOST_ROOT), checks=BEFORE)
+        old_gate = Gate(old_doctor, "bench")
         checks, repairs, starts, floors, single, host_cpu = [], [], [], [], [], []
+        old_checks, old_cpu = [], []
         emu_pid = json.loads((tmp / "emu" / "emulator.json").read_text())["pid"]
         try:
             for rep in range(a.reps):
@@ -67,12 +84,26 @@ def main() -> None:
                 dirty = rep % 2 == 1
                 if dirty:  # a stale lock on one worker: the checks repair and record it
                     runner.run(hosts[rep % len(hosts)], "bash -c 'mkdir -p ~/.vm/tmp && : > ~/.vm/tmp/libtpu_lockfile'")
-                cpu0, t0 = children_cpu(emu_pid), time.perf_counter()
-                health, problem = gate(store, job, hosts, actor("reconciler", "bench"))
-                (repairs if dirty else checks).append(time.perf_counter() - t0)
-                if not dirty:  # what the probes' processes cost the hosts' CPUs, whatever the load
-                    host_cpu.append((children_cpu(emu_pid) - cpu0) / len(hosts))
-                assert problem is None and health == ("fixed" if dirty else gate_health(health)), (health, problem)
+
+                def timed(g: Gate, job=job, dirty=dirty) -> tuple[float, float]:
+                    """(wall s, host CPU s per host) of one gate; checks what it answered."""
+                    cpu0, t0 = children_cpu(emu_pid), time.perf_counter()
+                    health, problem = g(store, job, hosts, actor("reconciler", "bench"))
+                    wall = time.perf_counter() - t0
+                    assert problem is None and health == ("fixed" if dirty else gate_health(health)), (health, problem)
+                    return wall, (children_cpu(emu_pid) - cpu0) / len(hosts)
+
+                if dirty:
+                    repairs.append(timed(gate)[0])
+                else:  # the probe as it was, under the same load; which goes first alternates
+                    first_old = rep // 2 % 2 == 1
+                    old = timed(old_gate) if first_old else None
+                    wall, cpu = timed(gate)
+                    old = old or timed(old_gate)
+                    checks.append(wall)
+                    host_cpu.append(cpu)
+                    old_checks.append(old[0])
+                    old_cpu.append(old[1])
                 t0 = time.perf_counter()
                 runner.start(JOB, rep + 1, hosts, SPEC, extra_args=[], resume=False)
                 starts.append(time.perf_counter() - t0)
@@ -85,6 +116,7 @@ def main() -> None:
                 single.append(time.perf_counter() - t0)
         finally:
             doctor.close()
+            old_doctor.close()
             runner.close()
             store.close()
     out = {
@@ -95,19 +127,26 @@ def main() -> None:
         "ssh_true_ms_median": round(statistics.median(floors) * 1000, 1),
         "checks_one_host_ms_median": round(statistics.median(single) * 1000, 1),
         "probe_cpu_ms_per_host_median": round(statistics.median(host_cpu) * 1000, 1),
+        "before_checks_ms_median": round(statistics.median(old_checks) * 1000, 1),
+        "before_probe_cpu_ms_per_host_median": round(statistics.median(old_cpu) * 1000, 1),
+        "load_average": round(os.getloadavg()[0], 1),
     }
+    out["after_vs_before"] = round(out["checks_ms_median"] / out["before_checks_ms_median"], 2)
+    out["cpu_after_vs_before"] = round(out["probe_cpu_ms_per_host_median"] / out["before_probe_cpu_ms_per_host_median"], 2)
     out["checks_vs_start"] = round(out["checks_ms_median"] / out["start_ms_median"], 2)
     out["target_met"] = out["checks_ms_median"] <= 300
     if a.json:
         print(json.dumps(out))
     else:
-        print(f"{a.hosts} hosts, {a.reps} reps (medians):")
+        print(f"{a.hosts} hosts, {a.reps} reps (medians), load average {out['load_average']} at the end:")
         print(f"  host checks before a start (clean hosts)   {out['checks_ms_median']:8.1f} ms   (target <= 300 ms: {'met' if out['target_met'] else 'NOT met'})")
         print(f"  host checks that repair a stale lock        {out['checks_with_repair_ms_median']:8.1f} ms   (probe, repair, intent + outcome appended)")
         print(f"  the start itself (RemoteRunner.start)       {out['start_ms_median']:8.1f} ms   (checks / start = {out['checks_vs_start']})")
         print(f"  one SSH round trip of `true` to every host  {out['ssh_true_ms_median']:8.1f} ms   (the floor of any remote step)")
         print(f"  host checks on one host                     {out['checks_one_host_ms_median']:8.1f} ms   (what each VM of a real pod pays, in parallel)")
         print(f"  CPU of the probe's processes, per host      {out['probe_cpu_ms_per_host_median']:8.1f} ms   (user + system, the load left out)")
+        print(f"  before: host checks, clean hosts            {out['before_checks_ms_median']:8.1f} ms   (after / before = {out['after_vs_before']})")
+        print(f"  before: CPU of the probe, per host          {out['before_probe_cpu_ms_per_host_median']:8.1f} ms   (after / before = {out['cpu_after_vs_before']})")
 
 
 def children_cpu(pid: int) -> float:

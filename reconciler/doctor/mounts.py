@@ -43,8 +43,9 @@ def _mounts(facts: Facts, ctx: Context, paths: Paths) -> list[Finding]:
 
 
 def _disk_probe(paths: Paths, ctx: Context) -> str:
-    return (f"df -Pk -- {probe.word(paths.workdir)} {probe.rooted(paths.tmp)} | "
-            "{ read -r _; while read -r _ _ _ avail _ mp; do printf 'df\\t%s\\t%s\\n' \"$avail\" \"$mp\"; done; }")
+    # a brace group fed by a process substitution: one fork (df's), where a pipe forks twice
+    return ("{ read -r _; while read -r _ _ _ avail _ mp; do printf 'df\\t%s\\t%s\\n' \"$avail\" \"$mp\"; done; } "
+            f"< <(exec df -Pk -- {probe.word(paths.workdir)} {probe.rooted(paths.tmp)})")
 
 
 def _disk(facts: Facts, ctx: Context, paths: Paths) -> list[Finding]:

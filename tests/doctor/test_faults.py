@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -14,7 +15,7 @@ from ledger.app.cli import cli
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
 from ledger.store import open_store
-from reconciler.doctor import Gate
+from reconciler.doctor import CHECKS, Context, Doctor, Gate, devices
 from tests.doctor.conftest import Pod
 from tests.emulator.conftest import pid_alive
 
@@ -149,3 +150,18 @@ def test_before_a_start_a_host_the_probe_cannot_reach_is_left_to_the_start(pod: 
     # The gate says nothing of worker 3 (the start fails on it as a lost host); the doctor does.
     assert problem is None and health in ("healthy", "warning")
     assert code == 1 and [f["check"] for f in answer["findings"] if f["worker"] == 3] == ["ssh"]
+
+
+def test_the_find_fallback_sees_the_same_holders_as_the_perl_scan(pod: Pod):
+    """A host without perl scans with find: same devices, same holders, same lock."""
+    held = pod.emu.stale_process(pod.node, 2, env={"LEDGER_JOB_ID": "bob/old"})
+    only_find = tuple(replace(c, probe=lambda paths, ctx: devices.scan(paths, perl=False)) if c.name == "devices" else c
+                      for c in CHECKS)
+    with_find = Doctor(pod.runner, pod.doctor.paths, checks=only_find)
+    try:
+        a, b = pod.examine(), with_find.examine(pod.hosts, Context(job_id=None, attempt=0, spec={}))
+    finally:
+        with_find.close()
+    assert a.facts[2].holders == b.facts[2].holders and set(a.facts[2].holders) == {held}
+    assert len(a.facts[2].holders[held]) == len(a.facts[2].devices) + 1  # every device and the lockfile
+    assert [(f.worker, f.check, f.status) for f in a.findings] == [(f.worker, f.check, f.status) for f in b.findings]
