@@ -8,15 +8,22 @@ import hashlib
 import hmac
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import paramiko
 from cryptography.hazmat.primitives.asymmetric import ec
+
+from ledger.checkpoints.sshsig import SigningKey, public_line
+
+if TYPE_CHECKING:
+    import paramiko
 
 
 def ensure_key(path: Path) -> str:
     """Create an ECDSA key at `path` if missing (paramiko cannot make Ed25519); return the
     public key line `type base64 comment`."""
     if not path.exists():
+        import paramiko  # start-up time: paramiko (0.2 s CPU) loads only to make a key, not to read one
+
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(path.parent, 0o700)
         key = paramiko.ECDSAKey.generate(bits=256)
@@ -27,13 +34,10 @@ def ensure_key(path: Path) -> str:
 
 
 def load_public(path: Path) -> str:
-    for cls in (paramiko.ECDSAKey, paramiko.RSAKey, paramiko.Ed25519Key):
-        try:
-            key = cls.from_private_key_file(str(path))
-        except (paramiko.SSHException, ValueError):
-            continue
-        return f"{key.get_name()} {key.get_base64()} tpu-ledger"
-    raise ValueError(f"{path} is not a private key paramiko can read")
+    """The public key line of the private key at `path` (PEM as paramiko writes it, or
+    OpenSSH's format), read with `cryptography`: a reconciler that only checks its key at
+    start does not load paramiko. A key it cannot read is a one-line error (KeyProblem)."""
+    return f"{public_line(SigningKey.load(path).public_key)} tpu-ledger"
 
 
 # The order of NIST P-256: a derived scalar is taken modulo it.
@@ -45,6 +49,8 @@ def derive_job_key(seed: bytes, job_id: str) -> paramiko.ECDSAKey:
     the job id: every reconciler holding the same key derives the same job key, so a peer
     that takes a job over (leases) reaches its hosts without any key being shared or stored
     in the ledger. Knowing a job key tells nothing about the seed or another job's key."""
+    import paramiko  # start-up time: paramiko (0.2 s CPU) loads only to make a key, not to read one
+
     digest = hmac.new(seed, b"tpu-ledger job key v1\0" + job_id.encode(), hashlib.sha512).digest()
     private = ec.derive_private_key(int.from_bytes(digest, "big") % (_P256_ORDER - 1) + 1, ec.SECP256R1())
     return paramiko.ECDSAKey(vals=(private, private.public_key()))

@@ -12,16 +12,19 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from ledger.resources import load_schema
 from ledger.spec.yamlsafe import escape
 
+if TYPE_CHECKING:
+    import jsonschema
+
 
 @cache
 def validator(name: str) -> jsonschema.protocols.Validator:
+    import jsonschema  # start-up time: 0.1 s CPU paid only to explain a refused document
+
     schema = load_schema(name)
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema)

@@ -36,6 +36,7 @@ class CrashLoop:
     period: float = 3.0  # may be changed while it runs: the next kill follows the new period
     log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    root: Path = ROOT  # the source tree the processes run (the bench compares two)
     kills: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _proc: subprocess.Popen | None = None
@@ -52,14 +53,14 @@ class CrashLoop:
             self._thread.join(self.period + 30)
 
     def _run(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
+        env = {**os.environ, "PYTHONPATH": str(self.root), **self.env}
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed below
         try:
             while not self._stop.is_set():
                 if self.log:
                     out.write(f"-- {time.strftime('%H:%M:%S')} start (kills so far {self.kills})\n".encode())
                     out.flush()
-                self._proc = subprocess.Popen(self.command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+                self._proc = subprocess.Popen(self.command, cwd=self.root, env=env, stdout=out, stderr=subprocess.STDOUT)
                 started = time.monotonic()
                 while not self._stop.is_set() and time.monotonic() - started < self.period \
                         and self._proc.poll() is None:  # one that died by itself restarts at once
@@ -93,7 +94,8 @@ def intent_outcome_times(store_url: str, action: str) -> list[tuple[str, float |
     return [(job, outcomes[aid] - t if aid in outcomes else None) for aid, (job, t) in intents.items()]
 
 
-def run_crash_loop(harness: Harness, jobs: dict[str, str], *, period: float = 3.0, crash_at: str = "") -> CrashLoop:
+def run_crash_loop(harness: Harness, jobs: dict[str, str], *, period: float = 3.0, crash_at: str = "",
+                   root: Path = ROOT) -> CrashLoop:
     """Jobs wait for a `go` file: they are brought to running under a slow loop, then end all
     at once under the fast one, so their releases happen while processes die every `period`.
     With `crash_at="release:intent"`, whichever process records a release intent kills
@@ -104,7 +106,7 @@ def run_crash_loop(harness: Harness, jobs: dict[str, str], *, period: float = 3.
                                         recovery={"on_failure": "pass", "max_restarts": 0}))
     s = harness.settings("crashloop")
     loop = CrashLoop(reconcile_command(harness.store_url, s.tpu_endpoint, s.ssh_key, s.log_dir, "crashloop"),
-                     period=8.0, log=harness.tmp / "crashloop.log", env={"LEDGER_FAULT_CRASH": crash_at})
+                     period=8.0, log=harness.tmp / "crashloop.log", env={"LEDGER_FAULT_CRASH": crash_at}, root=root)
     with loop:
         for job_id in jobs:
             harness.wait(job_id, lambda j: j.state == RUNNING, timeout=240)

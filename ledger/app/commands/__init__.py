@@ -22,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "cancel": "reconcile:cancel",
     "resume": "reconcile:resume",
     "rerun": "reconcile:rerun",
-    "tpus": "reconcile:tpus",
+    "tpus": "tpus:tpus",
     "admit": "admit:admit_cmd",
     "queue": "queue:queue_cmd",
     "doctor": "doctor:doctor_cmd",

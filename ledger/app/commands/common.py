@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from ledger import defaults
 from ledger.fanout import start_publisher_thread
@@ -30,6 +29,8 @@ def print_json(value: Any) -> None:
 
 
 def console():
+    from rich.console import Console  # start-up time: `ledger reconcile` never loads rich
+
     return Console(highlight=False, soft_wrap=True)
 
 

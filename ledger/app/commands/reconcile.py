@@ -1,4 +1,7 @@
-"""`ledger reconcile`, the audited manual overrides (`cancel`, `resume`, `rerun`), `ledger tpus`."""
+"""`ledger reconcile` and the audited manual overrides (`cancel`, `resume`, `rerun`).
+
+A reconciler restarted in a crash loop must act within a second of starting: this module
+imports only what `reconcile` needs (no rich; `ledger tpus` is in tpus.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from ledger import defaults
 from ledger.app.commands.checkpoint import (
@@ -18,15 +20,12 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import (
-    console,
-    print_json,
     publishing,
     store_from,
     topic_option,
     tpu_access_options,
 )
 from ledger.app.queueview import LedgerPolicy, PolicyFile
-from ledger.app.readmodels import tpu_health, tpu_rows
 from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
@@ -106,17 +105,16 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
     if holder:
         settings.holder = holder
     settings.policy = policy
-    out = console()
 
     def report(action, result) -> None:
-        out.print(f"[bold]{action.kind}[/] {action.job_id or '-'}: {result}")
+        click.echo(f"{action.kind} {action.job_id or '-'}: {result}")
 
     rec = build(settings, on_action=report, policy_source=source)
     checkpoints = start_checkpoints(settings.store_url, settings.ssh_key, settings.holder, repo=checkpoint_repo,
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    out.print(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
+    click.echo(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
     try:
         with publishing(settings.store_url, project, topic):
             rec.run(once=once, stop=stop, timeout=timeout)
@@ -128,7 +126,7 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
         if checkpoints is not None:  # the last one covers the last outcomes recorded above
             last = checkpoints.close()
             if last is not None:
-                out.print(f"{last.checkpoint.label}: published to {', '.join(last.sent) or 'nowhere'}")
+                click.echo(f"{last.checkpoint.label}: published to {', '.join(last.sent) or 'nowhere'}")
 
 
 def _append_override(ctx: click.Context, job_id: str, type_: str, allowed: set[str] | None,
@@ -174,25 +172,3 @@ def resume(ctx: click.Context, job_id: str) -> None:
 def rerun(ctx: click.Context, job_id: str) -> None:
     """Run a job again from scratch (a new attempt, clean working directory)."""
     _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"}, _next_attempt(Rerun))
-
-
-@click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-@click.pass_context
-def tpus(ctx: click.Context, as_json: bool) -> None:
-    """Every TPU the ledger knows: its state, the job and owner holding it, since when, and
-    its hosts' health at the last check (before a start, or `ledger doctor --fix`)."""
-    store = store_from(ctx)
-    events = list(store.read_all())
-    rows = tpu_rows(replay(events).jobs.values(), tpu_health(events))
-    if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
-        print_json(rows)
-        return
-
-    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
-    colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}
-    for r in rows:
-        h = r["health"]
-        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"],
-                      f"[{colour[h]}]{h}[/]" if h in colour else h)
-    console().print(table if rows else "no TPU is held or awaited")

@@ -1,0 +1,32 @@
+"""`ledger tpus`: every TPU the ledger knows, with the job holding it and its hosts' health."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.readmodels import tpu_health, tpu_rows
+from ledger.fold import replay
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.pass_context
+def tpus(ctx: click.Context, as_json: bool) -> None:
+    """Every TPU the ledger knows: its state, the job and owner holding it, since when, and
+    its hosts' health at the last check (before a start, or `ledger doctor --fix`)."""
+    store = store_from(ctx)
+    events = list(store.read_all())
+    rows = tpu_rows(replay(events).jobs.values(), tpu_health(events))
+    if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
+        print_json(rows)
+        return
+
+    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
+    colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}
+    for r in rows:
+        h = r["health"]
+        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"],
+                      f"[{colour[h]}]{h}[/]" if h in colour else h)
+    console().print(table if rows else "no TPU is held or awaited")
