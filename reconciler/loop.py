@@ -21,6 +21,7 @@ from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
 from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import load_usage, maybe_save_usage
 from reconciler import admission
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
@@ -128,9 +129,14 @@ class Reconciler:
         else:
             fold_into(self.state, fold_rows(store, self.state.position))
         if self.usage is not None:
-            self.usage.apply_rows(fold_rows(store, self.usage.position))
+            if self.usage.position == 0:  # new (start, or a new half-life): its snapshot + tail
+                self.meter, self.usage = load_usage(store, self.meter.half_life_hours)
+            else:
+                self.usage.apply_rows(fold_rows(store, self.usage.position))
         if self.passes % 200 == 0:
             maybe_snapshot(store, self.state)
+            if self.usage is not None:
+                maybe_save_usage(store, self.meter, self.usage)
 
     def _follow_policy(self, policy: Policy | None) -> None:
         """Plan by `policy` from now on; keep the usage fold while the half-life stays."""
@@ -140,7 +146,7 @@ class Reconciler:
             self.usage = None
         elif self.usage is None or self.meter.half_life_hours != policy.fair_share.half_life_hours:
             self.meter = ShareMeter(policy.fair_share.half_life_hours)
-            self.usage = UsageFold(on_interval=self.meter.add)  # fed from the start at the next catch-up
+            self.usage = UsageFold(on_interval=self.meter.add)  # loaded at the next catch-up
 
     def recent_usage(self, now: float) -> admission.Usage:
         """Fair-share and weekly figures at `now` (nothing without a sharing policy)."""
