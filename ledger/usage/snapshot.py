@@ -118,6 +118,22 @@ def decode(blob: bytes) -> Kept | None:
     return meter, fold
 
 
+_PARTS = ("position", "field names", "jobs' accounting states", "accounts", "price table", "price commit",
+          "half-life", "meter's reference time", "meter's decayed sums", "meter's last week")
+
+
+def difference(saved: Kept, rebuilt: Kept) -> str | None:
+    """The first part in which a saved usage state differs from one rebuilt from the events
+    (`ledger verify`), compared as the plain data a snapshot holds; None when they agree."""
+    a, b = (load_plain(encode(*kept)[len(_MAGIC):]) for kept in (saved, rebuilt))
+    for name, mine, theirs in zip(_PARTS, a, b, strict=True):
+        if name == _PARTS[-1]:  # a meter asked for a week drops what ended before it: a suffix
+            theirs = theirs[len(theirs) - len(mine):] if len(mine) <= len(theirs) else None
+        if mine != theirs:
+            return f"its {name} differ from the events'"
+    return None
+
+
 def latest(fold: UsageFold) -> int:
     """The latest event time (us) the fold has used: a snapshot may serve a report that ends
     at `hi` only when nothing it counted happened after `hi` (it would have been cut there)."""

@@ -30,6 +30,7 @@ from ledger.usage.snapshot import (
     snapshot_name,
     usable,
 )
+from ledger.verify import verify_snapshots
 from tests.usage.ledger_by_hand import EVENTS
 from tests.usage.test_usage_properties import MIN, T0, ledgers
 
@@ -147,3 +148,18 @@ def test_ledger_usage_is_the_same_with_a_snapshot(store, tmp_path, until):
     save_usage(store, *load_usage(store, 168.0))  # the half-life `ledger usage` looks for without a policy
     assert [s.name for s in store.list_snapshots()] == [snapshot_name(168.0)]
     assert _usage(tmp_path / "ledger.db", *args) == before
+
+
+def test_verify_rebuilds_usage_snapshots(store):
+    """`ledger verify` compares each usage snapshot with the usage fold of the events, which
+    catches one forged with consistent hashes; a meter that was asked for a week is sound."""
+    head = store.head()
+    meter, fold = load_usage(store, HALF_LIFE, until=head - 1)
+    meter.week(T0 + 10**6 * MIN)  # drops last week's intervals that ended before then
+    save_usage(store, meter, fold)
+    meter, fold = load_usage(store, HALF_LIFE, use_snapshot=False)
+    next(iter(fold.accounts.values()))[0] += 1  # a chip-us more waiting than the events say
+    store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), code_version(), head, encode(meter, fold)))
+    verdicts = {v.snapshot.position: v for v in verify_snapshots(store)}
+    assert verdicts[head - 1].rebuilt and verdicts[head - 1].problem is None
+    assert verdicts[head].problem == "its accounts differ from the events'"
