@@ -89,7 +89,9 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
         kept = _snapshot(store, half_life, position, hi) if whole else None
         if kept is None:
             meter = ShareMeter(half_life)
-            kept = meter, UsageFold(lo, hi, per_attempt=per_attempt, prices=prices, on_interval=meter.add if whole else None)
+            # The meter is fed only when the fold may be saved (a report at the head).
+            saved = whole and until is None
+            kept = meter, UsageFold(lo, hi, per_attempt=per_attempt, prices=prices, on_interval=meter.add if saved else None)
         meter, fold = kept
         fold.apply_rows(fold_rows(store, fold.position, position))
     if whole and until is None:
