@@ -61,6 +61,7 @@ class Executor:
         hosts_of: Callable[[JobState], list[Any]],
         extra_args_of: Callable[[dict], list[str]],
         stop_grace_s: float = 10.0,
+        forget_job_key: Callable[[str], object] | None = None,
     ) -> None:
         self.store = store_for_thread
         self.tpu = tpu
@@ -71,6 +72,9 @@ class Executor:
         self.hosts_of = hosts_of
         self.extra_args_of = extra_args_of
         self.stop_grace_s = stop_grace_s
+        # Deletes a job's own SSH key once the job has ended and its TPU is released
+        # (reconciler.keys.JobKeys.forget): ended jobs leave no private key behind.
+        self.forget_job_key = forget_job_key
         self.actor = actor("reconciler", holder)
         # Host checks before every start (reconciler.doctor.Gate; wiring sets it): (store, job,
         # hosts, actor) -> (health, what cannot be repaired or None).
@@ -172,6 +176,7 @@ class Executor:
         except CapacityError as exc:
             return [ev.Queued(reason=str(exc))]
         except PermanentTpuError as exc:
+            self._forget_key(job.id)  # the job ends here: its key was made for nothing
             return [ev.ProvisionFailed(reason=str(exc), final=True)]
         return [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how=how)]
 
@@ -257,10 +262,20 @@ class Executor:
         self._stop(job, p)
         tpu = p["tpu"]
         self._delete(tpu, taken_up=taken_up)
+        if not p.get("next"):  # the job has ended (a retry or reapply makes a TPU with the same key)
+            self._forget_key(job.id)
         events: Events = [ev.Released(tpu=ev.tpu(tpu), reason=p.get("next") or "job ended", deleted=not tpu.get("shared"))]
         if p.get("next") == "retry":
             events.append(ev.Queued(reason="retrying on a new TPU"))
         return events
+
+    def _forget_key(self, job_id: str) -> None:
+        if self.forget_job_key is None:
+            return
+        try:
+            self.forget_job_key(job_id)
+        except OSError as exc:  # a key left behind must not fail (and so repeat) the release
+            log.warning("could not delete the SSH key of %s: %s", job_id, exc)
 
     def _cancel(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
         self._stop(job, p)
@@ -268,6 +283,7 @@ class Executor:
         if p.get("tpu"):
             self._delete(p["tpu"], taken_up=taken_up)
             events.append(ev.Released(tpu=ev.tpu(p["tpu"]), reason="cancelled", deleted=not p["tpu"].get("shared")))
+        self._forget_key(job.id)  # with or without a TPU: a queued job may have made its key
         events.append(ev.Cancelled(reason="cancel requested"))
         return events
 

@@ -3,6 +3,7 @@ nodes in the `ssh-keys` metadata at creation, as Google Cloud's guest agent expe
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -57,6 +58,7 @@ class JobKeys:
     Keys are derived from the reconciler's own key (`derive_job_key`) and cached under `root`
     (beside the reconciler's key), in a folder named by a digest of the job id: never in the
     ledger, never in events. Without a seed (tests) a key is random and lives only on disk.
+    The executor `forget`s a job's key when the job has ended and its TPU is released.
     """
 
     def __init__(self, root: Path, seed_key: Path | None = None) -> None:
@@ -80,6 +82,19 @@ class JobKeys:
         if not path.is_file() and self.seed_key is not None and self.seed_key.is_file():
             self.public(job_id)
         return path if path.is_file() else None
+
+    def forget(self, job_id: str) -> bool:
+        """Delete the job's cached key once its TPU is gone for good: the key opens nothing
+        any more, and a derived key can be derived again if a host of the job is ever
+        reached (`ledger doctor` on an ended job). True when there was a key to delete."""
+        path = self.path(job_id)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        with contextlib.suppress(OSError):  # something else lives there (a peer wrote it again): keep it
+            path.parent.rmdir()
+        return True
 
     @staticmethod
     def _write(path: Path, key: paramiko.PKey) -> None:

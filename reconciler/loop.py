@@ -71,7 +71,7 @@ class Reconciler:
         *,
         holder: str,
         ssh_user: str,
-        ssh_public_key: str,
+        ssh_public_key: str | Callable[[str], str],
         hosts_of: Callable[[Any], list[Any]],
         extra_args_of: Callable[[dict], list[str]],
         interval: float = 2.0,
@@ -80,6 +80,7 @@ class Reconciler:
         on_action: Callable[[Action, str], None] | None = None,
         lease_ttl: float = 0.0,
         policy_source: Callable[[], Policy | None] | None = None,
+        forget_job_key: Callable[[str], object] | None = None,
     ) -> None:
         """`policy_source`: asked at every pass for the sharing policy in force (a file that
         an admin may change); None keeps `config.policy` for good."""
@@ -110,7 +111,7 @@ class Reconciler:
         self.passes = 0
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
-            hosts_of=hosts_of, extra_args_of=extra_args_of,
+            hosts_of=hosts_of, extra_args_of=extra_args_of, forget_job_key=forget_job_key,
         )
 
     def store(self) -> Store:

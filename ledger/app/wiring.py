@@ -96,7 +96,7 @@ def build(settings: Settings, **overrides: Any):
     rec = Reconciler(
         settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,
         holder=settings.holder, ssh_user=settings.ssh_user, ssh_public_key=job_keys.public,
-        hosts_of=hosts_of(settings.ssh_user, job_keys), extra_args_of=extra_args_of,
+        hosts_of=hosts_of(settings.ssh_user, job_keys), extra_args_of=extra_args_of, forget_job_key=job_keys.forget,
         interval=settings.interval, config=config, lease_ttl=settings.lease_ttl_s, **overrides,
     )
     if settings.host_checks:

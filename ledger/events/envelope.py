@@ -221,7 +221,12 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A stored event: the full envelope (`data` and `actor` as plain JSON values)."""
+    """A stored event: the full envelope (`data` and `actor` as plain JSON values).
+
+    `actor_text` and `data_text` are the JSON texts as stored, when the event was read from
+    a store or an export: `row()` gives them back verbatim, so the hash is checked over the
+    very bytes it was made of (an event hashed in canonical form 1 re-encodes differently).
+    """
 
     seq: int
     stream: str
@@ -234,6 +239,8 @@ class Event:
     data: dict[str, Any]
     prev_hash: str
     hash: str
+    actor_text: str | None = field(default=None, compare=False, repr=False)
+    data_text: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in ENVELOPE_FIELDS}
@@ -243,9 +250,12 @@ class Event:
         return cls(**{name: d[name] for name in ENVELOPE_FIELDS})
 
     def row(self) -> tuple:
-        """The columns as stored (`Store.raw_rows` layout): actor and data as canonical text."""
-        return (self.seq, self.stream, self.version, self.type, self.time, dumps(self.actor), self.id,
-                self.causation, dumps(self.data), self.prev_hash, self.hash)
+        """The columns as stored (`Store.raw_rows` layout): actor and data as their stored
+        text, or as canonical text for an event sealed here."""
+        actor_text = self.actor_text if self.actor_text is not None else dumps(self.actor)
+        data_text = self.data_text if self.data_text is not None else dumps(self.data)
+        return (self.seq, self.stream, self.version, self.type, self.time, actor_text, self.id,
+                self.causation, data_text, self.prev_hash, self.hash)
 
     def expected_hash(self) -> str:
         return sealed_hash(*self.row()[:10])

@@ -62,7 +62,8 @@ def check_type(type_: str) -> None:
 def event_from_row(row: tuple) -> Event:
     """An Event from a row in COLUMNS order (actor and data as stored JSON text)."""
     seq, stream, version, type_, time_, actor, id_, causation, data, prev_hash, hash_ = row
-    return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
+    return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_,
+                 actor, data)
 
 
 class ActorTexts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sqlite3
 import subprocess
@@ -172,6 +173,53 @@ def test_import_refuses_broken_chain_with_line_number(ledger_file, tmp_path):
     dump.write_text(lines[0] + "\n{not json\n")
     result = run(tmp_path / "other.db", "import", str(dump))
     assert result.exit_code == 1 and ":2:" in result.output
+
+
+def _form1_line(prev: dict, data: dict) -> str:
+    """An exported line as a ledger written in canonical form 1 (json.dumps, sort_keys) has
+    it: a float needing an exponent is spelled `1e-05`, which today's encoder writes
+    `0.00001`, so the hash holds only over the text as written."""
+    body = {"seq": prev["seq"] + 1, "stream": "bob/b", "version": 2, "type": "queued", "time": "2026-01-01T12:00:00.000000Z",
+            "actor": BOT, "id": "0b1f2c3d-0000-4000-8000-000000000001", "causation": None, "data": data,
+            "prev_hash": prev["hash"]}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    hash_ = hashlib.sha256((prev["hash"] + text).encode()).hexdigest()
+    return text[:-1] + f',"hash":"{hash_}"}}'
+
+
+def test_import_and_migrate_keep_a_form_1_float_event_as_it_was_hashed(ledger_file, tmp_path):
+    dump = tmp_path / "ledger.jsonl"
+    run(ledger_file, "export", str(dump))
+    lines = dump.read_text().splitlines()
+    form1 = _form1_line(json.loads(lines[-1]), {"held": 1e-05, "needs": 1e16, "reason": "quota"})
+    assert '"held":1e-05' in form1 and '"needs":1e+16' in form1
+    dump.write_text("\n".join([*lines, form1]) + "\n")
+    copy = tmp_path / "copy.db"
+    result = run(copy, "import", str(dump))
+    assert result.exit_code == 0, result.output
+    assert run(copy, "verify").exit_code == 0
+    [row] = SQLiteStore(copy).raw_rows(7)
+    assert row[8] == '{"held":1e-05,"needs":1e+16,"reason":"quota"}'  # stored as written, not re-encoded
+    moved = tmp_path / "moved.db"
+    result = run(copy, "migrate", "--from", f"sqlite:///{copy}", "--to", f"sqlite:///{moved}")
+    assert result.exit_code == 0, result.output
+    assert run(moved, "verify").exit_code == 0
+    again = tmp_path / "again.jsonl"
+    run(moved, "export", str(again))
+    assert again.read_text() == dump.read_text()  # byte for byte, through import and migrate
+
+
+def test_import_refuses_a_tampered_form_1_float_event(ledger_file, tmp_path):
+    dump = tmp_path / "ledger.jsonl"
+    run(ledger_file, "export", str(dump))
+    lines = dump.read_text().splitlines()
+    form1 = _form1_line(json.loads(lines[-1]), {"held": 1e-05, "reason": "quota"})
+    for tampered in (form1.replace("1e-05", "2e-05"), form1.replace("1e-05", "0.00001")):
+        dump.write_text("\n".join([*lines, tampered]) + "\n")
+        target = tmp_path / f"target-{len(tampered)}.db"
+        result = run(target, "import", str(dump))
+        assert result.exit_code == 1 and f"{dump}:8:" in result.output and "nothing was imported" in result.output
+        assert SQLiteStore(target).head() == 0
 
 
 def cli_process(*args: str, store: str) -> subprocess.CompletedProcess:

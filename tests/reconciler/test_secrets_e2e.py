@@ -7,7 +7,7 @@ import threading
 from dataclasses import replace
 
 from ledger.app.wiring import build
-from ledger.fold import FINISHED, RUNNING
+from ledger.fold import CANCELLED, FINISHED, RUNNING
 from ledger.store import open_store
 from reconciler.keys import JobKeys, ensure_key
 from tests.reconciler.conftest import job_spec
@@ -81,3 +81,28 @@ def test_job_keys_are_per_job_private_and_stable(tmp_path):
     assert path.parent.stat().st_mode & 0o777 == 0o700
     assert "alice" not in str(path)  # the folder is a digest: a job id never becomes a path
     assert keys.existing("carol/never") is None
+
+
+def test_a_jobs_key_is_deleted_once_the_job_ended_and_its_tpu_is_released(harness):
+    keys = JobKeys(harness.settings().ssh_key.parent / "jobs")
+    harness.submit("alice/short", job_spec("echo done", workers=[0]))
+    harness.submit("bob/long", job_spec("sleep 300", workers=[0]))
+    harness.start()
+    harness.wait("bob/long", lambda j: j.state == RUNNING)
+    assert keys.path("bob/long").is_file()  # made when its TPU was created
+    harness.wait("alice/short", lambda j: j.state == FINISHED and j.tpu is None)
+    assert not keys.path("alice/short").exists() and not keys.path("alice/short").parent.exists()
+    assert keys.path("bob/long").is_file()  # a running job keeps its key
+    harness.append("bob/long", "cancel_requested", {"reason": "spec deleted"})
+    harness.wait("bob/long", lambda j: j.state == CANCELLED and j.tpu is None)
+    assert not keys.path("bob/long").exists()
+    harness.verify()
+
+
+def test_a_job_whose_tpu_cannot_be_made_leaves_no_key(harness):
+    keys = JobKeys(harness.settings().ssh_key.parent / "jobs")
+    harness.submit("carol/bad", job_spec("true", accelerator="v4-7", workers=[0]))
+    harness.start()
+    job = harness.wait("carol/bad", lambda j: j.terminal)
+    assert "provision_failed" in harness.types("carol/bad"), harness.types("carol/bad")
+    assert job.tpu is None and not keys.path("carol/bad").exists()

@@ -51,3 +51,15 @@ def test_job_keys_are_derived_alike_by_every_reconciler_with_the_same_key(tmp_pa
     assert there.existing("bob/new") is not None  # derived on demand, for a peer taking a job over
     key = derive_job_key(seed.read_bytes(), "alice/x")
     assert isinstance(key, paramiko.ECDSAKey) and here.public("alice/x").split()[1] == key.get_base64()
+
+
+def test_a_forgotten_job_key_is_gone_and_derived_again_alike(tmp_path):
+    seed = tmp_path / "reconciler"
+    ensure_key(seed)
+    keys = JobKeys(tmp_path / "jobs", seed_key=seed)
+    public = keys.public("alice/x")
+    keys.public("alice/y")
+    assert keys.forget("alice/x") and not keys.path("alice/x").parent.exists()
+    assert keys.path("alice/y").is_file()  # another job's key stays
+    assert not keys.forget("alice/x")  # nothing left: forgetting again is harmless
+    assert keys.public("alice/x") == public  # a peer or `ledger doctor` still reaches the hosts

@@ -3,16 +3,20 @@
 Export writes each event's canonical encoding plus its hash, so a line hashes exactly as the
 event did. Import goes into an empty store only, after checking the whole file (chain, hashes,
 versions, schema) and naming the first bad line; nothing is written from a broken file.
+
+Import carries each line's `actor` and `data` text verbatim into the store: the hash is
+checked over the bytes it was made of, whichever canonical form wrote them (form 1 spelled a
+float `1e-05` where today's encoder writes `0.00001`), and nothing is re-encoded.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import msgspec
 
 from ledger.app.commands.common import store_from
 from ledger.errors import LedgerError, UsageError
@@ -51,6 +55,35 @@ def export_cmd(ctx: click.Context, file: Path | None) -> None:
             handle.close()
 
 
+class _Line(msgspec.Struct):
+    """One exported line: the envelope with `actor` and `data` kept as the text written."""
+
+    seq: int
+    stream: str
+    version: int
+    type: str
+    time: str
+    actor: msgspec.Raw
+    id: str
+    causation: str | None
+    data: msgspec.Raw
+    prev_hash: str
+    hash: str
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+
+
+def _event(line: str) -> Event:
+    e = _decode_line(line)
+    actor_text, data_text = bytes(e.actor).decode(), bytes(e.data).decode()
+    actor, data = msgspec.json.decode(actor_text), msgspec.json.decode(data_text)
+    if not isinstance(actor, dict) or not isinstance(data, dict):
+        raise ValueError("actor and data must be JSON objects")
+    return Event(e.seq, e.stream, e.version, e.type, e.time, actor, e.id, e.causation, data, e.prev_hash, e.hash,
+                 actor_text, data_text)
+
+
 def _parse(path: Path) -> Iterator[tuple[int, Event]]:
     """(line number, event) for each non-blank line; a malformed line is a LedgerError."""
     with path.open(encoding="utf-8") as handle:
@@ -58,8 +91,8 @@ def _parse(path: Path) -> Iterator[tuple[int, Event]]:
             if not line.strip():
                 continue
             try:
-                event = Event.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError) as exc:
+                event = _event(line)
+            except ValueError as exc:  # msgspec.DecodeError is one
                 raise LedgerError(f"{path}:{number}: not an event envelope ({exc})", hint="nothing was imported") from exc
             yield number, event
 

@@ -7,7 +7,6 @@ is checked and continued; one that holds anything else is refused.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from ledger.app.commands.common import print_json
 from ledger.errors import IntegrityError, LedgerError, UsageError
 from ledger.events import GENESIS_HASH, Event, body_text, row_hash
 from ledger.store import open_store
+from ledger.store.base import event_from_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +60,6 @@ def verify_chain(store, on_row: Callable[[int], None] | None = None) -> ChainChe
     return ChainCheck(seq, prev)
 
 
-def _event(row: tuple) -> Event:
-    seq, stream, version, type_, time_, actor, id_, causation, data, prev_hash, hash_ = row
-    return Event(seq, stream, version, type_, time_, json.loads(actor), id_, causation, json.loads(data), prev_hash, hash_)
-
-
 def _hash_at(store, seq: int) -> str | None:
     rows = store.raw_rows(seq - 1, seq)
     try:
@@ -95,7 +90,7 @@ def migrate(source, dest, *, batch: int = 5000, progress=None) -> dict:
     copied = 0
     chunk: list[Event] = []
     for row in source.raw_rows(present):
-        chunk.append(_event(row))
+        chunk.append(event_from_row(row))  # the stored texts, verbatim
         if len(chunk) >= batch:
             dest.import_events(chunk)
             copied += len(chunk)
