@@ -9,7 +9,8 @@ and over, with reconciler intents and outcomes), stored in a real SQLite file (b
 machine may be shared):
 
 - the whole report as `ledger usage` makes it with no usage snapshot: scan the ledger, fold,
-  group by owner, save a usage snapshot (target from issue 15: <= 3 s);
+  group by owner, save a usage snapshot (target from issue 15: <= 3 s); and the same
+  report with `--until` the head, which saves nothing;
 - the same from a usage snapshot 9,999 events behind the head (the stalest the snapshot
   rule keeps): decode it, fold the tail, report;
 - the parts: scanning the rows alone (the floor), and the fold over rows already in memory;
@@ -100,6 +101,11 @@ def run(store: SQLiteStore, runs: int, progress) -> dict:
         progress(f"run {r + 1}/{runs}")
         for snap in store.list_snapshots():  # the full scan: no usage snapshot yet (it saves one)
             store.delete_snapshot(snap)
+        # --until the head: the same report, folded from seq 0, but nothing saved (nor a meter fed).
+        w0, c0, (fold0, now0) = timed(lambda: fold_usage(store, None, str(head)))
+        w1, c1, _ = timed(lambda fold0=fold0, now0=now0: summarize(fold0.figures(now0), "owner"))
+        add("usage_nosave_s", w0 + w1)
+        add("usage_nosave_cpu_s", c0 + c1)
         wall, cpu, (fold, now) = timed(lambda: fold_usage(store, None, None))
         assert usable(store, half_life, head) is not None
         # Kept current: a usage snapshot SNAPSHOT_EVERY - 1 events old, and the tail after it.
@@ -149,6 +155,7 @@ def run(store: SQLiteStore, runs: int, progress) -> dict:
 
 ROWS = [
     ("ledger usage (scan + fold + report by owner), s", "usage_s", "usage_cpu_s"),
+    ("  the same, --until the head (no snapshot saved), s", "usage_nosave_s", "usage_nosave_cpu_s"),
     ("ledger usage from a snapshot 9,999 events old, s", "usage_snapshot_s", "usage_snapshot_cpu_s"),
     ("  scan of the rows alone, s", "scan_s", "scan_cpu_s"),
     ("  fold of rows in memory, s", "fold_in_memory_s", "fold_in_memory_cpu_s"),
