@@ -8,7 +8,8 @@ jobs without a policy, for the cost admission adds, and `ledger queue`'s read mo
 (admission.explain).
 
 With --ledger-events N: what `ledger queue` (and a reconciler's first pass) reads besides
-the jobs: the fair-share input folded from the whole ledger (queueview.recent_usage), beside
+the jobs: the fair-share input (queueview.recent_usage) folded from the whole ledger and from
+a usage snapshot SNAPSHOT_EVERY - 1 events behind the head, beside
 the jobs' state from snapshot + tail (load_state), over bench/workload.py's ledger of N
 events in a SQLite file (--db keeps it for the next run).
 
@@ -31,8 +32,9 @@ from usage_bench import build  # noqa: E402
 
 from ledger.app.queueview import recent_usage  # noqa: E402
 from ledger.fold import evolve, initial  # noqa: E402
-from ledger.replay import load_state, save_snapshot  # noqa: E402
+from ledger.replay import SNAPSHOT_EVERY, load_state, save_snapshot  # noqa: E402
 from ledger.spec.policy import parse_policy  # noqa: E402
+from ledger.usage.snapshot import load_usage, save_usage  # noqa: E402
 from reconciler.admission import Usage, admit, explain  # noqa: E402
 from reconciler.model import HostObs, NodeObs, Observed, PlanConfig  # noqa: E402
 from reconciler.plan import plan, tpu_request  # noqa: E402
@@ -132,17 +134,24 @@ def ledger_reads(args, policy) -> None:
     db = args.db or Path(f"/tmp/admission-{args.ledger_events}.db")
     store = build(db, args.ledger_events, max(1, args.ledger_events // 100), lambda text: print(text, file=sys.stderr))
     try:
+        for snap in store.list_snapshots():  # from seq 0 first: no snapshot of either kind
+            store.delete_snapshot(snap)
         figures = {"events": store.head(),
                    "recent_usage_ms": median_ms(lambda: recent_usage(store, policy), args.runs),
                    "load_state_no_snapshot_ms": median_ms(lambda: load_state(store, use_snapshot=False), args.runs)}
         save_snapshot(store, load_state(store))  # as the reconciler keeps one (every SNAPSHOT_EVERY events)
         figures["load_state_ms"] = median_ms(lambda: load_state(store), args.runs)
+        # The usage snapshot as the reconciler keeps one, at its stalest (SNAPSHOT_EVERY - 1 behind).
+        save_usage(store, *load_usage(store, policy.fair_share.half_life_hours,
+                                      until=max(0, store.head() - SNAPSHOT_EVERY + 1)))
+        figures["recent_usage_snapshot_ms"] = median_ms(lambda: recent_usage(store, policy), args.runs)
     finally:
         store.close()
     if args.json:
         print(json.dumps(figures, indent=2))
         return
     for key, label in (("recent_usage_ms", "fair-share input, folded from seq 0"),
+                       ("recent_usage_snapshot_ms", "fair-share input, usage snapshot 9,999 old"),
                        ("load_state_no_snapshot_ms", "jobs' state, replayed from seq 0"),
                        ("load_state_ms", "jobs' state from a snapshot at the head")):
         wall, cpu = figures[key]

@@ -8,8 +8,11 @@ and over, with reconciler intents and outcomes), stored in a real SQLite file (b
 `--db` keeps it for the next run). Measured (medians, wall time with CPU time beside it, the
 machine may be shared):
 
-- the whole report as `ledger usage` makes it: scan the ledger, fold, group by owner
-  (target from issue 15: <= 3 s);
+- the whole report as `ledger usage` makes it with no usage snapshot: scan the ledger, fold,
+  group by owner, save a usage snapshot (target from issue 15: <= 3 s); and the same
+  report with `--until` the head, which saves nothing;
+- the same from a usage snapshot 9,999 events behind the head (the stalest the snapshot
+  rule keeps): decode it, fold the tail, report;
 - the parts: scanning the rows alone (the floor), and the fold over rows already in memory;
 - `--until` halfway (time travel folds half the ledger);
 - a dashboard that keeps one fold current: the last 1,000 events folded in and the report
@@ -36,9 +39,11 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from workload import workload  # noqa: E402
 
 from ledger.app.commands.usage import fold_usage  # noqa: E402
-from ledger.replay import fold_rows  # noqa: E402
+from ledger.app.queueview import half_life_of  # noqa: E402
+from ledger.replay import SNAPSHOT_EVERY, fold_rows  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
 from ledger.usage import UsageFold, summarize, to_us  # noqa: E402
+from ledger.usage.snapshot import load_usage, save_usage, usable  # noqa: E402
 
 TARGET_S = 3.0
 JOBS_PER_TX = 100
@@ -90,9 +95,25 @@ def run(store: SQLiteStore, runs: int, progress) -> dict:
 
     rows = list(fold_rows(store, 0, None))
     priced = with_price_changes(rows, 10)
+    half_life = half_life_of(store)
+    stale = max(0, head - SNAPSHOT_EVERY + 1)  # the stalest usage snapshot the rule keeps
     for r in range(runs):
         progress(f"run {r + 1}/{runs}")
+        for snap in store.list_snapshots():  # the full scan: no usage snapshot yet (it saves one)
+            store.delete_snapshot(snap)
+        # --until the head: the same report, folded from seq 0, but nothing saved (nor a meter fed).
+        w0, c0, (fold0, now0) = timed(lambda: fold_usage(store, None, str(head)))
+        w1, c1, _ = timed(lambda fold0=fold0, now0=now0: summarize(fold0.figures(now0), "owner"))
+        add("usage_nosave_s", w0 + w1)
+        add("usage_nosave_cpu_s", c0 + c1)
         wall, cpu, (fold, now) = timed(lambda: fold_usage(store, None, None))
+        assert usable(store, half_life, head) is not None
+        # Kept current: a usage snapshot SNAPSHOT_EVERY - 1 events old, and the tail after it.
+        save_usage(store, *load_usage(store, half_life, until=stale))
+        w3, c3, (fold3, now3) = timed(lambda: fold_usage(store, None, None))
+        w4, c4, _ = timed(lambda fold3=fold3, now3=now3: summarize(fold3.figures(now3), "owner"))
+        add("usage_snapshot_s", w3 + w4)
+        add("usage_snapshot_cpu_s", c3 + c4)
         w2, c2, report = timed(lambda fold=fold, now=now: summarize(fold.figures(now), "owner"))
         add("usage_s", wall + w2)
         add("usage_cpu_s", cpu + c2)
@@ -134,6 +155,8 @@ def run(store: SQLiteStore, runs: int, progress) -> dict:
 
 ROWS = [
     ("ledger usage (scan + fold + report by owner), s", "usage_s", "usage_cpu_s"),
+    ("  the same, --until the head (no snapshot saved), s", "usage_nosave_s", "usage_nosave_cpu_s"),
+    ("ledger usage from a snapshot 9,999 events old, s", "usage_snapshot_s", "usage_snapshot_cpu_s"),
     ("  scan of the rows alone, s", "scan_s", "scan_cpu_s"),
     ("  fold of rows in memory, s", "fold_in_memory_s", "fold_in_memory_cpu_s"),
     ("  the same with 10 price changes, s", "fold_priced_s", "fold_priced_cpu_s"),

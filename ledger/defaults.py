@@ -71,3 +71,7 @@ CHECKPOINT_EVERY_S = 60.0
 HOST_ROOT = ""
 EMULATOR_HOST_ROOT = "~/.vm"
 DOCTOR_MIN_FREE_BYTES = 1 << 30
+
+# The fair-share half-life (hours) of the usage snapshot `ledger usage` saves when no sharing
+# policy is recorded (its accounts are the same whatever the half-life; only the meter differs).
+USAGE_HALF_LIFE_HOURS = 168.0

@@ -17,7 +17,7 @@ import gc
 import io
 import logging
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -102,12 +102,18 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def load_plain(data: bytes) -> Any:
+    """Unpickle plain containers only (every snapshot kind's decoder uses this); raises
+    pickle.UnpicklingError on anything that names code."""
+    return _PlainUnpickler(io.BytesIO(data)).load()
+
+
 def decode_state(blob: bytes) -> LedgerState | None:
     """None when the blob is not a snapshot this code can read (it is then ignored)."""
     if not blob.startswith(_MAGIC):
         return None
     try:
-        position, names, rows = _PlainUnpickler(io.BytesIO(blob[len(_MAGIC):])).load()
+        position, names, rows = load_plain(blob[len(_MAGIC):])
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
         return None
     if tuple(names) != tuple(f.name for f in dataclasses.fields(JobState)):
@@ -139,21 +145,32 @@ def snapshot_problem(store: Reader, snap: Snapshot) -> str | None:
     return None
 
 
-def usable_snapshot(store: SnapshotReader, at_most: int) -> LedgerState | None:
-    """The state of this code's newest snapshot at or before `at_most`, if it passes the
-    checks (snapshot_problem, and it decodes to that position); None otherwise."""
-    snap = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=at_most)
+def checked_snapshot(store: SnapshotReader, name: str, code_version: str, at_most: int,
+                     decode: Callable[[bytes], Any], position_of: Callable[[Any], int]) -> Any | None:
+    """The decoded state of the newest snapshot `name` of that code at or before `at_most`,
+    if it passes the checks (snapshot_problem, and it decodes to its position); None
+    otherwise, with a log line. Every kind of snapshot (job states, usage) is checked here."""
+    snap = store.load_snapshot(name, code_version, at_most=at_most)
     if snap is None:
         return None
     why = snapshot_problem(store, snap)
-    state = decode_state(snap.state) if why is None else None
-    if why is None and (state is None or state.position != snap.position):
+    state = decode(snap.state) if why is None else None
+    if why is None and (state is None or position_of(state) != snap.position):
         why = "its state does not decode to its position"
     if why is not None:
         log.warning("ignoring %s: %s; replaying from the events (`ledger verify --rebuild-snapshots` replaces it)",
                     snap.label, why)
         return None
     return state
+
+
+def usable_snapshot(store: SnapshotReader, at_most: int) -> LedgerState | None:
+    """The state of this code's newest job-state snapshot at or before `at_most`, if usable."""
+    return checked_snapshot(store, SNAPSHOT_NAME, fold.code_version(), at_most, decode_state, _position)
+
+
+def _position(state: Any) -> int:
+    return state.position
 
 
 def load_state(store: SnapshotReader, until: int | None = None, use_snapshot: bool = True) -> LedgerState:
@@ -169,25 +186,35 @@ def load_state(store: SnapshotReader, until: int | None = None, use_snapshot: bo
     return state
 
 
-def make_snapshot(store: Reader, state: LedgerState) -> Snapshot:
-    """`state` sealed as a snapshot, tied to the event at its position."""
-    event_hash = GENESIS_HASH if state.position == 0 else store.hash_at(state.position)
+def tied_snapshot(store: Reader, name: str, code_version: str, position: int, state: bytes) -> Snapshot:
+    """`state` (folded up to `position`) sealed as a snapshot, tied to the event there."""
+    event_hash = GENESIS_HASH if position == 0 else store.hash_at(position)
     if event_hash is None:
-        raise ValueError(f"no event at seq {state.position} to tie a snapshot to")
-    return Snapshot.seal(SNAPSHOT_NAME, fold.code_version(), state.position, event_hash, encode_state(state))
+        raise ValueError(f"no event at seq {position} to tie a snapshot to")
+    return Snapshot.seal(name, code_version, position, event_hash, state)
+
+
+def make_snapshot(store: Reader, state: LedgerState) -> Snapshot:
+    """`state` sealed as a job-state snapshot, tied to the event at its position."""
+    return tied_snapshot(store, SNAPSHOT_NAME, fold.code_version(), state.position, encode_state(state))
 
 
 def save_snapshot(store: SnapshotReader, state: LedgerState) -> None:
     store.save_snapshot(make_snapshot(store, state))
 
 
+def snapshot_due(store: SnapshotReader, name: str, code_version: str, position: int, every: int = SNAPSHOT_EVERY) -> bool:
+    """The policy for every kind: a state at `position` is saved when `every` events or more
+    passed since the newest snapshot of that name and code, or when that one fails its checks."""
+    last = store.load_snapshot(name, code_version, at_most=position)
+    since = position - (last.position if last else 0)
+    return not (since < every and (last is None or snapshot_problem(store, last) is None))
+
+
 def maybe_snapshot(store: SnapshotReader, state: LedgerState, every: int = SNAPSHOT_EVERY) -> bool:
-    """The policy: save `state` when `every` events or more passed since the newest snapshot
-    of this code, or when that one fails its checks. Call it after a replay at the head;
-    returns whether it saved."""
-    last = store.load_snapshot(SNAPSHOT_NAME, fold.code_version(), at_most=state.position)
-    since = state.position - (last.position if last else 0)
-    if since < every and (last is None or snapshot_problem(store, last) is None):
+    """Save `state` when a job-state snapshot is due (snapshot_due). Call it after a replay
+    at the head; returns whether it saved."""
+    if not snapshot_due(store, SNAPSHOT_NAME, fold.code_version(), state.position, every):
         return False
     save_snapshot(store, state)
     return True

@@ -24,6 +24,9 @@ from ledger.fold import LedgerState
 from ledger.replay import decode_state, fold_into, no_cyclic_gc, snapshot_problem
 from ledger.store import open_store
 from ledger.store.base import Reader, Snapshot, SnapshotReader
+from ledger.usage import UsageFold
+from ledger.usage import snapshot as usage_snapshot
+from ledger.usage.share import ShareMeter
 
 PROGRESS_EVERY = 20_000
 
@@ -262,14 +265,19 @@ def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
     state compared with the state rebuilt from the events at its position, which is what
     catches a snapshot forged with consistent hashes. The rebuild is one fold of the
     ledger up to the newest snapshot, visiting the snapshots in position order: about the
-    cost of `ledger replay --no-snapshot`. Snapshots of other code are checked by hash only
+    cost of `ledger replay --no-snapshot`. Usage snapshots of this code are compared with
+    the usage fold rebuilt the same way. Snapshots of other code are checked by hash only
     (replay never uses them)."""
     verdicts = []
-    code = fold.code_version()
+    code, usage_code = fold.code_version(), usage_snapshot.code_version()
     state = LedgerState()
+    usage: dict[str, usage_snapshot.Kept] = {}  # a fold per usage snapshot name (half-life)
     with no_cyclic_gc():
         for snap in store.list_snapshots():  # by position
             problem = snapshot_problem(store, snap)
+            if problem is None and snap.code_version == usage_code:
+                verdicts.append(SnapshotVerdict(snap, True, _usage_problem(store, snap, usage)))
+                continue
             if problem is not None or snap.code_version != code:
                 verdicts.append(SnapshotVerdict(snap, False, problem))
                 continue
@@ -282,6 +290,24 @@ def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
                 problem = _difference(decoded.jobs, state.jobs)
             verdicts.append(SnapshotVerdict(snap, True, problem))
     return verdicts
+
+
+def _usage_problem(store: Reader, snap: Snapshot, folds: dict[str, usage_snapshot.Kept]) -> str | None:
+    """A usage snapshot against the usage fold of the events up to its position (one fold
+    per half-life, fed forward as the snapshots come by position)."""
+    saved = usage_snapshot.decode(snap.state)
+    if saved is None or saved[1].position != snap.position:
+        return "its state does not decode to its position"
+    half_life = saved[0].half_life_hours
+    if snap.name != usage_snapshot.snapshot_name(half_life):
+        return f"its meter's half-life ({half_life:g} h) is not its name's"
+    rebuilt = folds.get(snap.name)
+    if rebuilt is None:
+        meter = ShareMeter(half_life)
+        rebuilt = folds[snap.name] = meter, UsageFold(on_interval=meter.add)
+    rebuilt[1].apply_rows(store.fold_rows(rebuilt[1].position, snap.position))
+    rebuilt[1].position = snap.position
+    return usage_snapshot.difference(saved, rebuilt)
 
 
 def _difference(saved: dict[str, fold.JobState], rebuilt: dict[str, fold.JobState]) -> str | None:

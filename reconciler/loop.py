@@ -21,6 +21,7 @@ from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
 from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import load_usage, maybe_save_usage
 from reconciler import admission
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
@@ -136,10 +137,17 @@ class Reconciler:
             maybe_snapshot(store, self.state)
 
     def _catch_up_usage(self) -> None:
-        # A fresh process folds usage from the ledger's start (no snapshot of it yet): about
-        # 3.5 us an event, so seconds on a long ledger. Only admission needs it.
-        if self.usage is not None:
-            self.usage.apply_rows(fold_rows(self.store(), self.usage.position))
+        # Only admission needs usage. A fresh process (or a new half-life) starts from the
+        # usage snapshot and its tail; after that, only the new events.
+        if self.usage is None:
+            return
+        store = self.store()
+        if self.usage.position == 0:
+            self.meter, self.usage = load_usage(store, self.meter.half_life_hours)
+        else:
+            self.usage.apply_rows(fold_rows(store, self.usage.position))
+        if self.passes % 200 == 0:
+            maybe_save_usage(store, self.meter, self.usage)
 
     def _follow_policy(self, policy: Policy | None) -> None:
         """Plan by `policy` from now on; keep the usage fold while the half-life stays."""
@@ -149,7 +157,7 @@ class Reconciler:
             self.usage = None
         elif self.usage is None or self.meter.half_life_hours != policy.fair_share.half_life_hours:
             self.meter = ShareMeter(policy.fair_share.half_life_hours)
-            self.usage = UsageFold(on_interval=self.meter.add)  # fed from the start at the next catch-up
+            self.usage = UsageFold(on_interval=self.meter.add)  # loaded at the next catch-up
 
     def recent_usage(self, now: float) -> admission.Usage:
         """Fair-share and weekly figures at `now` (nothing without a sharing policy)."""

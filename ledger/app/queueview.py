@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ledger.defaults import USAGE_HALF_LIFE_HOURS
 from ledger.errors import ConflictError, LedgerError
 from ledger.events import Event, NewEvent, actor, format_time
 from ledger.events.data import PolicyApplied
@@ -24,9 +25,10 @@ from ledger.fold import JobState, evolve, initial
 from ledger.replay import load_state
 from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
-from ledger.store import Reader, Store, open_store
+from ledger.store import Reader, SnapshotReader, Store, open_store
 from ledger.usage import UsageFold, to_us
 from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import load_usage, save_usage, usage_due
 from reconciler import admission
 
 POLICY_STREAM = "_policy"
@@ -98,14 +100,32 @@ def record_policy(store: Store, policy: Policy | None, *, source: str, holder: s
     return False
 
 
-def share_meter(store: Reader, half_life_hours: float, until: int | None = None) -> tuple[ShareMeter, UsageFold]:
+def share_meter(store: SnapshotReader, half_life_hours: float, until: int | None = None) -> tuple[ShareMeter, UsageFold]:
     """A fair-share meter fed the whole ledger up to seq `until` (the head by default), and
-    the usage fold that fed it (its open intervals complete the figures at a moment)."""
-    meter = ShareMeter(half_life_hours)
-    return meter, UsageFold(on_interval=meter.add).apply_rows(store.fold_rows(0, until))
+    the usage fold that fed it (its open intervals complete the figures at a moment): the
+    newest usable usage snapshot plus the events after it."""
+    return load_usage(store, half_life_hours, until)
 
 
-def recent_usage(store: Reader, policy: Policy | None, now: datetime | None = None) -> admission.Usage:
+def half_life_of(store: Reader) -> float:
+    """The half-life whose usage snapshot the commands keep: the recorded sharing policy's."""
+    policy = recorded_policy(store)
+    return policy.fair_share.half_life_hours if policy is not None else USAGE_HALF_LIFE_HOURS
+
+
+def refresh_usage_snapshot(store: Store) -> bool:
+    """Save a usage snapshot at the head when one is due (`ledger replay`, `ledger usage`, as
+    the job-state snapshot): snapshot + tail, so at most SNAPSHOT_EVERY events are folded
+    unless none was usable. Whether it saved."""
+    half_life = half_life_of(store)
+    if not usage_due(store, half_life, store.head()):
+        return False
+    meter, fold = load_usage(store, half_life)
+    save_usage(store, meter, fold)
+    return True
+
+
+def recent_usage(store: SnapshotReader, policy: Policy | None, now: datetime | None = None) -> admission.Usage:
     """Fair-share and weekly figures at `now` from the whole ledger (as the reconciler has them)."""
     if not admission.active(policy):
         return admission.NO_USAGE
@@ -115,7 +135,7 @@ def recent_usage(store: Reader, policy: Policy | None, now: datetime | None = No
     return admission.usage_at(meter, fold.open_intervals(us), us)
 
 
-def queue_rows(store: Reader, policy: Policy | None, jobs: Mapping[str, JobState] | None = None,
+def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, JobState] | None = None,
                usage: admission.Usage | None = None) -> list[dict[str, Any]]:
     """Every waiting job in admission order, with why it waits: `ledger queue --json`, the
     `waiting` of `ledger inspect --json`, the dashboard's /api/queue. `jobs` and `usage`

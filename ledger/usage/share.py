@@ -40,9 +40,9 @@ class ShareMeter:
         owner = iv.key.owner
         amount = self._integral(iv.start, iv.end, iv.chips)  # first: it may rescale every account
         self.acc[owner] = self.acc.get(owner, 0.0) + amount
-        kind = tpu_types.lookup(iv.key.accelerator)
-        if kind is not None:
-            self.recent.append((iv.end, iv.start, owner, kind.family, iv.chips))
+        family = _family(iv.key.accelerator)
+        if family:
+            self.recent.append((iv.end, iv.start, owner, family, iv.chips))
 
     def _integral(self, start: int, end: int, chips: int) -> float:
         """chips * the integral of e^(rate*(t-ref)) over [start, end]; moves `ref` (and
@@ -86,6 +86,16 @@ def _area(rate: float, ref: int, start: int, end: int, chips: int) -> float:
     return chips * (math.exp(rate * (end - ref)) - math.exp(rate * (start - ref))) / rate
 
 
+_FAMILIES: dict[str, str] = {}
+
+
 def _family(accelerator: str) -> str:
-    kind = tpu_types.lookup(accelerator)
-    return kind.family if kind else ""
+    """The accelerator's family ("" when unknown), looked up once per type: the meter asks
+    for every interval of the ledger (a million events make ~300k)."""
+    family = _FAMILIES.get(accelerator)
+    if family is None:
+        kind = tpu_types.lookup(accelerator)
+        family = kind.family if kind else ""
+        if len(_FAMILIES) < 4096:
+            _FAMILIES[accelerator] = family
+    return family

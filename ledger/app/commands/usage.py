@@ -3,6 +3,7 @@ cost, and what it would have cost on demand. docs/usage.md explains every column
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import sys
 from datetime import UTC, datetime
@@ -13,8 +14,9 @@ from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
 from ledger.app.figures import USAGE_HEADERS, chip_hours, duration, money, percent, usage_cells
+from ledger.app.queueview import half_life_of
 from ledger.app.readmodels import usage_json
-from ledger.errors import UsageError
+from ledger.errors import LedgerError, UsageError
 from ledger.events import format_time
 from ledger.replay import fold_rows, no_cyclic_gc, resolve_until
 from ledger.spec.layout import POLICY_PATH
@@ -29,6 +31,8 @@ from ledger.usage import (
     summarize,
     to_us,
 )
+from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import Kept, latest, maybe_save_usage, usable
 
 # Chip-hour figures in the order people read them: held, then what the holding went to, then waiting.
 _HOURS = ("held", "running", "setup", "provisioning", "recovering", "after_end", "waiting")
@@ -79,10 +83,35 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
     if lo is not None and lo > now:
         raise UsageError(f"--since {since} is after the report's end ({format_time(from_us(now))})",
                          hint="--since must come before --until (and before now)")
-    fold = UsageFold(lo, hi, per_attempt=per_attempt, prices=prices)
+    whole = lo is None and not per_attempt and not prices  # what a usage snapshot holds
+    half_life = half_life_of(store)
     with no_cyclic_gc():  # a million rows make no cycles, but set off collections of every job
-        fold.apply_rows(fold_rows(store, 0, position))
+        kept = _snapshot(store, half_life, position, hi) if whole else None
+        if kept is None:
+            meter = ShareMeter(half_life)
+            # The meter is fed only when the fold may be saved (a report at the head).
+            saved = whole and until is None
+            kept = meter, UsageFold(lo, hi, per_attempt=per_attempt, prices=prices, on_interval=meter.add if saved else None)
+        meter, fold = kept
+        fold.apply_rows(fold_rows(store, fold.position, position))
+    if whole and until is None:
+        # A report at the head keeps the next one fast; a read-only ledger still answers.
+        with contextlib.suppress(LedgerError), store_errors(store.url):
+            maybe_save_usage(store, meter, fold)
     return fold, now
+
+
+def _snapshot(store: Store, half_life: float, position: int | None, hi: int | None) -> Kept | None:
+    """The usage snapshot at or before `position` (the head when None), for a report that
+    ends at `hi`: only one that counted nothing after `hi` (a report ending there would have
+    cut it) gives the figures of a fold from the first event."""
+    kept = usable(store, half_life, store.head() if position is None else position)
+    if kept is None or hi is None:
+        return kept
+    if latest(kept[1]) > hi:
+        return None
+    kept[1].hi = hi
+    return kept
 
 
 # -- presentation -----------------------------------------------------------------------------

@@ -1,0 +1,184 @@
+"""The usage fold and its fair-share meter from a checked snapshot plus the events after it.
+
+The second kind of snapshot beside the job states' (ledger.replay): the accounting fold
+(`UsageFold`, whole ledger, one account per submission, the ledger's own prices) and the
+`ShareMeter` it feeds, saved at a position. It is checked exactly as a job-state snapshot
+is (`replay.checked_snapshot`: its own hash, the event it names in the chain, this code's
+version, it decodes to its position) and saved by the same rule (`replay.snapshot_due`).
+The meter depends on the fair-share half-life, so each half-life has its own snapshot
+name; the accounts do not, so `ledger usage` may start from any of them.
+
+Folding snapshot + tail gives exactly the figures of a fold of every event: the state saved
+is the fold's whole state (every job's accounting state, open intervals, accounts, prices in
+force, the meter's sums), and folding is deterministic (tests/usage/test_usage_snapshot.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ledger.replay import (
+    SNAPSHOT_EVERY,
+    checked_snapshot,
+    load_plain,
+    no_cyclic_gc,
+    snapshot_due,
+    tied_snapshot,
+)
+from ledger.store.base import SnapshotReader
+from ledger.usage import fold as usage_fold
+from ledger.usage import prices, share
+from ledger.usage.fold import AccountKey, UsageFold, _Job
+from ledger.usage.share import ShareMeter
+
+_MAGIC = b"TLU1"
+_SLOTS = _Job.__slots__
+_FAR = 2**62
+# The fields of a job's accounting state that hold account keys (named tuples: stored as plain tuples).
+_KEYED = frozenset({"open", "want_key", "held_key", "suspect"})
+
+Kept = tuple[ShareMeter, UsageFold]
+
+
+def snapshot_name(half_life_hours: float) -> str:
+    return f"usage/{half_life_hours!r}h"
+
+
+def code_version() -> str:
+    """The accounting fold's, the prices', the meter's and this encoding's code together."""
+    digest = hashlib.sha256()
+    for module in (usage_fold, prices, share):
+        digest.update(Path(module.__file__ or "").read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def plain(fold: UsageFold) -> bool:
+    """Whether the fold is one a snapshot holds: whole ledger, per submission, no overrides."""
+    return (fold.lo == -_FAR and fold.hi == _FAR and not fold.per_attempt and not fold.prices.overrides
+            and fold.intervals is None)
+
+
+# -- encoding ---------------------------------------------------------------------------------
+def _keys_out(name: str, value: Any) -> Any:
+    if value is None or name not in _KEYED:
+        return value
+    if name == "open":
+        return (value[0], tuple(value[1]), value[2])
+    if name == "suspect":
+        return (value[0], value[1], tuple(value[2]))
+    return tuple(value)
+
+
+def _keys_in(name: str, value: Any) -> Any:
+    if value is None or name not in _KEYED:
+        return value
+    if name == "open":
+        return (value[0], AccountKey(*value[1]), value[2])
+    if name == "suspect":
+        return (value[0], value[1], AccountKey(*value[2]))
+    return AccountKey(*value)
+
+
+def encode(meter: ShareMeter, fold: UsageFold) -> bytes:
+    if not plain(fold):
+        raise ValueError("only a whole-ledger usage fold without overrides is saved as a snapshot")
+    jobs = [tuple(_keys_out(n, getattr(j, n)) for n in _SLOTS) for j in fold.jobs.values()]
+    accounts = [(tuple(k), v) for k, v in fold.accounts.items()]
+    body = (fold.position, _SLOTS, jobs, accounts, fold.prices.table, fold.prices.commit,
+            meter.half_life_hours, meter.ref, meter.acc, list(meter.recent))
+    return _MAGIC + pickle.dumps(body, protocol=5)
+
+
+def decode(blob: bytes) -> Kept | None:
+    """None when the blob is not a usage snapshot this code can read (it is then ignored)."""
+    if not blob.startswith(_MAGIC):
+        return None
+    try:
+        position, slots, jobs, accounts, table, commit, half_life, ref, acc, recent = load_plain(blob[len(_MAGIC):])
+    except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
+        return None
+    if tuple(slots) != _SLOTS:
+        return None
+    meter = ShareMeter(half_life)
+    meter.ref, meter.acc, meter.recent = ref, acc, deque(recent)
+    fold = UsageFold(on_interval=meter.add)
+    for row in jobs:
+        job = _Job.__new__(_Job)
+        for name, value in zip(_SLOTS, row, strict=True):
+            setattr(job, name, _keys_in(name, value))
+        fold.jobs[job.id] = job
+    fold.accounts = {AccountKey(*k): v for k, v in accounts}
+    fold.prices.replace(table, commit)
+    fold.position = position
+    return meter, fold
+
+
+_PARTS = ("position", "field names", "jobs' accounting states", "accounts", "price table", "price commit",
+          "half-life", "meter's reference time", "meter's decayed sums", "meter's last week")
+
+
+def difference(saved: Kept, rebuilt: Kept) -> str | None:
+    """The first part in which a saved usage state differs from one rebuilt from the events
+    (`ledger verify`), compared as the plain data a snapshot holds; None when they agree."""
+    a, b = (load_plain(encode(*kept)[len(_MAGIC):]) for kept in (saved, rebuilt))
+    for name, mine, theirs in zip(_PARTS, a, b, strict=True):
+        if name == _PARTS[-1]:  # a meter asked for a week drops what ended before it: a suffix
+            theirs = theirs[len(theirs) - len(mine):] if len(mine) <= len(theirs) else None
+        if mine != theirs:
+            return f"its {name} differ from the events'"
+    return None
+
+
+def latest(fold: UsageFold) -> int:
+    """The latest event time (us) the fold has used: a snapshot may serve a report that ends
+    at `hi` only when nothing it counted happened after `hi` (it would have been cut there)."""
+    return max((j.last for j in fold.jobs.values()), default=-_FAR)
+
+
+def _position(kept: Kept) -> int:
+    return kept[1].position
+
+
+# -- the store side -----------------------------------------------------------------------------
+def usable(store: SnapshotReader, half_life_hours: float, at_most: int) -> Kept | None:
+    """The checked usage snapshot of that half-life at or before `at_most` (None: none usable)."""
+    return checked_snapshot(store, snapshot_name(half_life_hours), code_version(), at_most, decode, _position)
+
+
+def load_usage(store: SnapshotReader, half_life_hours: float, until: int | None = None,
+               use_snapshot: bool = True) -> Kept:
+    """The fair-share meter and the usage fold that feeds it, at seq `until` (None = head):
+    the newest usable snapshot plus the events after it."""
+    head = store.head()
+    target = head if until is None else min(until, head)
+    with no_cyclic_gc():
+        kept = usable(store, half_life_hours, target) if use_snapshot else None
+        if kept is None:
+            meter = ShareMeter(half_life_hours)
+            kept = meter, UsageFold(on_interval=meter.add)
+        kept[1].apply_rows(store.fold_rows(kept[1].position, target))
+    kept[1].position = target
+    return kept
+
+
+def save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold) -> None:
+    name = snapshot_name(meter.half_life_hours)
+    store.save_snapshot(tied_snapshot(store, name, code_version(), fold.position, encode(meter, fold)))
+
+
+def usage_due(store: SnapshotReader, half_life_hours: float, position: int, every: int = SNAPSHOT_EVERY) -> bool:
+    """Whether a usage snapshot at `position` is due (the job-state snapshots' rule)."""
+    return snapshot_due(store, snapshot_name(half_life_hours), code_version(), position, every)
+
+
+def maybe_save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, every: int = SNAPSHOT_EVERY) -> bool:
+    """Save `fold` and `meter` when a usage snapshot is due; whether it saved."""
+    if not plain(fold) or not usage_due(store, meter.half_life_hours, fold.position, every):
+        return False
+    save_usage(store, meter, fold)
+    return True

@@ -1,0 +1,165 @@
+"""The usage snapshot (ledger/usage/snapshot.py): snapshot + tail gives exactly the figures of
+a fold of every event (hypothesis, over the random ledgers of test_usage_properties), on a
+real SQLite ledger as on the pure fold; a forged, altered or stale snapshot is refused and
+a fresh one saved; `ledger usage` reports the same with and without one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.app.cli import cli
+from ledger.events import NewEvent
+from ledger.replay import tied_snapshot
+from ledger.store.base import Snapshot
+from ledger.store.sqlite import SQLiteStore
+from ledger.usage import UsageFold
+from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import (
+    code_version,
+    decode,
+    encode,
+    load_usage,
+    maybe_save_usage,
+    save_usage,
+    snapshot_name,
+    usable,
+)
+from ledger.verify import verify_snapshots
+from tests.usage.ledger_by_hand import EVENTS
+from tests.usage.test_usage_properties import MIN, T0, ledgers
+
+HALF_LIFE = 24.0
+
+
+def fresh() -> tuple[ShareMeter, UsageFold]:
+    meter = ShareMeter(HALF_LIFE)
+    return meter, UsageFold(on_interval=meter.add)
+
+
+def figures(kept: tuple[ShareMeter, UsageFold], now: int) -> tuple:
+    meter, fold = kept
+    open_now = fold.open_intervals(now)
+    return (fold.figures(now), meter.decayed(now, open_now), meter.week(now, open_now), fold.position,
+            fold.prices.table, fold.checkpoint_of("alice/a"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(ledgers(), st.floats(0, 1), st.floats(0, 1), st.integers(0, 2000))
+def test_snapshot_plus_tail_is_the_full_fold(rows, cut_at, second_at, later):
+    """Cut anywhere (twice: a snapshot made from a snapshot + tail), go on from the decoded
+    state: the same accounts, costs, fair-share and weekly figures, as exactly as a full fold."""
+    now = T0 + later * MIN
+    full = fresh()
+    full[1].apply_rows(rows)
+    cut = int(cut_at * len(rows))
+    second = cut + int(second_at * (len(rows) - cut))
+    part = fresh()
+    part[1].apply_rows(rows[:cut])
+    kept = decode(encode(*part))
+    assert kept is not None
+    kept[1].apply_rows(rows[cut:second])
+    kept = decode(encode(*kept))
+    assert kept is not None
+    kept[1].apply_rows(rows[second:])
+    assert figures(kept, now) == figures(full, now)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    store = SQLiteStore(tmp_path / "ledger.db")
+    for stream, type_, time, data in EVENTS:
+        store.append(stream, [NewEvent(type_, data, time=time)])
+    yield store
+    store.close()
+
+
+def test_every_cut_of_a_real_ledger_gives_the_full_fold(store):
+    head = store.head()
+    now = T0 + 10**6 * MIN
+    whole = figures(load_usage(store, HALF_LIFE, use_snapshot=False), now)
+    for position in range(head + 1):
+        meter, fold = load_usage(store, HALF_LIFE, until=position, use_snapshot=False)
+        save_usage(store, meter, fold)
+        assert usable(store, HALF_LIFE, head)[1].position == position
+        assert figures(load_usage(store, HALF_LIFE), now) == whole
+
+
+def test_a_forged_or_altered_snapshot_is_refused_and_rebuilt(store, caplog):
+    head = store.head()
+    now = T0 + 10**6 * MIN
+    whole = figures(load_usage(store, HALF_LIFE, use_snapshot=False), now)
+    name, code = snapshot_name(HALF_LIFE), code_version()
+    # A snapshot of an empty fold claiming to stand at the head, sealed with consistent
+    # hashes but tied to another event: the chain check refuses it.
+    empty = encode(*fresh())
+    meter, fold = fresh()
+    fold.position = head
+    forged = Snapshot.seal(name, code, head, "0" * 64, encode(meter, fold))
+    store.save_snapshot(forged)
+    assert usable(store, HALF_LIFE, head) is None
+    assert "made from another event" in caplog.text
+    assert figures(load_usage(store, HALF_LIFE), now) == whole
+    # Altered after it was saved: its own hash refuses it.
+    good = tied_snapshot(store, name, code, head, encode(meter, fold))
+    store.save_snapshot(Snapshot(name, code, head, good.event_hash, empty, good.hash))
+    assert usable(store, HALF_LIFE, head) is None
+    assert "does not match its hash" in caplog.text
+    # The rule saves a fresh one in its place, which is then used.
+    assert maybe_save_usage(store, *load_usage(store, HALF_LIFE))
+    assert usable(store, HALF_LIFE, head) is not None
+    assert figures(load_usage(store, HALF_LIFE), now) == whole
+
+
+def test_a_snapshot_of_other_code_or_half_life_is_not_used(store):
+    head = store.head()
+    meter, fold = load_usage(store, HALF_LIFE)
+    store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), "old-code", head, encode(meter, fold)))
+    assert usable(store, HALF_LIFE, head) is None
+    save_usage(store, meter, fold)
+    assert usable(store, HALF_LIFE, head) is not None
+    assert usable(store, HALF_LIFE * 2, head) is None
+
+
+def test_stale_snapshot_is_renewed_when_due(store):
+    meter, fold = load_usage(store, HALF_LIFE, until=2, use_snapshot=False)
+    save_usage(store, meter, fold)
+    meter, fold = load_usage(store, HALF_LIFE)  # from the snapshot at 2, plus the tail
+    assert not maybe_save_usage(store, meter, fold)  # fewer than SNAPSHOT_EVERY events since
+    assert maybe_save_usage(store, meter, fold, every=1)
+    assert usable(store, HALF_LIFE, store.head())[1].position == store.head()
+
+
+def _usage(path: Path, *args: str) -> dict:
+    result = CliRunner().invoke(cli, ["--store", f"sqlite:///{path}", "usage", "--json", "--by", "job", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.mark.parametrize("until", ["7", "2026-03-02T12:00:00Z", None])
+def test_ledger_usage_is_the_same_with_a_snapshot(store, tmp_path, until):
+    args = ("--until", until) if until else ("--until", str(store.head()))
+    before = _usage(tmp_path / "ledger.db", *args)
+    save_usage(store, *load_usage(store, 168.0))  # the half-life `ledger usage` looks for without a policy
+    assert [s.name for s in store.list_snapshots()] == [snapshot_name(168.0)]
+    assert _usage(tmp_path / "ledger.db", *args) == before
+
+
+def test_verify_rebuilds_usage_snapshots(store):
+    """`ledger verify` compares each usage snapshot with the usage fold of the events, which
+    catches one forged with consistent hashes; a meter that was asked for a week is sound."""
+    head = store.head()
+    meter, fold = load_usage(store, HALF_LIFE, until=head - 1)
+    meter.week(T0 + 10**6 * MIN)  # drops last week's intervals that ended before then
+    save_usage(store, meter, fold)
+    meter, fold = load_usage(store, HALF_LIFE, use_snapshot=False)
+    next(iter(fold.accounts.values()))[0] += 1  # a chip-us more waiting than the events say
+    store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), code_version(), head, encode(meter, fold)))
+    verdicts = {v.snapshot.position: v for v in verify_snapshots(store)}
+    assert verdicts[head - 1].rebuilt and verdicts[head - 1].problem is None
+    assert verdicts[head].problem == "its accounts differ from the events'"
