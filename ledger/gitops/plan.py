@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.fold import LIVE, replay
+from ledger.fold import LIVE
 from ledger.gitops.approval import Identity, eligible, may_still_approve
 from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict
 from ledger.gitops.ingest import Validator, spec_validator
 from ledger.gitops.repo import ZERO, GitError, GitRepo
+from ledger.replay import load_state
 from ledger.spec.layout import is_job_path
 from ledger.spec.names import job_id_for, shown
 from ledger.spec.policy import Policy
@@ -109,7 +110,7 @@ def _held(store: Any) -> dict[str, list[str]]:
     if store is None:
         return {}
     held: dict[str, list[str]] = {}
-    for job in replay(store.read_all()).jobs.values():
+    for job in load_state(store).jobs.values():  # the newest snapshot and the events after it
         if job.state not in LIVE:
             continue
         _, _, name, shared = _tpu_facts(job.spec)
