@@ -140,8 +140,6 @@ class Reconciler:
             self._caught_up_once = True
         else:
             fold_into(self.state, fold_rows(store, self.state.position))
-        if self.passes % 200 == 0:
-            maybe_snapshot(store, self.state)
 
     def _catch_up_usage(self) -> None:
         # Only admission needs usage. A fresh process (or a new half-life) starts from the
@@ -153,7 +151,14 @@ class Reconciler:
             self.meter, self.usage = load_usage(store, self.meter.half_life_hours)
         else:
             self.usage.apply_rows(fold_rows(store, self.usage.position))
-        if self.passes % 200 == 0:
+
+    def _keep_snapshots(self) -> None:
+        """Every 200 passes, once: a snapshot of the jobs' state (and of usage) when one is due."""
+        if self.passes % 200:
+            return
+        store = self.store()
+        maybe_snapshot(store, self.state)
+        if self.usage is not None:
             maybe_save_usage(store, self.meter, self.usage)
 
     def _follow_policy(self, policy: Policy | None) -> None:
@@ -233,6 +238,7 @@ class Reconciler:
             if self._may_act(action):
                 self._dispatch(action)
         self._let_go_of_ended_jobs()
+        self._keep_snapshots()
         self.passes += 1
         return actions
 
