@@ -26,11 +26,10 @@ from ledger.replay import load_state
 from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
 from ledger.store import Reader, SnapshotReader, Store, open_store
-from ledger.usage import to_us
+from ledger.usage import POLICY_STREAM, to_us
 from ledger.usage.snapshot import load_usage, save_usage, usage_due
 from reconciler import admission
 
-POLICY_STREAM = "_policy"
 log = logging.getLogger("tpu_ledger.policy")
 
 
