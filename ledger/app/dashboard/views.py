@@ -312,8 +312,9 @@ def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
         raise BadRequest(f"by must be one of {', '.join(g for g in GROUPINGS if g != 'attempt')}")
     now = live.now_us()
     with live.lock:
-        report = usage_summary(live.usage.figures(now), by)
-        owners = usage_summary(live.usage.figures(now), "owner") if by != "owner" else report
+        figures = live.usage.figures(now)  # a copy of every account: take it once for both tables
+        report = usage_summary(figures, by)
+        owners = usage_summary(figures, "owner") if by != "owner" else report
         weeks = live.weeks.table(live.usage.open_intervals(now), last=WEEKS_SHOWN)
         position = live.usage.position
     return {
