@@ -161,6 +161,15 @@ def jobs_page(live: LiveLedger, query: JobQuery) -> dict[str, Any]:
         }
 
 
+def require_job(live: LiveLedger, job_id: str) -> None:
+    """NotFound (404) unless the live state knows the job; copies nothing."""
+    if len(job_id) > MAX_ID:
+        raise NotFound(job_id)
+    with live.lock:
+        if job_id not in live.state.jobs:
+            raise NotFound(job_id)
+
+
 def job_state(live: LiveLedger, job_id: str) -> dict[str, Any]:
     return _job_json(live, job_id)[0]
 
