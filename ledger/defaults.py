@@ -50,6 +50,12 @@ PROJECT = "tpu-ledger-local"
 # may belong to an intent whose outcome is not recorded yet).
 ORPHAN_GRACE_S = 300.0
 
+# How long a TPU delete is awaited, and how often a deletion under way is looked at. Google
+# Cloud takes minutes to delete a TPU VM; a release is recorded only once it has, so a failed
+# delete can never leave the TPU live beside the job's next one.
+TPU_DELETE_WAIT_S = 900.0
+TPU_DELETE_POLL_S = 1.0
+
 # A worker the SSH probe finds gone (or killed by a signal) while the TPU API still reads the
 # node READY and healthy: the API is asked again for this long before the loss is recorded as
 # `lost_host`, because Google may flip the node to PREEMPTED a little after its VMs die.

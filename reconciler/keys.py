@@ -24,13 +24,21 @@ def ensure_key(path: Path) -> str:
     if not path.exists():
         import paramiko  # start-up time: paramiko (0.2 s CPU) loads only to make a key, not to read one
 
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path.parent, 0o700)
-        key = paramiko.ECDSAKey.generate(bits=256)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            key.write_private_key(f)
+        _write_key(path, paramiko.ECDSAKey.generate(bits=256))
     return load_public(path)
+
+
+def _write_key(path: Path, key: paramiko.PKey) -> None:
+    """Write `key` at `path` (0600, folder 0700); when another thread or process made the
+    file first, keep theirs: both then read the same key."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        key.write_private_key(f)
 
 
 def load_public(path: Path) -> str:
@@ -79,7 +87,7 @@ class JobKeys:
         """The job's public key line, the key made (or derived) first if there is none yet."""
         path = self.path(job_id)
         if not path.exists() and self.seed_key is not None:
-            self._write(path, derive_job_key(self.seed_key.read_bytes(), job_id))
+            _write_key(path, derive_job_key(self.seed_key.read_bytes(), job_id))
         return ensure_key(path)
 
     def existing(self, job_id: str) -> Path | None:
@@ -101,14 +109,3 @@ class JobKeys:
         with contextlib.suppress(OSError):  # something else lives there (a peer wrote it again): keep it
             path.parent.rmdir()
         return True
-
-    @staticmethod
-    def _write(path: Path, key: paramiko.PKey) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path.parent, 0o700)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return  # another thread wrote the same derived key first
-        with os.fdopen(fd, "w") as f:
-            key.write_private_key(f)

@@ -26,7 +26,14 @@ from reconciler import admission
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
-from reconciler.plan import plan, queued_resource_zones, selected_workers, suspect, zones_in_use
+from reconciler.plan import (
+    plan,
+    queued_resource_zones,
+    resolutions,
+    selected_workers,
+    suspect,
+    zones_in_use,
+)
 from reconciler.settle import awaiting
 from reconciler.tpu import TpuApi
 
@@ -236,8 +243,8 @@ class Reconciler:
         unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
         if not unfinished:
             return
-        for action in plan(unfinished, Observed(now=time.time()), config=self.config, taken_over=self._adoptable()):
-            if action.kind == "resolve" and self._may_act(action):
+        for action in resolutions(unfinished, time.time(), self.config, self._adoptable()):
+            if self._may_act(action):
                 self._dispatch(action)
 
     def _may_act(self, action: Action) -> bool:

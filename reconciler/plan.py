@@ -63,6 +63,20 @@ def plan(
     return actions
 
 
+def resolutions(
+    jobs: Mapping[str, JobState], now: float, config: PlanConfig, taken_over: Iterable[str] = (),
+) -> list[Action]:
+    """The `resolve` actions `plan` would give the jobs' unfinished intents, from the jobs'
+    state alone: the loop takes these up before it observes anything."""
+    adopted = frozenset(taken_over)
+    obs = Observed(now=now)
+    return [
+        action for job in jobs.values()
+        if job.pending_action and not (job.terminal and job.tpu is None)
+        and (action := _resolve(job, obs, config, job.id in adopted)) is not None
+    ]
+
+
 def shared_holders(jobs: Mapping[str, JobState]) -> dict[str, str]:
     """Shared TPU name -> the job holding it (a live job whose `tpu` names it)."""
     return {

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ledger import fold
 from ledger.fold import JobState
-from reconciler.model import NODE_READY, Observed
+from reconciler.model import Observed
 
 # Node states that end by themselves within an operation's time.
 NODE_MOVING = frozenset({"CREATING", "STARTING", "RESTARTING", "REPAIRING", "STOPPING"})
@@ -48,6 +48,6 @@ def _awaiting(job: JobState, obs: Observed) -> str:
                 return ""  # waiting for capacity: no telling how long
         if node is None:
             return f"TPU {name} was asked for and is not listed yet"
-    if node is not None and node.state in NODE_MOVING and node.state != NODE_READY:
+    if node is not None and node.state in NODE_MOVING:
         return f"TPU {name} is {node.state}"
     return ""

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ledger import defaults
 from ledger.errors import LedgerError
 from ledger.tpu_types import DEFAULT_RUNTIME, lookup
 from reconciler.model import NodeObs, QueuedObs
@@ -30,12 +31,6 @@ class PermanentTpuError(LedgerError):
 class DeleteFailedError(LedgerError):
     """Google accepted a delete and then failed it: the TPU is still there (ask again)."""
 
-
-# How long a delete is awaited. Google Cloud takes minutes to delete a TPU VM; a release is
-# recorded only once it has, so a failed delete can never leave the TPU live beside the
-# job's next one.
-DELETE_WAIT_S = 900.0
-DELETE_POLL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,21 +225,21 @@ class TpuApi:
         except ex.NotFound:
             return not gone
         try:
-            op.result(timeout=DELETE_WAIT_S)
+            op.result(timeout=defaults.TPU_DELETE_WAIT_S)
         except ex.NotFound:
             pass  # deleted by someone else (the queued resource's force delete) meanwhile
         except ex.GoogleAPICallError as exc:
             raise DeleteFailedError(f"deleting TPU {name} in {zone} failed: {exc.message}") from exc
         return True
 
-    def await_gone(self, zone: str, name: str, *, timeout: float = DELETE_WAIT_S) -> bool:
+    def await_gone(self, zone: str, name: str, *, timeout: float = defaults.TPU_DELETE_WAIT_S) -> bool:
         """Wait while a deletion someone else asked for is under way: True once the node is
         gone, False when it left DELETING without going (the delete failed: ask again)."""
         deadline = time.monotonic() + timeout
         while (node := self.get_node(zone, name)) is not None and node.state == "DELETING":
             if time.monotonic() > deadline:
                 raise DeleteFailedError(f"TPU {name} in {zone} is still being deleted after {timeout:.0f} s")
-            time.sleep(DELETE_POLL_S)
+            time.sleep(defaults.TPU_DELETE_POLL_S)
         return node is None
 
     def close(self) -> None:

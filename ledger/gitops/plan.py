@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.fold import LIVE, replay
+from ledger.fold import LIVE
 from ledger.gitops.approval import Identity, eligible, may_still_approve
 from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict
 from ledger.gitops.ingest import Validator, spec_validator
 from ledger.gitops.repo import ZERO, GitError, GitRepo
+from ledger.replay import load_state
 from ledger.spec.layout import is_job_path
 from ledger.spec.names import job_id_for, shown
 from ledger.spec.policy import Policy
@@ -41,6 +42,25 @@ class PlanItem:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
+
+    def tpu_label(self) -> str:
+        """The TPU column: `name (accelerator)` for a shared TPU, else whichever is known."""
+        if self.tpu and self.accelerator:
+            return f"{self.tpu} ({self.accelerator})"
+        return self.tpu or self.accelerator or ""
+
+    def notes(self, people: str | None = None) -> list[str]:
+        """The notes every view of the plan prints for this item: errors (file:line), the
+        jobs holding its shared TPU, PEOPLE (each view names authors or approvers its own
+        way), then whether it would start now."""
+        out = [f"{e.get('file', self.path)}:{e.get('line', '?')}: {e.get('message')}" for e in self.errors]
+        if self.held_by:
+            out.append("shared TPU held by " + ", ".join(self.held_by))
+        if people:
+            out.append(people)
+        if self.start:
+            out.append(self.start)
+        return out
 
 
 @dataclass(slots=True)
@@ -90,7 +110,7 @@ def _held(store: Any) -> dict[str, list[str]]:
     if store is None:
         return {}
     held: dict[str, list[str]] = {}
-    for job in replay(store.read_all()).jobs.values():
+    for job in load_state(store).jobs.values():  # the newest snapshot and the events after it
         if job.state not in LIVE:
             continue
         _, _, name, shared = _tpu_facts(job.spec)
@@ -213,17 +233,10 @@ def to_markdown(report: PlanReport) -> str:
     if report.items:
         lines += ["| action | job | TPU | chips | who may approve | notes |", "| --- | --- | --- | --- | --- | --- |"]
         for i in report.items:
-            notes = [f"{e.get('file', i.path)}:{e.get('line', '?')}: {e.get('message')}" for e in i.errors]
-            if i.held_by:
-                notes.append("shared TPU held by " + ", ".join(i.held_by))
-            if i.authors:
-                notes.append("by " + ", ".join(i.authors))
-            if i.start:
-                notes.append(i.start)
-            tpu = f"{i.tpu} ({i.accelerator})" if i.tpu and i.accelerator else (i.tpu or i.accelerator or "")
+            notes = i.notes("by " + ", ".join(i.authors) if i.authors else None)
             approvers = ", ".join(i.approvers) or ("nobody: no CODEOWNERS entry" if not i.owners else "nobody but the authors")
             lines.append("| " + " | ".join(_cell(x) for x in (
-                i.action, f"`{i.job or i.path}`", tpu, str(i.chips or ""), approvers, "; ".join(notes))) + " |")
+                i.action, f"`{i.job or i.path}`", i.tpu_label(), str(i.chips or ""), approvers, "; ".join(notes))) + " |")
         lines.append("")
     else:
         lines += ["No job changes.", ""]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from reconciler.doctor import probe
 from reconciler.doctor.model import Fix, Paths
+from reconciler.remote import layout
 
 q = probe.q
 KILL_GRACE_S = 3
@@ -49,10 +50,10 @@ def script(fixes: Sequence[Fix], paths: Paths) -> str:
             lines.append(f"if [ -n \"$($S find /proc/[0-9]*/fd -maxdepth 1 -lname {pat} -print -quit 2>/dev/null)\" ]; "
                          f"then printf 'failed\\t{i}\\n'; else $S rm -f {lock} && printf 'done\\t{i}\\n' || printf 'failed\\t{i}\\n'; fi")
         elif f.kind == "remount":
-            path = probe.word(f.path)
+            path = layout.user_path(f.path)
             lines.append(f"{{ fusermount -u {path} >/dev/null 2>&1; mkdir -p {path} && "
                          f"gcsfuse --implicit-dirs {q(f.bucket)} {path}; }} && printf 'done\\t{i}\\n' || printf 'failed\\t{i}\\n'")
-    root = probe.word(paths.root) if paths.root else "''"
+    root = layout.user_path(paths.root) if paths.root else "''"
     return "\n".join([f"R={root}", *lines])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reconciler.doctor import probe
 from reconciler.doctor.model import Check, Context, Facts, Finding, Fix, Paths
+from reconciler.remote import layout
 
 
 def _wanted(ctx: Context) -> list[tuple[str, str]]:
@@ -19,7 +20,7 @@ def _mounts_probe(paths: Paths, ctx: Context) -> str:
     wanted = _wanted(ctx)
     if not wanted:
         return ""
-    lines = [f"printf 'want\\t%s\\t%s\\n' {probe.q(path)} \"$(readlink -m {probe.word(path)})\"" for _, path in wanted]
+    lines = [f"printf 'want\\t%s\\t%s\\n' {probe.q(path)} \"$(readlink -m {layout.user_path(path)})\"" for _, path in wanted]
     lines.append("while read -r src mp typ _; do case $typ in fuse*) printf 'mount\\t%s\\t%s\\t%s\\n' \"$src\" \"$mp\" \"$typ\";; esac; "
                  f"done < {probe.rooted(paths.mounts)}")
     return "\n".join(lines)
@@ -45,7 +46,7 @@ def _mounts(facts: Facts, ctx: Context, paths: Paths) -> list[Finding]:
 def _disk_probe(paths: Paths, ctx: Context) -> str:
     # a brace group fed by a process substitution: one fork (df's), where a pipe forks twice
     return ("{ read -r _; while read -r _ _ _ avail _ mp; do printf 'df\\t%s\\t%s\\n' \"$avail\" \"$mp\"; done; } "
-            f"< <(exec df -Pk -- {probe.word(paths.workdir)} {probe.rooted(paths.tmp)})")
+            f"< <(exec df -Pk -- {layout.user_path(paths.workdir)} {probe.rooted(paths.tmp)})")
 
 
 def _disk(facts: Facts, ctx: Context, paths: Paths) -> list[Finding]:

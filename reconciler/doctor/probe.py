@@ -12,25 +12,12 @@ import shlex
 from collections.abc import Iterable
 
 from reconciler.doctor.model import Check, Context, Facts, Paths, Proc
+from reconciler.remote.layout import user_path
 
 q = shlex.quote
 # Root looks as is; a user with passwordless sudo (a TPU VM's SSH user) looks through it, to
 # see other users' processes (a docker container's are root's). A builtin test for root.
 SUDO = '''S=""; [ "$EUID" != 0 ] && sudo -n true 2>/dev/null && S="sudo -n"'''
-
-
-def bash(script: str) -> str:
-    """The exec request for a script, whatever the login shell is."""
-    return "bash -c " + q(script)
-
-
-def word(path: str) -> str:
-    """A shell word for a host path: `~/x` under $HOME, anything else quoted."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + q(path[2:])
-    return q(path)
 
 
 def glob(path: str) -> str:
@@ -65,7 +52,7 @@ done
 
 
 def script(checks: Iterable[Check], paths: Paths, ctx: Context) -> str:
-    root = word(paths.root) if paths.root else "''"
+    root = user_path(paths.root) if paths.root else "''"
     head = [
         "exec 2>/dev/null",  # processes come and go while we look: their errors mean nothing
         SUDO,

@@ -13,6 +13,7 @@ from reconciler.doctor.leftovers import LEFTOVERS
 from reconciler.doctor.model import Check, Context, Facts, Finding, Fix, Paths
 from reconciler.doctor.mounts import DISK, MOUNTS
 from reconciler.doctor.versions import VERSIONS
+from reconciler.remote import scripts
 from reconciler.remote.errors import RemoteError
 
 CHECKS: tuple[Check, ...] = (DEVICES, LOCK, LEFTOVERS, MOUNTS, DISK, VERSIONS)
@@ -83,7 +84,7 @@ class Doctor:
 
         def one(h: Any) -> Facts:
             try:
-                res = self.shell.run(h, probe.bash(text), timeout=self.timeout)
+                res = self.shell.run(h, scripts.bash(text), timeout=self.timeout)
             except RemoteError as exc:
                 return Facts(h.worker, error=str(exc))
             return probe.parse(h.worker, res.stdout.decode(errors="replace"))
@@ -105,7 +106,7 @@ class Doctor:
             todo = by_worker[h.worker]
             script = fixes.script([f.fix for f in todo if f.fix is not None], self.paths)
             try:
-                res = self.shell.run(h, probe.bash(script), timeout=self.timeout + fixes.KILL_GRACE_S)
+                res = self.shell.run(h, scripts.bash(script), timeout=self.timeout + fixes.KILL_GRACE_S)
                 done = fixes.parse(res.stdout.decode(errors="replace"), len(todo))
             except RemoteError:
                 done = [False] * len(todo)

@@ -174,19 +174,8 @@ def _print_plan(report) -> None:  # noqa: ANN001
         return
     table = Table("action", "job", "path", "tpu", "chips", "notes")
     for item in report.items:
-        notes = []
-        if item.errors:
-            notes += [f"{e.get('file', item.path)}:{e.get('line', '?')}: {e.get('message')}" for e in item.errors]
-        if item.held_by:
-            notes.append("shared TPU held by " + ", ".join(item.held_by))
-        if item.approvers:
-            notes.append("approvers: " + " ".join(item.approvers))
-        if item.start:
-            notes.append(item.start)
-        tpu = item.accelerator or ""
-        if item.tpu:
-            tpu = f"{item.tpu} ({tpu})" if tpu else item.tpu
-        table.add_row(item.action, item.job or "-", item.path, tpu, str(item.chips or ""), "; ".join(notes))
+        notes = item.notes("approvers: " + " ".join(item.approvers) if item.approvers else None)
+        table.add_row(item.action, item.job or "-", item.path, item.tpu_label(), str(item.chips or ""), "; ".join(notes))
     out.print(table)
     if report.config_changes:
         out.print("configuration changed (needs approval under the current policy): " + ", ".join(report.config_changes))
