@@ -26,12 +26,10 @@ from ledger.replay import load_state
 from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
 from ledger.store import Reader, SnapshotReader, Store, open_store
-from ledger.usage import UsageFold, to_us
-from ledger.usage.share import ShareMeter
+from ledger.usage import POLICY_STREAM, to_us
 from ledger.usage.snapshot import load_usage, save_usage, usage_due
 from reconciler import admission
 
-POLICY_STREAM = "_policy"
 log = logging.getLogger("tpu_ledger.policy")
 
 
@@ -100,13 +98,6 @@ def record_policy(store: Store, policy: Policy | None, *, source: str, holder: s
     return False
 
 
-def share_meter(store: SnapshotReader, half_life_hours: float, until: int | None = None) -> tuple[ShareMeter, UsageFold]:
-    """A fair-share meter fed the whole ledger up to seq `until` (the head by default), and
-    the usage fold that fed it (its open intervals complete the figures at a moment): the
-    newest usable usage snapshot plus the events after it."""
-    return load_usage(store, half_life_hours, until)
-
-
 def half_life_of(store: Reader) -> float:
     """The half-life whose usage snapshot the commands keep: the recorded sharing policy's."""
     policy = recorded_policy(store)
@@ -130,7 +121,7 @@ def recent_usage(store: SnapshotReader, policy: Policy | None, now: datetime | N
     if not admission.active(policy):
         return admission.NO_USAGE
     assert policy is not None
-    meter, fold = share_meter(store, policy.fair_share.half_life_hours)
+    meter, fold = load_usage(store, policy.fair_share.half_life_hours)
     us = to_us(now or datetime.now(UTC))
     return admission.usage_at(meter, fold.open_intervals(us), us)
 

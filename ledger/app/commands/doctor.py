@@ -15,7 +15,8 @@ from ledger.app.commands.common import console, print_json, store_from, tpu_acce
 from ledger.app.wiring import Settings, host_paths, hosts_of, job_keys_of
 from ledger.errors import UsageError
 from ledger.events import actor
-from ledger.fold import JobState, replay
+from ledger.fold import JobState
+from ledger.replay import load_state
 from reconciler.doctor import Doctor, Report, clean, context
 from reconciler.keys import ensure_key
 from reconciler.remote import Host, RemoteRunner
@@ -102,7 +103,7 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], fix: b
     """
     store = store_from(ctx)
     try:
-        jobs = replay(store.read_all()).jobs
+        jobs = load_state(store).jobs  # snapshot + tail, as `ledger list`
         job, tpu = _target(jobs, target)
         settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint, ssh_user=ssh_user, host_root=host_root)
         if ssh_key:

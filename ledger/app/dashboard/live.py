@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.app.dashboard.weeks import Weeks
-from ledger.app.queueview import share_meter
 from ledger.app.readmodels import TpuHealth
 from ledger.events import format_time
 from ledger.fanout import cursor_name
@@ -42,6 +41,7 @@ from ledger.store import Store, open_store, store_errors
 from ledger.usage import UsageFold, to_us
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import load_usage
 from ledger.verify import verify_store
 from reconciler import admission
 
@@ -251,7 +251,7 @@ class LiveLedger:
         if meter is None or meter.half_life_hours != half_life:
             with self.lock:
                 position = self.usage.position
-            meter, fold = share_meter(store, half_life, position)
+            meter, fold = load_usage(store, half_life, position)
             with self.lock:
                 fold.apply_rows(store.fold_rows(position, self.usage.position))
                 self.meter = meter

@@ -249,7 +249,7 @@ class Dashboard:
 
     async def api_events(self, request: Request) -> Response:
         job_id = self.job_id(request)
-        views.job_state(self.live, job_id)  # a job the state knows, or 404
+        views.require_job(self.live, job_id)  # a job the state knows, or 404
         events = await run_in_threadpool(self._events, job_id)
         return JSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`'s events
 
@@ -259,13 +259,13 @@ class Dashboard:
 
     async def api_timeline(self, request: Request) -> Response:
         job_id = self.job_id(request)
-        views.job_state(self.live, job_id)
+        views.require_job(self.live, job_id)
         events = await run_in_threadpool(self._events, job_id)
         return JSONResponse(timeline.build(events, self.live.now_us()).to_dict())
 
     async def api_log(self, request: Request) -> Response:
         job_id = self.job_id(request)
-        views.job_state(self.live, job_id)
+        views.require_job(self.live, job_id)
         worker = _int_param(request, "worker") or 0
         data = await run_in_threadpool(views.log_tail, self.log_dir, job_id, _int_param(request, "attempt"), worker)
         return JSONResponse({"job": job_id, **data})

@@ -161,14 +161,28 @@ def jobs_page(live: LiveLedger, query: JobQuery) -> dict[str, Any]:
         }
 
 
+def require_job(live: LiveLedger, job_id: str) -> None:
+    """NotFound (404) unless the live state knows the job; copies nothing."""
+    if len(job_id) > MAX_ID:
+        raise NotFound(job_id)
+    with live.lock:
+        if job_id not in live.state.jobs:
+            raise NotFound(job_id)
+
+
 def job_state(live: LiveLedger, job_id: str) -> dict[str, Any]:
+    return _job_json(live, job_id)[0]
+
+
+def _job_json(live: LiveLedger, job_id: str) -> tuple[dict[str, Any], str]:
+    """The job's `ledger list --json` state and its accelerator, read under one lock."""
     if len(job_id) > MAX_ID:
         raise NotFound(job_id)
     with live.lock:
         job = live.state.jobs.get(job_id)
         if job is None:
             raise NotFound(job_id)
-        return job_json(job)
+        return job_json(job), accelerator_of(job)
 
 
 def who(events: Sequence[Event]) -> dict[str, Any] | None:
@@ -238,7 +252,7 @@ def job_page(live: LiveLedger, store: Store, job_id: str, *, events_page: int | 
              log_dir: Path | None = None) -> dict[str, Any]:
     """Everything the job page shows: state, who, spec, timeline picture, events (a page of
     them, the latest by default) with their chain status, the log's tail."""
-    state = job_state(live, job_id)
+    state, accelerator = _job_json(live, job_id)
     events = store.read_stream(job_id)
     if not events:
         raise NotFound(job_id)
@@ -260,14 +274,8 @@ def job_page(live: LiveLedger, store: Store, job_id: str, *, events_page: int | 
         "spec_yaml": yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100) if spec else "",
         "timeline": line, "picture": timeline.draw(line), "events": rows, "count": len(events),
         "events_page": page, "events_pages": pages, "verify": verified,
-        "log": log_tail(log_dir, job_id), "accelerator": accelerator_of_state(state),
+        "log": log_tail(log_dir, job_id), "accelerator": accelerator,
     }
-
-
-def accelerator_of_state(state: Mapping[str, Any]) -> str:
-    tpu = state.get("tpu") or {}
-    spec_tpu = (state.get("spec") or {}).get("tpu") or {}
-    return str(tpu.get("accelerator") or spec_tpu.get("accelerator") or "")
 
 
 def tpus_page(live: LiveLedger) -> dict[str, Any]:
@@ -313,8 +321,9 @@ def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
         raise BadRequest(f"by must be one of {', '.join(g for g in GROUPINGS if g != 'attempt')}")
     now = live.now_us()
     with live.lock:
-        report = usage_summary(live.usage.figures(now), by)
-        owners = usage_summary(live.usage.figures(now), "owner") if by != "owner" else report
+        figures = live.usage.figures(now)  # a copy of every account: take it once for both tables
+        report = usage_summary(figures, by)
+        owners = usage_summary(figures, "owner") if by != "owner" else report
         weeks = live.weeks.table(live.usage.open_intervals(now), last=WEEKS_SHOWN)
         position = live.usage.position
     return {
