@@ -81,3 +81,16 @@ DOCTOR_MIN_FREE_BYTES = 1 << 30
 # The fair-share half-life (hours) of the usage snapshot `ledger usage` saves when no sharing
 # policy is recorded (its accounts are the same whatever the half-life; only the meter differs).
 USAGE_HALF_LIFE_HOURS = 168.0
+
+# Placement (docs/placement.md): a job moves on to its next choice after this many stockouts
+# of the one it tries (`tpu.failover.stockouts`), and a queued-resource choice with choices
+# after it waits at most this long in WAITING_FOR_RESOURCES (`tpu.failover.wait_s`).
+FAILOVER_STOCKOUTS = 1
+QUEUED_WAIT_S = 3600.0
+# The lab-wide capacity memory: after n stockouts in a row of one (zone, type, pricing), the
+# next create there is tried after min(base * 2^(n-1), max) seconds, by one job.
+CAPACITY_BACKOFF_S = 10.0
+CAPACITY_BACKOFF_MAX_S = 300.0
+# Multislice: the port of the Megascale coordinator (worker 0 of slice 0) when the host does
+# not set MEGASCALE_PORT itself.
+MEGASCALE_PORT = 8081

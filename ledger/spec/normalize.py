@@ -17,7 +17,10 @@ from typing import Any
 import msgspec
 
 from ledger import defaults, tpu_types
+from ledger.spec import placement
 from ledger.spec import recovery as rec
+from ledger.spec.args import expand as expand_args
+from ledger.spec.args import flags as args_flags
 from ledger.spec.config import RepoConfig
 from ledger.spec.interpolate import InterpolationError, interpolate
 from ledger.spec.model import Message, SpecResult
@@ -35,7 +38,8 @@ SECTIONS = ("job", "tpu", "gcsfuse", "ssh", "docker", "conda", "venv", "setup", 
 ENVS = ("docker", "conda", "venv")
 PRIORITIES = {"very-low": 100, "low": 250, "medium": 500, "high": 750, "very-high": 1000}
 DEFAULT_PRIORITY = 500
-REQUEST_FIELDS = ("allocation_mode", "accelerator", "zone", "version", "pricing", "reservation", "startup_script", "network")
+REQUEST_FIELDS = ("allocation_mode", "accelerator", "zone", "version", "pricing", "reservation", "startup_script", "network",
+                  "slices", "fallbacks", "failover")
 RESERVED_METADATA = ("ssh-keys", "startup-script", "enable-oslogin")
 # A repeated group that itself ends in a repetition, e.g. (a+)+ or (\w*)*: the shape of
 # patterns that backtrack exponentially. The reconciler runs these over job output.
@@ -144,14 +148,14 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
     raw = fill_defaults("job", merged)
     stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
-    tpu = _tpu(raw["tpu"], job_id, config, report, policy)
-    hosts = tpu.get("hosts") if tpu else None
+    tpu = _tpu(raw["tpu"], job_id, config, report, policy, raw)
+    hosts = placement.smallest_hosts(tpu) if tpu else None
     envs = _envs(raw, report)
     command = _command(raw, hosts, report)
     setup = _setup(raw, envs, report)
     ssh = _ssh(raw.get("ssh"), report)
     recovery = _recovery(raw, tpu, report, policy)
-    args = _args(raw.get("args") or {}, config, report)
+    args = expand_args(raw.get("args") or {}, config, report)
     priority = _priority(raw, report, policy)
 
     job_in = raw.get("job") or {}
@@ -280,7 +284,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, policy: Policy) -> dict:
+def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, policy: Policy, raw: dict) -> dict:
     aliases = config.aliases or {}
     shared_table: dict = aliases.get("tpus") or {}
     network_default = {"enable_external_ips": True, "can_ip_forward": False}
@@ -322,56 +326,18 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
             "hosts": acc.hosts if acc else None,
             "chips": acc.chips if acc else None,
         }
-    accelerator = t.get("accelerator")
-    zone = t.get("zone")
-    acc = None
     known_shared = t.get("name") in shared_table or t.get("name") in (aliases.get("tpu_names") or {})
-    if accelerator is None and known_shared:
-        report.error("/tpu/accelerator", f"missing `tpu.accelerator`; {t['name']!r} is a shared TPU",
-                     "add `shared: true` to run on the shared TPU, or give accelerator and zone to request one")
-    elif accelerator is None:
-        report.error("/tpu/accelerator", "missing `tpu.accelerator`: a TPU request needs a type",
-                     "add e.g. `accelerator: v4-8`, or use a shared TPU with `tpu: <alias>`")
-    else:
-        acc = tpu_types.lookup(accelerator)
-        if acc is None:
-            family = accelerator.rsplit("-", 1)[0]
-            sizes = [str(a.size) for a in tpu_types.all_types() if a.family == family]
-            hint = f"{family} comes in sizes {', '.join(sizes)}" if sizes else "use a type such as v4-8, v5p-16, v5litepod-8 or v6e-8"
-            report.error("/tpu/accelerator", f"{accelerator!r} is not a Cloud TPU type", hint)
-    if zone is None and not known_shared:
-        report.error("/tpu/zone", "missing `tpu.zone`: a TPU request needs a zone",
-                     f"add e.g. `zone: {tpu_types.ZONES[acc.family][0] if acc else 'us-central2-b'}`")
-    elif acc is not None and not tpu_types.zone_offers(zone, acc.family):
-        report.warn("/tpu/zone", f"zone {zone!r} is not known to offer {acc.family} TPUs",
-                    f"{acc.family} is offered in {', '.join(tpu_types.ZONES[acc.family])}; ignore this if Google added {zone}")
-    limits = policy.limits
-    if accelerator and limits.accelerators and accelerator not in limits.accelerators:
-        report.error("/tpu/accelerator", f"the policy does not allow {accelerator!r}", f"allowed: {', '.join(limits.accelerators)}")
-    if zone and limits.zones and zone not in limits.zones:
-        report.error("/tpu/zone", f"the policy does not allow zone {zone!r}", f"allowed: {', '.join(limits.zones)}")
-    pricing = t.get("pricing", "ondemand")
-    if pricing == "reserved" and not t.get("reservation"):
-        report.error("/tpu/reservation", "pricing is reserved but no `reservation` is named", "add `reservation: <name>`")
-    if t.get("reservation") and pricing != "reserved":
-        report.error("/tpu/reservation", f"a reservation is named but pricing is {pricing}", "set `pricing: reserved`, or remove `reservation`")
-    version = t.get("version") or (tpu_types.DEFAULT_RUNTIME[acc.family] if acc else None)
-    if t.get("version") and t["version"] not in tpu_types.RUNTIME_VERSIONS:
-        report.warn("/tpu/version", f"runtime {t['version']!r} is not one the ledger knows",
-                    f"known runtimes: {', '.join(tpu_types.RUNTIME_VERSIONS)}; ignore this if it is new")
+    placed = placement.check_request(t, report, policy, known_shared=known_shared)
     metadata = dict(t.get("metadata", {}))
     for key in metadata:
         if key in RESERVED_METADATA:
             report.error(f"/tpu/metadata/{escape(key)}", f"metadata key {key!r} is managed by the ledger",
                          "use the `ssh:` section for keys and `startup_script` for boot scripts", at_key=True)
     network = {**network_default, **(t.get("network") or {})}
-    return {
-        "allocation_mode": t.get("allocation_mode", "tpu-vm"),
-        "accelerator": accelerator,
-        "zone": zone,
-        "version": version,
-        "pricing": pricing,
-        "reservation": t.get("reservation"),
+    out = {k: placed[k] for k in ("allocation_mode", "accelerator", "zone", "version", "pricing", "reservation")}
+    if "slices" in placed:
+        out["slices"] = placed["slices"]
+    out.update({
         "startup_script": t.get("startup_script"),
         "tags": list(t.get("tags", [])),
         "metadata": metadata,
@@ -379,9 +345,11 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
         "name": t.get("name") or (default_tpu_name(job_id) if job_id else None),
         "shared": False,
         "alias": None,
-        "hosts": acc.hosts if acc else None,
-        "chips": acc.chips if acc else None,
-    }
+        "hosts": placed["hosts"],
+        "chips": placed["chips"],
+    })
+    out.update(placement.check_alternatives(t, out, raw, config, report, policy))
+    return out
 
 
 def _envs(raw: dict, report: _Report) -> list[str]:
@@ -511,28 +479,6 @@ def _recovery(raw: dict, tpu: dict, report: _Report, policy: Policy) -> dict:
     return out
 
 
-def _args(args: dict, config: RepoConfig, report: _Report) -> dict:
-    table: dict = (config.aliases or {}).get("config") or {}
-    out: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for key, value in args.items():
-        if "." in key:
-            full = key
-        elif key in table:
-            full = table[key]
-        else:
-            guess = close_match(key, sorted(table))
-            hint = f"did you mean `{guess}`?" if guess else "write the full config name (e.g. config.training.learning_rate)"
-            report.error(f"/args/{escape(key)}", f"`{key}` is not a config alias", f"{hint} Or add the alias to .ledger/aliases.yaml under `config:`.", at_key=True)
-            continue
-        if full in out:
-            report.error(f"/args/{escape(key)}", f"`{key}` and `{origin[full]}` both set {full}", "keep one of them", at_key=True)
-            continue
-        out[full] = value
-        origin[full] = key
-    return out
-
-
 def _priority(raw: dict, report: _Report, policy: Policy) -> int:
     def value(v: Any) -> int | None:
         if v is None:
@@ -552,15 +498,7 @@ def _priority(raw: dict, report: _Report, policy: Policy) -> int:
 
 
 def command_args(spec: dict, config: RepoConfig) -> list[str]:
-    """`args` as command-line flags, e.g. ["--config.training.learning_rate=0.01"].
-
-    Values use Python literal spelling (True, False, None), which ml_collections and absl
-    config flags parse; the SSH runner quotes each item.
-    """
+    """`args` as command-line flags, e.g. ["--config.training.learning_rate=0.01"] (aliases
+    expanded through `config`'s table)."""
     table: dict = (config.aliases or {}).get("config") or {}
-    out = []
-    for key, value in (spec.get("args") or {}).items():
-        full = key if "." in key else table.get(key, key)
-        text = repr(value) if isinstance(value, bool) or value is None else str(value)
-        out.append(f"--{full}={text}")
-    return out
+    return args_flags({(key if "." in key else table.get(key, key)): value for key, value in (spec.get("args") or {}).items()})
