@@ -35,9 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger import fold, tpu_types
+from ledger import fold
 from ledger.events import data as ev
 from ledger.fold import JobState
+from ledger.placement import takes
 from ledger.spec.policy import Policy, Quota
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
@@ -74,21 +75,12 @@ class Need:
     chips: int
 
 
-_NEEDS: dict[str, Need | None] = {}
-
-
-def need_of(job: JobState) -> Need | None:
-    """The chips the job holds (or its next attempt asks for), or None when its type is unknown."""
-    tpu = job.tpu or job.spec.get("tpu") or {}
-    accelerator = tpu.get("accelerator", "")
-    try:
-        return _NEEDS[accelerator]
-    except (KeyError, TypeError):
-        kind = tpu_types.lookup(str(accelerator))
-        need = Need(kind.family, kind.chips) if kind else None
-        if isinstance(accelerator, str) and len(_NEEDS) < 4096:
-            _NEEDS[accelerator] = need
-        return need
+def need_of(job: JobState, choice: int | None = None) -> Need | None:
+    """The chips the job holds (what was placed, every slice), or else those its next
+    attempt asks for (choice `choice` of its placements, as the placement step picked it;
+    the first by default); None when its type is unknown (ledger.placement.takes)."""
+    found = takes(job, choice)
+    return Need(found.family, found.chips) if found is not None else None
 
 
 def is_spot(job: JobState) -> bool:
@@ -184,8 +176,12 @@ class _Scopes:
 
 def admit(
     jobs: Mapping[str, JobState], policy: Policy, usage: Usage = NO_USAGE, *, busy: Iterable[str] = (),
+    asks: Mapping[str, int] | None = None,
 ) -> Decision:
-    """Decide one pass (see the module's docstring). `busy`: jobs with an action in flight."""
+    """Decide one pass (see the module's docstring). `busy`: jobs with an action in flight;
+    `asks`: the placement choice each waiting job would try (reconciler.placement), charged
+    for its chips (else its first choice)."""
+    asks = asks or {}
     scopes = _Scopes(policy)
     in_flight = set(busy)
     held: dict[tuple[str, str], int] = {}
@@ -196,7 +192,7 @@ def admit(
     for job in jobs.values():
         if job.terminal and job.tpu is None:
             continue  # most of a ledger: nothing held, nothing asked
-        need = needs[job.id] = need_of(job)
+        need = needs[job.id] = need_of(job, asks.get(job.id))
         holds = job.tpu is not None or bool(job.pending_action and (job.pending_action.get("params") or {}).get("tpu"))
         if not holds and not job.terminal and job.state in WAITING_STATES and not job.cancel_requested:
             if job.id in in_flight and need is not None:

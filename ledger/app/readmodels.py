@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from ledger.fold import JobState
+from ledger.placement import accelerator_of, held, slice_nodes
 from ledger.usage import CATEGORIES, UsageReport
 
 
@@ -27,25 +28,36 @@ def job_json(job: JobState) -> dict[str, Any]:
 
 
 def tpu_rows(jobs: Iterable[JobState], health: Mapping[str, Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
-    """`ledger tpus --json`: every TPU a job holds, and every shared TPU a live job waits for,
-    in job id order; `health` and `checked`: its hosts' health at the last host check and
-    when (`TpuHealth`; "" when never checked)."""
+    """`ledger tpus --json`: every TPU a job holds (one row per slice: a multislice job's
+    queued resource `name` holds nodes `name-0` .. `name-(N-1)`), and every shared TPU a live
+    job waits for, in job id order; `chips` of that row's slice, `placement` the job's choice
+    it is (0: the `tpu` block); `health` and `checked`: its hosts' health at the last host
+    check and when (`TpuHealth`; "" when never checked)."""
     health = health or {}
     rows = []
     for job in sorted(jobs, key=lambda j: j.id):
         if job.tpu:
             since = job.times.get("provisioned") or job.times.get("provisioning", "")
-            rows.append({"tpu": job.tpu.get("name"), "zone": job.tpu.get("zone"), "accelerator": job.tpu.get("accelerator"),
-                         "shared": bool(job.tpu.get("shared")), "job": job.id, "owner": job.owner,
-                         "job_state": job.state, "since": since})
+            fp = held(job.tpu)
+            slices = slice_nodes(job.tpu)
+            for s, node in enumerate(slices):
+                rows.append({"tpu": node, "zone": job.tpu.get("zone"), "accelerator": job.tpu.get("accelerator"),
+                             "shared": bool(job.tpu.get("shared")), "job": job.id, "owner": job.owner,
+                             "job_state": job.state, "since": since, "chips": fp.chips_per_slice if fp else 0,
+                             "pricing": job.tpu.get("pricing") or (job.spec.get("tpu") or {}).get("pricing", ""),
+                             "placement": job.tpu.get("placement", 0), "slice": s, "slices": len(slices),
+                             "queued_resource": job.tpu.get("name") if len(slices) > 1 else None})
         elif not job.terminal and (want := job.spec.get("tpu") or {}).get("shared"):
+            fp = held(want)
             rows.append({"tpu": want.get("name"), "zone": want.get("zone"), "accelerator": want.get("accelerator"),
                          "shared": True, "job": job.id, "owner": job.owner, "job_state": f"waiting ({job.state})",
-                         "since": job.times.get("queued", "")})
+                         "since": job.times.get("queued", ""), "chips": fp.chips if fp else 0,
+                         "pricing": want.get("pricing", ""), "placement": 0, "slice": 0, "slices": 1, "queued_resource": None})
         else:
             continue
-        check = health.get(rows[-1]["tpu"] or "", {})
-        rows[-1].update(health=check.get("health", ""), checked=check.get("time", ""))
+    for row in rows:
+        check = health.get(row["tpu"] or "", {})
+        row.update(health=check.get("health", ""), checked=check.get("time", ""))
     return rows
 
 
@@ -91,13 +103,6 @@ def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
         if e.type in fold.TYPES:
             fold.add(e.stream, e.type, e.time, e.data or {})
     return fold.checks
-
-
-def accelerator_of(job: JobState) -> str:
-    """The accelerator a job holds, or else the one its spec asks for."""
-    held = job.tpu.get("accelerator") if isinstance(job.tpu, dict) else None
-    asked = job.spec.get("tpu") if isinstance(job.spec, dict) else None
-    return str(held or (asked.get("accelerator") if isinstance(asked, dict) else "") or "")
 
 
 def last_change(job: JobState) -> str:

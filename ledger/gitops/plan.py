@@ -16,11 +16,12 @@ from ledger.gitops.approval import Identity, eligible, may_still_approve
 from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict
 from ledger.gitops.ingest import Validator, spec_validator
 from ledger.gitops.repo import ZERO, GitError, GitRepo
+from ledger.placement import asked
 from ledger.replay import load_state
 from ledger.spec.layout import is_job_path
 from ledger.spec.names import job_id_for, shown
+from ledger.spec.placement import placements
 from ledger.spec.policy import Policy
-from ledger.tpu_types import lookup
 
 
 @dataclass(slots=True)
@@ -39,6 +40,9 @@ class PlanItem:
     owners: list[str] = field(default_factory=list)  # the CODEOWNERS/policy entries (teams unexpanded)
     authors: list[str] = field(default_factory=list)  # who wrote the change in REF
     start: str | None = None  # "starts now" or "waits: why" under the policy's quotas (with a ledger)
+    family: str | None = None
+    # Every placement the job may take, in order (ledger.spec.placement): {index, placement, chips}
+    choices: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -56,6 +60,8 @@ class PlanItem:
         out = [f"{e.get('file', self.path)}:{e.get('line', '?')}: {e.get('message')}" for e in self.errors]
         if self.held_by:
             out.append("shared TPU held by " + ", ".join(self.held_by))
+        if len(self.choices) > 1:
+            out.append("else " + "; else ".join(f"{c['placement']} ({c['chips']} chips)" for c in self.choices[1:]))
         if people:
             out.append(people)
         if self.start:
@@ -92,17 +98,17 @@ class PlanReport:
         }
 
 
-def _tpu_facts(spec: Any) -> tuple[str | None, int | None, str | None, bool]:
-    """(accelerator, chips, TPU name, shared) of a normalized spec."""
+def _tpu_facts(item: PlanItem, spec: Any) -> None:
+    """The TPU columns of a normalized spec: what its first choice takes (every slice), its
+    name, whether it is shared, and every choice it may take (ledger.placement)."""
     tpu = spec.get("tpu") if isinstance(spec, dict) else None
     if not isinstance(tpu, dict):
-        return None, None, None, False
-    accel = tpu.get("accelerator")
-    chips = tpu.get("chips")
-    if chips is None and accel:
-        found = lookup(accel)
-        chips = found.chips if found is not None else None
-    return accel, chips, tpu.get("name"), bool(tpu.get("shared"))
+        return
+    first = asked(spec)
+    item.accelerator, item.tpu, item.shared = tpu.get("accelerator"), tpu.get("name"), bool(tpu.get("shared"))
+    item.chips, item.family = (first.chips, first.family) if first else (tpu.get("chips"), None)
+    item.choices = [{"index": c.index, "placement": c.label(), "chips": fp.chips if (fp := asked(spec, c.index)) else None}
+                    for c in placements(spec)]
 
 
 def _held(store: Any) -> dict[str, list[str]]:
@@ -113,10 +119,10 @@ def _held(store: Any) -> dict[str, list[str]]:
     for job in load_state(store).jobs.values():  # the newest snapshot and the events after it
         if job.state not in LIVE:
             continue
-        _, _, name, shared = _tpu_facts(job.spec)
+        want = job.spec.get("tpu") if isinstance(job.spec.get("tpu"), dict) else {}
         tpu = job.tpu or {}
-        name = tpu.get("name") or name
-        if name and (shared or tpu.get("shared")):
+        name = tpu.get("name") or want.get("name")
+        if name and (want.get("shared") or tpu.get("shared")):
             held.setdefault(name, []).append(job.id)
     return held
 
@@ -183,7 +189,7 @@ def plan(
             item.errors = [{k: shown(v) if k == "file" and isinstance(v, str) else v for k, v in _message_dict(e).items()}
                            for e in result.errors]
         else:
-            item.accelerator, item.chips, item.tpu, item.shared = _tpu_facts(result.spec)
+            _tpu_facts(item, result.spec)
             if item.shared and item.tpu:
                 item.held_by = [j for j in held.get(item.tpu, []) if j != jid]
             if item.action == "submit" and jid:
@@ -208,8 +214,7 @@ def families(report: PlanReport) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in report.items:
         if i.action in ("submit", "update") and i.chips and not i.shared and i.accelerator:
-            found = lookup(i.accelerator)
-            family = found.family if found is not None else i.accelerator
+            family = i.family or i.accelerator
             out[family] = out.get(family, 0) + i.chips
     return dict(sorted(out.items()))
 

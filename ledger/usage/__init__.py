@@ -8,11 +8,10 @@ from ledger.usage.fold import (
     AccountKey,
     Interval,
     UsageFold,
-    chips_of,
     from_us,
     to_us,
 )
-from ledger.usage.prices import POLICY_STREAM, PriceBook, Prices, family_of, pricing_name
+from ledger.usage.prices import POLICY_STREAM, PriceBook, Prices, pricing_name
 from ledger.usage.report import (
     GROUPINGS,
     UsageReport,
@@ -23,5 +22,5 @@ from ledger.usage.report import (
 
 __all__ = [
     "CATEGORIES", "GROUPINGS", "HELD", "POLICY_STREAM", "AccountKey", "Interval", "PriceBook", "Prices", "UsageFold", "UsageReport", "UsageRow",
-    "chips_of", "family_of", "from_us", "job_usage", "pricing_name", "summarize", "to_us",
+    "from_us", "job_usage", "pricing_name", "summarize", "to_us",
 ]

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ledger import tpu_types
+from ledger.placement import chips_of, slices_of
 from ledger.usage.prices import PriceBook, Prices, from_event
 
 # Categories: indexes into an account's figures, and the phases a job moves through.
@@ -102,18 +102,6 @@ class Interval(NamedTuple):
     start: int  # us, within the window
     end: int
     chips: int
-
-
-_CHIPS: dict[str, int] = {}
-
-
-def chips_of(accelerator: str) -> int:
-    """Chips of an accelerator type (0 when the type is unknown: nothing is invented)."""
-    chips = _CHIPS.get(accelerator)
-    if chips is None:
-        kind = tpu_types.lookup(accelerator)
-        chips = _CHIPS[accelerator] = kind.chips if kind else 0
-    return chips
 
 
 def _text(value: Any, default: str = "") -> str:
@@ -496,7 +484,7 @@ def _want(j: _Job, spec: Any) -> None:
         j.want = (_text(tpu.get("accelerator")), _text(tpu.get("zone")), _text(tpu.get("pricing"), "ondemand"))
     else:
         j.want = ("", "", "ondemand")
-    j.want_chips, j.want_key = chips_of(j.want[0]), None
+    j.want_chips, j.want_key = chips_of(j.want[0], slices_of(tpu)), None
 
 
 def _take(j: _Job, tpu: Any) -> None:
@@ -507,13 +495,14 @@ def _take(j: _Job, tpu: Any) -> None:
         return
     name = _text(tpu.get("name"), "?")
     if name == j.tpu_name and tpu.get("accelerator", j.held[0]) == j.held[0] \
-            and tpu.get("zone", j.held[1]) == j.held[1] and "pricing" not in tpu:
+            and tpu.get("zone", j.held[1]) == j.held[1] and "pricing" not in tpu and "slices" not in tpu:
         return  # the TPU held, as known (provisioned after its provisioning)
     base = j.held if name == j.tpu_name else j.want
     held = (_text(tpu.get("accelerator"), base[0]), _text(tpu.get("zone"), base[1]), _text(tpu.get("pricing"), base[2]))
+    chips = chips_of(held[0], slices_of(tpu))  # every slice of it
     j.tpu_name = name
-    if held != j.held:  # the account changes only with what the TPU is
-        j.held, j.held_chips, j.held_key = held, chips_of(held[0]), None
+    if held != j.held or chips != j.held_chips:  # the account changes only with what the TPU is
+        j.held, j.held_chips, j.held_key = held, chips, None
 
 
 def _interrupted(j: _Job, t: int) -> None:

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ledger import tpu_types
+from ledger.placement import family_of
 
 # The stream of `policy_changed` events (the watcher writes them when the policy file changes).
 POLICY_STREAM = "_policy"
@@ -30,11 +30,10 @@ def pricing_name(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def family_of(accelerator: str) -> str:
-    kind = tpu_types.lookup(accelerator)
-    if kind is not None:
-        return kind.family
-    return accelerator.rsplit("-", 1)[0] if accelerator else "?"
+def price_family(accelerator: str) -> str:
+    """The family a price is looked up by: the type's (ledger.placement), else the name's
+    prefix, so an unknown type's missing price is still named."""
+    return family_of(accelerator) or (accelerator.rsplit("-", 1)[0] if accelerator else "?")
 
 
 def normalized(prices: Prices | None) -> dict[tuple[str, str], float]:
@@ -78,7 +77,7 @@ class PriceBook:
         key = (accelerator, pricing)
         found = self._rates.get(key)
         if found is None:
-            family, model = family_of(accelerator), pricing_name(pricing or "ondemand")
+            family, model = price_family(accelerator), pricing_name(pricing or "ondemand")
             found = self._rates[key] = (self._rate(family, model), self._rate(family, "ondemand"),
                                         f"{family}/{model}", f"{family}/ondemand")
         return found

@@ -17,7 +17,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-from ledger import tpu_types
+from ledger.placement import family_of
 from ledger.usage.fold import HELD, Interval
 
 US_PER_HOUR = 3_600_000_000
@@ -40,7 +40,7 @@ class ShareMeter:
         owner = iv.key.owner
         amount = self._integral(iv.start, iv.end, iv.chips)  # first: it may rescale every account
         self.acc[owner] = self.acc.get(owner, 0.0) + amount
-        family = _family(iv.key.accelerator)
+        family = family_of(iv.key.accelerator)
         if family:
             self.recent.append((iv.end, iv.start, owner, family, iv.chips))
 
@@ -75,7 +75,7 @@ class ShareMeter:
         out: dict[tuple[str, str], float] = {}
         rows = [(iv.end, iv.start, iv.key.owner, iv.key.accelerator, iv.chips) for iv in open_intervals
                 if iv.category in _HELD and iv.chips]
-        for end, start, owner, family, chips in [*self.recent, *((e, s, o, _family(a), c) for e, s, o, a, c in rows)]:
+        for end, start, owner, family, chips in [*self.recent, *((e, s, o, family_of(a), c) for e, s, o, a, c in rows)]:
             lo, hi = max(start, since), min(end, now)
             if hi > lo and family:
                 out[(owner, family)] = out.get((owner, family), 0.0) + chips * (hi - lo) / US_PER_HOUR
@@ -84,18 +84,3 @@ class ShareMeter:
 
 def _area(rate: float, ref: int, start: int, end: int, chips: int) -> float:
     return chips * (math.exp(rate * (end - ref)) - math.exp(rate * (start - ref))) / rate
-
-
-_FAMILIES: dict[str, str] = {}
-
-
-def _family(accelerator: str) -> str:
-    """The accelerator's family ("" when unknown), looked up once per type: the meter asks
-    for every interval of the ledger (a million events make ~300k)."""
-    family = _FAMILIES.get(accelerator)
-    if family is None:
-        kind = tpu_types.lookup(accelerator)
-        family = kind.family if kind else ""
-        if len(_FAMILIES) < 4096:
-            _FAMILIES[accelerator] = family
-    return family

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.usage import GROUPINGS, HELD, UsageFold, chips_of, from_us, summarize, to_us
+from ledger.placement import chips_of
+from ledger.usage import GROUPINGS, HELD, UsageFold, from_us, summarize, to_us
 from ledger.usage.fold import COST, LOST, RUNNING, WAITING
 
 T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z in us

@@ -35,7 +35,7 @@ from ledger.events import Event, format_time
 from ledger.fold import LIVE, TERMINAL, JobState
 from ledger.replay import SNAPSHOT_NAME
 from ledger.store import Store
-from ledger.usage import GROUPINGS, chips_of, from_us
+from ledger.usage import GROUPINGS, from_us
 from ledger.usage import summarize as usage_summary
 from reconciler import admission
 from reconciler.plan import shared_line
@@ -296,7 +296,7 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
                              for j in shared_line(name, jobs)]
         held = [r for r in rows if not r["job_state"].startswith("waiting")]
         return {"position": live.position, "rows": rows, "held": held, "shared": [shared[k] for k in sorted(shared)],
-                "chips": sum(chips_of(r["accelerator"] or "") for r in held)}
+                "chips": sum(r["chips"] for r in held)}
 
 
 def queue_page(live: LiveLedger, store: Store) -> dict[str, Any]:
