@@ -1,0 +1,124 @@
+"""The placement step: which of a job's choices to try now, or why it waits. Pure: no I/O.
+
+`choose(job, memory, now_us, probing)` reads the job's choices (ledger.spec.placement), its
+failover rules, the lab-wide capacity memory (ledger.capacity: stockouts per zone, type and
+pricing, and the job's own round of tries) and the keys other jobs probe this pass:
+
+1. A round starts at choice 0 (`prefer_first`, or the job never ran) or at the choice the job
+   last ran on, and goes on in order, wrapping around.
+2. A choice is **spent** for the job when its own stockouts there reach `failover.stockouts`,
+   or `failover.wait_s` passed since its first one. A key the memory knows is out of
+   capacity counts as one stockout for a job that has not tried it this round (with the
+   default of 1, a job skips a zone another job just found empty).
+3. The first choice that is not spent is tried; if its key is known to be out of capacity
+   the job waits for the key's next probe, and one job only (the first asked) probes it.
+4. When every choice is spent, the job probes the first key whose probe is due and that no
+   other job probes this pass; else it waits for the soonest next probe.
+
+The reasons are what `ledger queue`, `inspect` and the dashboard show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ledger.capacity import CapacityMemory, Key, Stockouts
+from ledger.fold import JobState
+from ledger.spec.placement import Choice, failover, placements
+
+_US = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Try:
+    """Try `choice` now. `probe`: its key is known out of capacity and this job probes it
+    (the caller gives the key to no other job this pass)."""
+
+    choice: Choice
+    reason: str = ""
+    probe: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Wait: `reason` (stable while nothing changes: recorded once), `detail` with the live
+    figures (for views), until `until_us` at the earliest."""
+
+    reason: str
+    detail: str
+    until_us: int
+
+
+def choose(job: JobState, memory: CapacityMemory, now_us: int, probing: Collection[Key] = ()) -> Try | Hold | None:
+    """The choice `job` tries now, or why it waits; None for a job without choices (a
+    shared TPU: its line is kept by the planner)."""
+    choices = placements(job.spec)
+    if not choices:
+        return None
+    rules = failover(job.spec)
+    tally = memory.tally(job.id)
+    ran = memory.ran_on.get(job.id)
+    start = 0 if rules["prefer_first"] or ran is None or ran >= len(choices) else ran
+    order = choices[start:] + choices[:start]
+    wait_us = int(rules["wait_s"] * _US) if rules["wait_s"] else None
+
+    def spent(c: Choice) -> bool:
+        own = tally.get(c.index)
+        count = own.count if own is not None else 0
+        known = memory.stockouts(c.key)
+        if own is None and known is not None and known.next_us > now_us:
+            count = 1
+        if count >= rules["stockouts"]:
+            return True
+        return wait_us is not None and own is not None and now_us - own.first_us >= wait_us
+
+    passed = []
+    for c in order:
+        if spent(c):
+            passed.append(c)
+            continue
+        known = memory.stockouts(c.key)
+        if known is None:
+            return Try(c, _trying(passed, c, memory, now_us))
+        if known.next_us <= now_us and c.key not in probing:
+            return Try(c, _trying(passed, c, memory, now_us), probe=True)
+        return Hold(f"waiting for capacity: {c.label()}", _explain(passed + [c], memory, now_us), max(known.next_us, now_us))
+    due = [c for c in order if memory.next_probe(c.key) <= now_us and c.key not in probing]
+    if due:
+        c = due[0]
+        return Try(c, _trying([o for o in order if o is not c], c, memory, now_us, probing=True), probe=c.key in memory.keys)
+    soonest = min(memory.next_probe(c.key) for c in order)
+    label = order[0].label() if len(order) == 1 else "every choice"
+    return Hold(f"waiting for capacity: {label}", _explain(list(order), memory, now_us), max(soonest, now_us))
+
+
+def _trying(passed: list[Choice], c: Choice, memory: CapacityMemory, now_us: int, *, probing: bool = False) -> str:
+    if not passed and not probing:
+        return ""
+    verb = "probing" if probing else "trying"
+    head = _explain(passed, memory, now_us)
+    return f"{head}; {verb} {c.label()}" if head else f"{verb} {c.label()}"
+
+
+def _explain(choices: list[Choice], memory: CapacityMemory, now_us: int) -> str:
+    """One clause per choice the memory knows out of capacity, e.g. "v4-32 spot
+    us-central2-b: out of capacity 3 times in 10 min, next probe 14:05:10"."""
+    return "; ".join(f"{c.label()}: {describe(found, now_us)}" for c in choices if (found := memory.stockouts(c.key)) is not None)
+
+
+def describe(found: Stockouts, now_us: int) -> str:
+    what = "over quota" if found.kind == "quota" else "out of capacity"
+    times = "once" if found.count == 1 else f"{found.count} times in {_span(found.last_us - found.first_us)}"
+    probe = "now" if found.next_us <= now_us else datetime.fromtimestamp(found.next_us / _US, UTC).strftime("%H:%M:%S")
+    return f"{what} {times}, next probe {probe}"
+
+
+def _span(us: int) -> str:
+    s = us // _US
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h"
