@@ -75,7 +75,7 @@ class Doctor:
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="doctor")
 
     def _each(self, hosts: Sequence[Any], fn) -> dict[int, Any]:
-        futures = {h.worker: self._pool.submit(fn, h) for h in hosts}
+        futures = {h.id: self._pool.submit(fn, h) for h in hosts}  # every slice's: by rank
         return {w: f.result() for w, f in futures.items()}
 
     def examine(self, hosts: Sequence[Any], ctx: Context) -> Report:
@@ -86,8 +86,8 @@ class Doctor:
             try:
                 res = self.shell.run(h, scripts.bash(text), timeout=self.timeout)
             except RemoteError as exc:
-                return Facts(h.worker, error=str(exc))
-            return probe.parse(h.worker, res.stdout.decode(errors="replace"))
+                return Facts(h.id, error=str(exc))
+            return probe.parse(h.id, res.stdout.decode(errors="replace"))
 
         return judge(self._each(hosts, one), ctx, self.paths, self.checks)
 
@@ -100,10 +100,10 @@ class Doctor:
             if (f.worker, f.fix) not in seen:  # a pid found by two checks is killed once
                 seen.add((f.worker, f.fix))
                 by_worker.setdefault(f.worker, []).append(f)
-        chosen = [h for h in hosts if h.worker in by_worker]
+        chosen = [h for h in hosts if h.id in by_worker]
 
         def one(h: Any) -> list[Repair]:
-            todo = by_worker[h.worker]
+            todo = by_worker[h.id]
             script = fixes.script([f.fix for f in todo if f.fix is not None], self.paths)
             try:
                 res = self.shell.run(h, scripts.bash(script), timeout=self.timeout + fixes.KILL_GRACE_S)

@@ -6,6 +6,7 @@ parallel round of SSH calls per operation, every host keyed by its worker id.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -28,7 +29,7 @@ from reconciler.remote.errors import (
     StartFailed,
 )
 from reconciler.remote.ssh import SSHPool
-from reconciler.remote.types import DEFAULT_USERNAME, Host, HostStatus, SetupReport
+from reconciler.remote.types import DEFAULT_USERNAME, Host, HostStatus, Placed, SetupReport
 
 T = TypeVar("T")
 MAX_FETCH = 4 << 20  # bytes of output fetched per host per probe
@@ -74,22 +75,35 @@ class RemoteRunner:
     # -- plumbing ------------------------------------------------------------------------
     def _host(self, h: Host) -> Host:
         if h.username == DEFAULT_USERNAME and self.username != DEFAULT_USERNAME:
-            return Host(h.worker, h.address, h.port, self.username, h.host_key, h.key_path)
+            return dataclasses.replace(h, username=self.username)
         return h
 
     def _parallel(self, hosts: Sequence[Host], fn: Callable[[Host], T]) -> dict[int, T]:
-        futures = {h.worker: self._executor.submit(fn, self._host(h)) for h in hosts}
+        """`fn` on every host at once (every slice's too), keyed by each host's id (rank)."""
+        futures = {h.id: self._executor.submit(fn, self._host(h)) for h in hosts}
         return {w: f.result() for w, f in futures.items()}
 
     @staticmethod
-    def _select(hosts: Sequence[Host], workers: Sequence[int] | str | None) -> list[Host]:
-        if workers is None or workers == "all":
+    def _select(hosts: Sequence[Host], ids: Sequence[int] | str | None) -> list[Host]:
+        """The hosts with these ids (ranks: a one-slice job's worker ids); all for None."""
+        if ids is None or ids == "all":
             return list(hosts)
-        wanted = {int(w) for w in workers}
-        known = {h.worker for h in hosts}
+        wanted = {int(w) for w in ids}
+        known = {h.id for h in hosts}
         missing = wanted - known
         if missing:
             raise ValueError(f"workers {sorted(missing)} are not among the hosts {sorted(known)}")
+        return [h for h in hosts if h.id in wanted]
+
+    @staticmethod
+    def _in_each_slice(hosts: Sequence[Host], workers: Sequence[int] | str | None) -> list[Host]:
+        """The hosts a spec's `command.workers` selects: those workers in every slice."""
+        if workers is None or workers == "all":
+            return list(hosts)
+        wanted = {int(w) for w in ([workers] if isinstance(workers, int) else workers)}
+        missing = wanted - {h.worker for h in hosts}
+        if missing:
+            raise ValueError(f"workers {sorted(missing)} are not among the hosts {sorted({h.worker for h in hosts})}")
         return [h for h in hosts if h.worker in wanted]
 
     def _reader(self, job_id: str) -> modules.Reader:
@@ -114,7 +128,7 @@ class RemoteRunner:
             built = [modules.build(n, spec, self._reader(job_id)) for n in names]
         except (OSError, KeyError, ValueError, SecretError) as exc:
             for h in self._select(hosts, workers):
-                report.failures.append((h.worker, "spec", f"cannot build setup steps: {exc}"))
+                report.failures.append((h.id, "spec", f"cannot build setup steps: {exc}"))
             return report
         results = self._parallel(self._select(hosts, workers), lambda h: self._setup_host(job_id, attempt, h, built))
         for w, (outcomes, failure) in sorted(results.items()):
@@ -126,10 +140,10 @@ class RemoteRunner:
     def _setup_host(self, job_id: str, attempt: int, host: Host, built: list[modules.Module]):
         outcomes: dict[str, str] = {m.name: "not-run" for m in built}
         for mod in built:
-            path = layout.setup_log(self.log_dir, job_id, attempt, mod.name, host.worker)
+            path = layout.setup_log(self.log_dir, job_id, attempt, mod.name, host.worker, host.slice)
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "a", encoding="utf-8") as log:
-                log.write(f"== {mod.name} on worker {host.worker} ({host.address}:{host.port}) {_now()}\n")
+                log.write(f"== {mod.name} on {host.label} ({host.address}:{host.port}) {_now()}\n")
                 try:
                     if mod.check and modules.fits_one_trip(mod):
                         skipped, failed = self._module_one_trip(host, mod, log)
@@ -203,23 +217,27 @@ class RemoteRunner:
     # -- start ---------------------------------------------------------------------------
     def start(
         self, job_id: str, attempt: int, hosts: list[Host], spec: Mapping, *,
-        extra_args: list[str], resume: bool, workers: list[int] | str | None = None,
+        extra_args: list[str], resume: bool, workers: list[int] | str | None = None, placed: Placed | None = None,
     ) -> dict[int, int]:
-        """Start the command detached on the selected workers (`workers`, else the spec's
-        command.workers); returns {worker: pid}. Idempotent per attempt: a repeated start
-        returns the pid of the first and never runs the command twice. Raises StartFailed
-        (with the pids that did start) when any host could not be started."""
-        chosen = self._select(hosts, workers if workers is not None else (spec.get("command") or {}).get("workers", "all"))
+        """Start the command detached on the selected hosts (`workers`: host ids; else the
+        spec's command.workers, in every slice); returns {host id: pid}. `placed`: where the
+        attempt runs, as the command's environment says (docs/placement.md). Idempotent per
+        attempt: a repeated start returns the pid of the first and never runs the command
+        twice. Raises StartFailed (with the pids that did start) when any host could not be
+        started."""
+        chosen = (self._select(hosts, workers) if workers is not None
+                  else self._in_each_slice(hosts, (spec.get("command") or {}).get("workers", "all")))
         adir = layout.local_attempt_dir(self.log_dir, job_id, attempt)
         adir.mkdir(parents=True, exist_ok=True)
         extra = list((spec.get("recovery") or {}).get("error_patterns") or [])
         checkpoint = ((spec.get("job") or {}).get("checkpoints") or {}).get("pattern")
         _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra, "checkpoint_pattern": checkpoint}))
-        built = {h.worker: scripts.bash(scripts.start_script(spec, job_id, attempt, h.worker, extra_args=extra_args, resume=resume)) for h in chosen}
+        built = {h.id: scripts.bash(scripts.start_script(spec, job_id, attempt, h.worker, extra_args=extra_args, resume=resume,
+                                                         slice_=h.slice, placed=placed)) for h in chosen}
 
         def one(h: Host) -> int | str:
             try:
-                res = self.pool.run(h, built[h.worker], timeout=self.command_timeout, idempotent=True)
+                res = self.pool.run(h, built[h.id], timeout=self.command_timeout, idempotent=True)
             except RemoteError as exc:
                 return str(exc)
             if res.exit_code != 0:
@@ -248,11 +266,11 @@ class RemoteRunner:
         compiled = patterns.compile_patterns(extra)
         checkpoint = patterns.checkpoint_rx(saved.get("checkpoint_pattern"))
         chosen = self._select(hosts, workers)
-        # Checkpoint lines are looked for on the first selected worker only (the planner
+        # Checkpoint lines are looked for on the first selected host only (the planner
         # records that one's): one regex pass per probe, not one per host.
-        first = min((h.worker for h in chosen), default=None)
+        first = min((h.id for h in chosen), default=None)
         return self._parallel(chosen, lambda h: self._probe_host(
-            job_id, attempt, h, compiled, checkpoint if h.worker == first else None))
+            job_id, attempt, h, compiled, checkpoint if h.id == first else None))
 
     def _saved_patterns(self, job_id: str, attempt: int) -> dict:
         """What `start` saved of the attempt's spec: its error and checkpoint patterns."""
@@ -264,10 +282,10 @@ class RemoteRunner:
         return saved if isinstance(saved, dict) else {}
 
     def _probe_host(self, job_id: str, attempt: int, host: Host, compiled, checkpoint: re.Pattern[str] | None) -> HostStatus:
-        out = layout.output_log(self.log_dir, job_id, attempt, host.worker)
+        out = layout.output_log(self.log_dir, job_id, attempt, host.worker, host.slice)
         out.parent.mkdir(parents=True, exist_ok=True)
         offset = out.stat().st_size if out.exists() else 0
-        script = scripts.bash(scripts.probe_script(job_id, host.worker, attempt, offset, MAX_FETCH))
+        script = scripts.bash(scripts.probe_script(job_id, host.worker, attempt, offset, MAX_FETCH, host.slice))
         try:
             res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries, idempotent=True)
             if res.exit_code != 0:
@@ -282,17 +300,17 @@ class RemoteRunner:
         if ans.state != "absent":
             with open(out, "ab") as f:
                 f.write(ans.data)
-        found = self._scan(job_id, attempt, host.worker, out, final=ans.state in ("exited", "gone"),
+        found = self._scan(job_id, attempt, host.id, out, final=ans.state in ("exited", "gone"),
                            compiled=compiled, fetched_from=offset, checkpoint=checkpoint)
         state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)
         error = {"absent": "the attempt was never started on this host",
                  "gone": "the process is gone and left no exit code"}.get(ans.state)
         with self._scan_lock:
-            step = self._checkpoint_steps.get((job_id, attempt, host.worker))
+            step = self._checkpoint_steps.get((job_id, attempt, host.id))
         status = HostStatus(state, ans.exit_code, [m for _, m in found], error, [k for k, _ in found], ans.size + len(ans.data),  # type: ignore[arg-type]
                             checkpoint=step)
         if ans.state in ("exited", "gone"):
-            _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker),
+            _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker, host.slice),
                           json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
         return status
 
@@ -329,7 +347,7 @@ class RemoteRunner:
         """SIGTERM to each selected host's process group, SIGKILL after `grace` seconds.
         Returns {worker: error or None}; an unreachable host is reported, not raised."""
         def one(h: Host) -> str | None:
-            script = scripts.bash(scripts.stop_script(job_id, h.worker, attempt, grace))
+            script = scripts.bash(scripts.stop_script(job_id, h.worker, attempt, grace, h.slice))
             try:
                 res = self.pool.run(h, script, timeout=grace + self.command_timeout, idempotent=True)
             except RemoteError as exc:

@@ -11,7 +11,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ledger import defaults
 from reconciler.remote import layout
+from reconciler.remote.types import Placed
 
 q = shlex.quote
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -30,9 +32,10 @@ def env_name(name: str) -> str:
     return name
 
 
-def container_name(job_id: str, attempt: int, worker: int) -> str:
+def container_name(job_id: str, attempt: int, worker: int, slice_: int = 0) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]", "-", job_id).strip("-.") or "job"
-    return f"ledger-{slug[:80]}-a{int(attempt)}-w{int(worker)}"
+    within = f"-s{int(slice_)}" if slice_ else ""
+    return f"ledger-{slug[:80]}-a{int(attempt)}{within}-w{int(worker)}"
 
 
 def user_command(spec: Mapping, attempt: int, extra_args: Sequence[str]) -> str:
@@ -60,12 +63,12 @@ class Launch:
     container: str | None = None
 
 
-def launch(spec: Mapping, job_id: str, attempt: int, worker: int, extra_args: Sequence[str]) -> Launch:
+def launch(spec: Mapping, job_id: str, attempt: int, worker: int, extra_args: Sequence[str], slice_: int = 0) -> Launch:
     cmd = user_command(spec, attempt, extra_args)
     kind = env_module(spec)
     if kind == "docker":
         d = spec.get("docker") or {}
-        name = container_name(job_id, attempt, worker)
+        name = container_name(job_id, attempt, worker, slice_)
         argv = ["docker", "run", "--rm", "--name", name]
         argv += [str(f) for f in d.get("flags") or []]
         for m in d.get("mount_dirs") or []:
@@ -93,27 +96,58 @@ def venv_rel(spec: Mapping) -> str:
     return f"{layout.ROOT}/venvs/{layout.escape_segment(str((spec.get('venv') or {})['name']))}"
 
 
+# What an attempt's command learns of where it runs (docs/placement.md), set on every host.
+PLACEMENT_ENV = ("LEDGER_SLICE_ID", "LEDGER_NUM_SLICES", "LEDGER_ACCELERATOR", "LEDGER_ZONE", "LEDGER_PRICING",
+                 "LEDGER_CHIPS", "LEDGER_PLACEMENT")
+MEGASCALE_ENV = ("MEGASCALE_PORT", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID")
+
+
 def _passed_env(spec: Mapping) -> list[str]:
-    names = ["LEDGER_JOB_ID", "LEDGER_ATTEMPT", "LEDGER_WORKER_ID"]
+    names = ["LEDGER_JOB_ID", "LEDGER_ATTEMPT", "LEDGER_WORKER_ID", *PLACEMENT_ENV, *MEGASCALE_ENV]
     return names + [env_name(k) for k in ((spec.get("command") or {}).get("env") or {})]
 
 
+def placement_exports(placed: Placed, slice_: int) -> list[str]:
+    """The ledger's placement variables (always its own), then, for a multislice job, the
+    Megascale ones: each set only when the host (or `command.env`, exported before) has not
+    set it already, so a value the TPU VM runtime provides wins."""
+    lines = [
+        f"export LEDGER_SLICE_ID={int(slice_)} LEDGER_NUM_SLICES={int(placed.slices)} LEDGER_CHIPS={int(placed.chips)} "
+        f"LEDGER_PLACEMENT={int(placed.index)}",
+        f"export LEDGER_ACCELERATOR={q(placed.accelerator)} LEDGER_ZONE={q(placed.zone)} LEDGER_PRICING={q(placed.pricing)}",
+    ]
+    if placed.slices > 1:
+        unless = 'if [ -z "${%s+x}" ]; then export %s=%s; fi'
+        lines += [
+            unless % ("MEGASCALE_PORT", "MEGASCALE_PORT", str(int(defaults.MEGASCALE_PORT))),
+            unless % ("MEGASCALE_NUM_SLICES", "MEGASCALE_NUM_SLICES", str(int(placed.slices))),
+            unless % ("MEGASCALE_SLICE_ID", "MEGASCALE_SLICE_ID", str(int(slice_))),
+            # with the port in force on this host: its own MEGASCALE_PORT, if it set one
+            unless % ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_COORDINATOR_ADDRESS", q(placed.coordinator) + ':"$MEGASCALE_PORT"'),
+        ]
+    return lines
+
+
 def start_script(
-    spec: Mapping, job_id: str, attempt: int, worker: int, *, extra_args: Sequence[str], resume: bool
+    spec: Mapping, job_id: str, attempt: int, worker: int, *, extra_args: Sequence[str], resume: bool,
+    slice_: int = 0, placed: Placed | None = None,
 ) -> str:
-    """Start the command detached in its own session; idempotent per (job, worker, attempt).
+    """Start the command detached in its own session; idempotent per (job, slice, worker,
+    attempt). `placed`: where the attempt runs (the placement and Megascale variables).
 
     Prints `LEDGER-START started|existing <pid>`. A second start of the same attempt never
     runs the command twice: it reports the pid of the first.
     """
-    base = layout.home(layout.worker_rel(job_id, worker))
-    att = layout.home(layout.attempt_rel(job_id, worker, attempt))
+    base = layout.home(layout.worker_rel(job_id, worker, slice_))
+    att = layout.home(layout.attempt_rel(job_id, worker, attempt, slice_))
     env = (spec.get("command") or {}).get("env") or {}
     exports = [
         f"export LEDGER_JOB_ID={q(job_id)} LEDGER_ATTEMPT={int(attempt)} LEDGER_WORKER_ID={int(worker)}",
         f"export LEDGER_WORKDIR={base}/work LEDGER_ATTEMPT_DIR={att}",
     ] + [f"export {env_name(k)}={q(str(v))}" for k, v in env.items()]
-    run = launch(spec, job_id, attempt, worker, extra_args)
+    if placed is not None:
+        exports += placement_exports(placed, slice_)
+    run = launch(spec, job_id, attempt, worker, extra_args, slice_)
     wrapper = "\n".join(
         [
             # A handler (not an ignore) for TERM: children get the default action back, and
@@ -157,13 +191,13 @@ def parse_start(stdout: bytes) -> int:
     raise ValueError(f"no start marker in output: {stdout[-200:]!r}")
 
 
-def probe_script(job_id: str, worker: int, attempt: int, offset: int, max_bytes: int) -> str:
+def probe_script(job_id: str, worker: int, attempt: int, offset: int, max_bytes: int, slice_: int = 0) -> str:
     """Print `LEDGER-PROBE <state> <code|-> <offset>` then up to `max_bytes` of output from
     `offset`. Builtins only, plus one `dd`: a probe of many hosts costs two processes each.
 
     The state is read before the output: once `exit_code` exists, all output is in the file.
     """
-    att = layout.home(layout.attempt_rel(job_id, worker, attempt))
+    att = layout.home(layout.attempt_rel(job_id, worker, attempt, slice_))
     return "\n".join(
         [
             f"a={att}",
@@ -200,9 +234,9 @@ def parse_probe(stdout: bytes) -> ProbeAnswer:
     return ProbeAnswer(parts[1].decode(), code, int(parts[3]), data)
 
 
-def stop_script(job_id: str, worker: int, attempt: int, grace: float) -> str:
+def stop_script(job_id: str, worker: int, attempt: int, grace: float, slice_: int = 0) -> str:
     """SIGTERM to the process group, SIGKILL after `grace`; record 137 if nothing else did."""
-    att = layout.home(layout.attempt_rel(job_id, worker, attempt))
+    att = layout.home(layout.attempt_rel(job_id, worker, attempt, slice_))
     ticks = max(1, int(grace * 10))
     return "\n".join(
         [

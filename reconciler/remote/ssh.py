@@ -161,7 +161,7 @@ class SSHPool:
 
     # -- connections ---------------------------------------------------------------------
     def _slot(self, host: Host) -> tuple:
-        return (host.worker, host.address, host.port, host.username, host.host_key, host.key_path)
+        return (host.slice, host.worker, host.address, host.port, host.username, host.host_key, host.key_path)
 
     @property
     def pkey(self) -> paramiko.PKey:
@@ -210,12 +210,12 @@ class SSHPool:
             )
         except paramiko.BadHostKeyException as exc:
             client.close()
-            raise HostKeyMismatch(f"worker {host.worker}: " + _mismatch(name, exc.expected_key, exc.key, where)) from None
+            raise HostKeyMismatch(f"{host.label}: " + _mismatch(name, exc.expected_key, exc.key, where)) from None
         except paramiko.SSHException as exc:
             client.close()
             if host.host_key and "not found in known_hosts" in str(exc):
                 # The host offered no key of the pinned type: as good as a changed key.
-                raise HostKeyMismatch(f"worker {host.worker}: {name} did not offer the key {where}") from None
+                raise HostKeyMismatch(f"{host.label}: {name} did not offer the key {where}") from None
             raise
         except BaseException:
             client.close()
@@ -253,7 +253,7 @@ class SSHPool:
                             return client
                         except paramiko.AuthenticationException:
                             pass
-                    raise AuthFailed(f"worker {host.worker} ({key_name(host)}): {host.username!r} was refused: {exc}") from None
+                    raise AuthFailed(f"{host.label} ({key_name(host)}): {host.username!r} was refused: {exc}") from None
                 except Exception as exc:
                     if not _is_transient(exc):
                         raise
@@ -262,7 +262,7 @@ class SSHPool:
                     delay = min(self.max_backoff, self.backoff * 2**n)
                     time.sleep(delay * (0.5 + random.random() / 2))
             raise HostUnreachable(
-                f"worker {host.worker} ({key_name(host)}) unreachable after {tries} tries: "
+                f"{host.label} ({key_name(host)}) unreachable after {tries} tries: "
                 f"{_describe(last)}"
             )
 
@@ -302,7 +302,7 @@ class SSHPool:
                 self.drop(host)
                 if reuse and _is_transient(exc):
                     continue
-                raise HostUnreachable(f"worker {host.worker} ({key_name(host)}): cannot open a channel: {exc}") from None
+                raise HostUnreachable(f"{host.label} ({key_name(host)}): cannot open a channel: {exc}") from None
             return self._exec(host, chan, command, timeout, stdin)
         raise AssertionError("unreachable")
 
@@ -326,14 +326,14 @@ class SSHPool:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise CommandTimeout(f"worker {host.worker}: command exceeded {timeout:g}s")
+                    raise CommandTimeout(f"{host.label}: command exceeded {timeout:g}s")
                 if chan.closed and not chan.exit_status_ready():
-                    raise ChannelLost(f"worker {host.worker} ({key_name(host)}): channel closed without an exit status")
+                    raise ChannelLost(f"{host.label} ({key_name(host)}): channel closed without an exit status")
                 select.select([chan], [], [], min(left, 1.0))
             code = chan.recv_exit_status()
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.drop(host)
-            raise ChannelLost(f"worker {host.worker} ({key_name(host)}): connection lost during the command: {exc}") from None
+            raise ChannelLost(f"{host.label} ({key_name(host)}): connection lost during the command: {exc}") from None
         finally:
             with contextlib.suppress(Exception):
                 chan.close()

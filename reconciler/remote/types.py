@@ -27,6 +27,35 @@ class Host:
     # The private key this host accepts, when not the pool's: a TPU the reconciler created
     # holds only its job's own key (reconciler.keys.JobKeys), never the reconciler's.
     key_path: Path | None = None
+    # A multislice job's hosts: the slice this one is in (`worker` counts within its slice),
+    # and its rank among all of the job's hosts (slice by slice), which keys everything the
+    # runner returns. A one-slice job's rank is its worker id (the default, -1).
+    slice: int = 0
+    rank: int = -1
+
+    @property
+    def id(self) -> int:
+        """What the runner keys this host by: its rank (= its worker id in one slice)."""
+        return self.rank if self.rank >= 0 else self.worker
+
+    @property
+    def label(self) -> str:
+        return f"slice {self.slice} worker {self.worker}" if self.slice else f"worker {self.worker}"
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where an attempt runs, as its command learns it from the environment (docs/placement.md):
+    the choice it landed on and, for a multislice job, the Megascale coordinator (the
+    address of worker 0 of slice 0)."""
+
+    accelerator: str = ""
+    zone: str = ""
+    pricing: str = ""
+    chips: int = 0  # every slice's
+    index: int = 0  # the choice: 0 is the `tpu` block
+    slices: int = 1
+    coordinator: str = ""
 
 
 @dataclass(frozen=True)

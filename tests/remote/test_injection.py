@@ -7,7 +7,7 @@ recording argv, since neither can run here) received the hostile strings as sing
 
 from __future__ import annotations
 
-from reconciler.remote import layout
+from reconciler.remote import layout, scripts
 
 
 def hostile(canary, tag: str) -> str:
@@ -67,7 +67,8 @@ def test_nothing_but_the_users_command_is_interpreted(pod, runner_for, wait_for,
         d = spec["docker"]
         assert run[4:] == [
             d["flags"][0], "-v", f"{d['mount_dirs'][0]}:{d['mount_dirs'][0]}", "-e", d["env_vars"][0],
-            "-e", "LEDGER_JOB_ID", "-e", "LEDGER_ATTEMPT", "-e", "LEDGER_WORKER_ID", "-e", "SECRET",
+            "-e", "LEDGER_JOB_ID", "-e", "LEDGER_ATTEMPT", "-e", "LEDGER_WORKER_ID",
+            *[w for n in (*scripts.PLACEMENT_ENV, *scripts.MEGASCALE_ENV) for w in ("-e", n)], "-e", "SECRET",
             "-w", d["workdir"], d["image"], "bash", "-c",
             spec["command"]["cmd"] + " " + layout_quote(arg) + " " + layout_quote(spec["recovery"]["attempt_flag"] + "=1"),
         ]

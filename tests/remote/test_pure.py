@@ -9,6 +9,9 @@ import pytest
 
 from reconciler.remote import DEFAULT_PATTERNS, classify, layout, modules, patterns, scripts
 
+# The placement and Megascale variables every start passes into the container.
+PASSED = [w for n in (*scripts.PLACEMENT_ENV, *scripts.MEGASCALE_ENV) for w in ("-e", n)]
+
 
 def test_job_paths_escape_every_segment_and_never_climb():
     assert layout.job_rel("alice/llama-8b") == "alice/llama-8b"
@@ -43,7 +46,7 @@ def test_docker_launch_is_exact_argv():
     assert shlex.split(run.words) == [
         "docker", "run", "--rm", "--name", "ledger-o-j-a2-w1", "--privileged", "--network=host",
         "-v", "/a:/a", "-v", "/b:/c", "-e", "HOME=/h", "-e", "LEDGER_JOB_ID", "-e", "LEDGER_ATTEMPT",
-        "-e", "LEDGER_WORKER_ID", "-e", "K", "-w", "/w", "img:1", "bash", "-c", "echo hi --x",
+        "-e", "LEDGER_WORKER_ID", *PASSED, "-e", "K", "-w", "/w", "img:1", "bash", "-c", "echo hi --x",
     ]
     assert run.container == "ledger-o-j-a2-w1"
 

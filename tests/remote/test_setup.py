@@ -12,7 +12,10 @@ import sys
 
 import pytest
 
-from reconciler.remote import layout
+from reconciler.remote import layout, scripts
+
+# The placement and Megascale variables every start passes into the container.
+PASSED = [w for n in (*scripts.PLACEMENT_ENV, *scripts.MEGASCALE_ENV) for w in ("-e", n)]
 
 JOB = "bob/setup"
 
@@ -111,7 +114,7 @@ def test_docker_command_runs_in_docker_run_and_stop_kills_the_container(pod, run
     assert pod.argv(0, "docker") == [[
         "run", "--rm", "--name", name, "--privileged", "--network=host", "-v", "/home/u:/home/u",
         "-v", "/a:/b", "-e", "HOME=/home/u", "-e", "LEDGER_JOB_ID", "-e", "LEDGER_ATTEMPT",
-        "-e", "LEDGER_WORKER_ID", "-e", "K", "-w", "/home/u", "repo/img:1", "bash", "-c",
+        "-e", "LEDGER_WORKER_ID", *PASSED, "-e", "K", "-w", "/home/u", "repo/img:1", "bash", "-c",
         "echo in=$LEDGER_WORKER_ID k=$K; sleep 300",
     ]]
     r.stop(JOB, 1, pod.hosts[:1], grace=5)
