@@ -76,7 +76,10 @@ class _Part(Struct, kw_only=True, frozen=True):
 
 
 class Tpu(_Part):
-    """A TPU a job holds or asks for."""
+    """A TPU a job holds or asks for. `placement`: which of the job's choices it is (0, or
+    absent: the `tpu` block; i: `tpu.fallbacks[i-1]`), with its `pricing`; `slices`: a
+    multislice TPU is one queued resource `name` whose nodes are `name-0` .. `name-(N-1)`
+    (absent: one slice). Older events lack them: choice 0, one slice, the spec's pricing."""
 
     name: NonEmpty
     zone: Opt[str] = UNSET
@@ -84,12 +87,18 @@ class Tpu(_Part):
     accelerator: Opt[str] = UNSET
     shared: Opt[bool] = UNSET
     attempt: Opt[Count] = UNSET
+    placement: Opt[Count] = UNSET
+    pricing: Opt[str] = UNSET
+    slices: Opt[Annotated[int, Meta(ge=1)]] = UNSET
 
 
 class Host(_Part):
-    """One worker of a provisioned TPU, as the TPU API lists it."""
+    """One worker of a provisioned TPU, as the TPU API lists it (`slice`: of a multislice
+    TPU, which slice; absent: 0)."""
 
     worker: Worker
+    slice: Opt[Count] = UNSET
+    internal_address: Opt[str] = UNSET  # the address the hosts reach each other by (Megascale)
     address: Opt[str] = UNSET
     port: Opt[int] = UNSET
     host_key: Opt[str | None] = UNSET
@@ -264,6 +273,7 @@ class SetupFailed(EventData):
     worker: Opt[int | str | None] = UNSET
     reason: Opt[str] = UNSET
     final: Opt[bool] = UNSET
+    slice: Opt[Count] = UNSET  # of a multislice job: the slice of `worker`
 
 
 class Started(EventData):
@@ -289,6 +299,7 @@ class Preempted(EventData):
     attempt: Opt[Count] = UNSET
     cause: Opt[Literal["priority"]] = UNSET  # set when the planner preempted it for `winner`
     winner: Opt[str] = UNSET
+    slice: Opt[Count] = UNSET  # of a multislice TPU: the slice that was lost (the whole attempt is)
 
 
 class Failed(EventData):
@@ -305,6 +316,7 @@ class Failed(EventData):
     rule: Opt[FinalRule] = UNSET
     history: Opt[list[FailureRecord]] = UNSET
     attempt: Opt[Count] = UNSET
+    slice: Opt[Count] = UNSET  # of a multislice job: the slice of `worker`
 
 
 class _FailedAsRead(Failed):

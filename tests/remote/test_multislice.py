@@ -5,6 +5,10 @@ host already has wins; each host keeps its own files even where two share a home
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 from reconciler.remote import layout
 from reconciler.remote.types import Placed
@@ -66,3 +70,24 @@ def test_one_slice_jobs_get_the_placement_but_no_megascale(pod, runner_for, wait
     wait_for(lambda: r.probe(JOB, 3, pod.hosts[:1])[0].state == "exited")
     out = layout.output_log(tmp_path / "logs", JOB, 3, 0).read_text()
     assert out.startswith("s=0 w=0 n=1 acc=v4-32 zone=us-central2-b pricing=spot chips=16 choice=0 coord= slices= id= port=")
+
+
+def test_ledger_logs_reads_one_host_of_one_slice(pod, runner_for, wait_for, tmp_path):
+    r = runner_for(pod)
+    hosts = slices_of(pod)
+    docker = {"setup": {"modules": ["docker", "command"]}, "docker": {"image": "img"},
+              "command": {"cmd": "echo hi from $LEDGER_SLICE_ID/$LEDGER_WORKER_ID", "workers": "all", "env": {}}}
+    assert r.setup(JOB, 1, hosts, docker).ok
+    r.start(JOB, 1, hosts, {**docker, "setup": {"modules": ["command"]}}, extra_args=[], resume=False, placed=PLACED)
+    wait_for(lambda: all(s.state == "exited" for s in r.probe(JOB, 1, hosts).values()))
+
+    def ledger(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ledger", "logs", JOB, "--log-dir", str(tmp_path / "logs"), *args],
+                              cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60)
+
+    assert ledger("--slice", "1", "-w", "1").stdout == "hi from 1/1\n"
+    assert ledger().stdout == "hi from 0/0\n"
+    data = json.loads(ledger("-s", "1", "--json").stdout)
+    assert (data["slice"], data["output"], list(data["setup_logs"])) == (1, "hi from 1/0\n", ["docker"])
+    bad = ledger("--slice", "2")
+    assert bad.returncode == 1 and "slice 1 worker 0" in bad.stderr and "Traceback" not in bad.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,14 +29,16 @@ def _attempts(job_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in job_dir.iterdir() if p.is_dir() and p.name.isdigit())
 
 
-def _setup_logs(adir: Path, worker: int) -> list[Path]:
-    suffix = f"_worker_{worker}.log"
-    return sorted(p for p in adir.glob(f"*{suffix}") if not p.name.startswith("output_"))
+def _setup_logs(adir: Path, worker: int, slice_: int = 0) -> list[Path]:
+    """The setup modules' logs of one host: `<module>_<tag>.log` (module names have no `_`)."""
+    own = re.compile(rf"[a-z]+_{re.escape(layout.host_tag(worker, slice_))}\.log")
+    return sorted(p for p in adir.iterdir() if own.fullmatch(p.name) and not p.name.startswith("output_"))
 
 
 @click.command("logs")
 @click.argument("job")
-@click.option("--worker", "-w", type=int, default=0, show_default=True, help="Which host of the pod.")
+@click.option("--worker", "-w", type=int, default=0, show_default=True, help="Which host of the pod (within its slice).")
+@click.option("--slice", "-s", "slice_", type=int, default=0, show_default=True, help="Which slice of a multislice job.")
 @click.option("--attempt", "-a", type=int, default=None, help="Which attempt (default: the latest).")
 @click.option("--setup", "show_setup", is_flag=True, help="Show the setup modules' logs before the output.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the command ends (Ctrl-C stops).")
@@ -43,7 +46,7 @@ def _setup_logs(adir: Path, worker: int) -> list[Path]:
               help=f"Where the reconciler keeps job logs [env: LEDGER_LOG_DIR; default: {DEFAULT_LOG_DIR_HELP}].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: files, state and output.")
 @click.option("--interval", type=float, default=0.5, show_default=True, help="Seconds between checks with --follow.")
-def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: bool, log_dir: str | None,
+def logs(job: str, worker: int, slice_: int, attempt: int | None, show_setup: bool, follow: bool, log_dir: str | None,
          as_json: bool, interval: float) -> None:
     """Show JOB's output on one worker (0 by default), and with --setup its setup logs.
 
@@ -51,6 +54,7 @@ def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: b
     Examples:
       ledger logs alice/llama-8b                 # latest attempt, worker 0
       ledger logs alice/llama-8b -w 3 -a 2       # worker 3 of attempt 2
+      ledger logs alice/maxtext -s 1 -w 0        # worker 0 of slice 1 (multislice)
       ledger logs alice/llama-8b --setup         # setup module logs, then output
       ledger logs alice/llama-8b --follow        # stream until the command ends
     """
@@ -67,19 +71,20 @@ def logs(job: str, worker: int, attempt: int | None, show_setup: bool, follow: b
     elif attempt not in attempts:
         raise LedgerError(f"job {job!r} has no attempt {attempt}", hint=f"attempts with logs: {', '.join(map(str, attempts))}")
     adir = layout.local_attempt_dir(root, job, attempt)
-    out = layout.output_log(root, job, attempt, worker)
-    status_path = layout.status_file(root, job, attempt, worker)
-    setups = _setup_logs(adir, worker)
+    out = layout.output_log(root, job, attempt, worker, slice_)
+    status_path = layout.status_file(root, job, attempt, worker, slice_)
+    setups = _setup_logs(adir, worker, slice_)
     if not out.exists() and not setups:
-        workers = sorted({p.stem.rsplit("_", 1)[-1] for p in adir.glob("*_worker_*.log")})
-        raise LedgerError(f"attempt {attempt} of {job!r} has no logs for worker {worker}",
-                          hint=f"workers with logs: {', '.join(workers) or 'none yet'}")
+        tags = sorted({p.stem.split("_", 1)[1].replace("_", " ") for p in adir.glob("*_worker_*.log")})
+        host = f"slice {slice_} worker {worker}" if slice_ else f"worker {worker}"
+        raise LedgerError(f"attempt {attempt} of {job!r} has no logs for {host}",
+                          hint=f"hosts with logs: {', '.join(tags) or 'none yet'}")
     if as_json:
         status = json.loads(status_path.read_text()) if status_path.exists() else None
 
         print_json({
-            "job": job, "attempt": attempt, "worker": worker, "attempts": attempts, "status": status,
-            "setup_logs": {p.name.rsplit("_worker_", 1)[0]: p.read_text(errors="replace") for p in setups},
+            "job": job, "attempt": attempt, "worker": worker, "slice": slice_, "attempts": attempts, "status": status,
+            "setup_logs": {p.name.split("_", 1)[0]: p.read_text(errors="replace") for p in setups},
             "output_path": str(out),
             "output": out.read_text(errors="replace") if out.exists() else "",
         })
