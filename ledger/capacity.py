@@ -97,8 +97,12 @@ class CapacityMemory:
     def tee(self, rows: Iterable[tuple]) -> Iterable[tuple]:
         """Pass store rows through, folding them on the way (the loop feeds the job fold
         and this memory from one read)."""
+        types, event, loads = _TYPES, self._event, msgspec.json.decode
         for row in rows:
-            self.apply_rows((row,))
+            if row[3] in types and row[1][:1] != "_":
+                data = row[5]
+                event(row[1], row[3], row[4], loads(data) if isinstance(data, str | bytes) else data)
+            self.position = row[0]
             yield row
 
     def _event(self, job: str, type_: str, time: str, d: Mapping[str, Any]) -> None:

@@ -8,13 +8,26 @@ from typing import Any
 
 
 def _tpu(d: Mapping[str, Any]) -> str:
+    """`name 2 x v5litepod-16 spot us-west4-a (queued_resource, choice 1)`: a TPU and where it
+    was placed (the slices, pricing and choice are named when the event records them)."""
     tpu = d.get("tpu")
     if not isinstance(tpu, Mapping):
         return ""
-    parts = [str(tpu.get(k)) for k in ("name", "accelerator", "zone") if tpu.get(k)]
-    if tpu.get("kind"):
-        parts.append(f"({tpu['kind']})")
+    slices = tpu.get("slices") if isinstance(tpu.get("slices"), int) and tpu["slices"] > 1 else None
+    parts = [str(tpu["name"])] if tpu.get("name") else []
+    if tpu.get("accelerator"):
+        parts.append(f"{slices} x {tpu['accelerator']}" if slices else str(tpu["accelerator"]))
+    parts += [str(tpu[k]) for k in ("pricing", "zone") if tpu.get(k)]
+    notes = [str(tpu["kind"])] if tpu.get("kind") else []
+    if isinstance(tpu.get("placement"), int) and tpu["placement"]:
+        notes.append(f"choice {tpu['placement']}")
+    if notes:
+        parts.append(f"({', '.join(notes)})")
     return " ".join(parts)
+
+
+def _slice(d: Mapping[str, Any]) -> str:
+    return f"slice {d['slice']}: " if isinstance(d.get("slice"), int) else ""
 
 
 def who_asked(d: Mapping[str, Any]) -> str:
@@ -70,10 +83,10 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
         case "preempted":
             if g("cause") == "priority":
                 return f"for {g('winner', '?')} (priority): {g('reason', '')}"
-            return " ".join(str(x) for x in (g("tpu_state"), g("reason")) if x)
+            return _slice(d) + " ".join(str(x) for x in (g("tpu_state"), g("reason")) if x)
         case "failed":
             code = f" exit {g('exit_code')}" if g("exit_code") is not None else ""
-            return f"{g('kind', '?')}{code}: {g('message', '')}{' (final)' if g('final') else ''}"
+            return f"{_slice(d)}{g('kind', '?')}{code}: {g('message', '')}{' (final)' if g('final') else ''}"
         case "resumed" | "rerun":
             return f"rule {g('rule', type_)}, attempt {g('attempt', '?')}, restarts {g('restarts', '?')}" + (" (reapply)" if g("reapply") else "")
         case "finished":

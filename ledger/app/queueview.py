@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ledger.capacity import CapacityMemory
 from ledger.defaults import USAGE_HALF_LIFE_HOURS
 from ledger.errors import ConflictError, LedgerError
 from ledger.events import Event, NewEvent, actor, format_time
@@ -28,7 +29,7 @@ from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_poli
 from ledger.store import Reader, SnapshotReader, Store, open_store
 from ledger.usage import POLICY_STREAM, to_us
 from ledger.usage.snapshot import load_usage, save_usage, usage_due
-from reconciler import admission
+from reconciler import admission, placement
 
 log = logging.getLogger("tpu_ledger.policy")
 
@@ -126,14 +127,44 @@ def recent_usage(store: SnapshotReader, policy: Policy | None, now: datetime | N
     return admission.usage_at(meter, fold.open_intervals(us), us)
 
 
+def capacity_memory(store: Reader) -> CapacityMemory:
+    """The lab-wide capacity memory as the reconciler folds it (ledger.capacity)."""
+    return CapacityMemory().apply_rows(store.fold_rows(0, None))
+
+
 def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, JobState] | None = None,
-               usage: admission.Usage | None = None) -> list[dict[str, Any]]:
+               usage: admission.Usage | None = None, memory: CapacityMemory | None = None,
+               now: datetime | None = None) -> list[dict[str, Any]]:
     """Every waiting job in admission order, with why it waits: `ledger queue --json`, the
-    `waiting` of `ledger inspect --json`, the dashboard's /api/queue. `jobs` and `usage`
-    default to the ledger's (a reader that keeps them current, the dashboard, passes its own)."""
+    `waiting` of `ledger inspect --json`, the dashboard's /api/queue. `jobs`, `usage` and
+    the capacity `memory` default to the ledger's (a reader that keeps them current, the
+    dashboard, passes its own). Each row also says where the job will be placed and why
+    (`placement`, `choice`: the placement step's answer, reconciler.placement)."""
     if jobs is None:
         jobs = load_state(store).jobs
-    return admission.explain(jobs, policy, recent_usage(store, policy) if usage is None else usage)
+    rows = admission.explain(jobs, policy, recent_usage(store, policy) if usage is None else usage)
+    return with_placement(rows, jobs, capacity_memory(store) if memory is None else memory, now)
+
+
+def with_placement(rows: list[dict[str, Any]], jobs: Mapping[str, JobState], memory: CapacityMemory,
+                   now: datetime | None = None) -> list[dict[str, Any]]:
+    """Queue rows with the placement step's answer for each job: the choice it tries next
+    and why, or why the cloud's capacity holds it (which then is why it waits)."""
+    us = to_us(now or datetime.now(UTC))
+    probing: set = set()
+    for row in rows:
+        job = jobs[row["job"]]
+        got = placement.choose(job, memory, us, probing)
+        row["choice"], row["placement"] = None, ""
+        if isinstance(got, placement.Try):
+            row["choice"], row["placement"] = got.choice.index, got.reason
+            if got.probe:
+                probing.add(got.choice.key)
+        elif isinstance(got, placement.Hold):
+            row["placement"] = got.detail or got.reason
+            if row["wait"] in ("admitted", "cloud"):
+                row["wait"], row["reason"] = "cloud", f"{got.reason}: {got.detail}" if got.detail else got.reason
+    return rows
 
 
 class _Stream:

@@ -105,6 +105,27 @@ def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
     return fold.checks
 
 
+def placements_of(events: Iterable[Any]) -> list[dict[str, Any]]:
+    """Where every attempt of a job ran: one entry per TPU it was given (`provisioning`),
+    with its choice (0: the `tpu` block), type, slices, pricing and zone, and when. What
+    `ledger inspect` and the dashboard's timeline show."""
+    out = []
+    for e in events:
+        tpu = e.data.get("tpu") if e.type == "provisioning" else None
+        if isinstance(tpu, Mapping) and not tpu.get("shared"):
+            out.append({"attempt": e.data.get("attempt"), "time": e.time, "choice": tpu.get("placement", 0),
+                        "accelerator": tpu.get("accelerator"), "slices": tpu.get("slices", 1), "pricing": tpu.get("pricing"),
+                        "zone": tpu.get("zone"), "tpu": tpu.get("name"), "how": e.data.get("how")})
+    return out
+
+
+def placement_label(p: Mapping[str, Any]) -> str:
+    """`attempt 2: 2 x v5litepod-16 spot us-west4-a (choice 1)`."""
+    size = f"{p['slices']} x " if (p.get("slices") or 1) > 1 else ""
+    where = " ".join(str(x) for x in (f"{size}{p.get('accelerator') or '?'}", p.get("pricing"), p.get("zone")) if x)
+    return f"attempt {p.get('attempt', '?')}: {where}" + (f" (choice {p['choice']})" if p.get("choice") else "")
+
+
 def last_change(job: JobState) -> str:
     """When the job's latest event happened (ISO UTC), '' for none."""
     return max(job.times.values()) if job.times else ""

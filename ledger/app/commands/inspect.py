@@ -14,6 +14,7 @@ from rich.table import Table
 from ledger.app.commands.common import print_json, store_from
 from ledger.app.commands.usage import accounting_line
 from ledger.app.queueview import policy_at, policy_option, queue_rows
+from ledger.app.readmodels import placement_label, placements_of
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
 from ledger.events import Event
@@ -53,7 +54,8 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
         raise LedgerError(f"no job {job!r} in the ledger at {store.url}", hint="`ledger list` shows the job ids (owner/name)")
     policy = policy_at(policy_path, store)
     if as_json:
-        print_json({"job": job, "events": [e.to_dict() for e in events], "waiting": waiting_row(store, job, policy, events)})
+        print_json({"job": job, "events": [e.to_dict() for e in events], "waiting": waiting_row(store, job, policy, events),
+                    "placements": placements_of(events)})
         return
 
     title = f"{job}: {len(events)} event(s)"
@@ -67,9 +69,15 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
     if usage is not None:
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
+    placed = placements_of(events)
+    if placed:
+        line = "placed: " + "; ".join(placement_label(p) for p in placed)
+        click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
     row = waiting_row(store, job, policy, events)
     if row is not None:
         line = f"waiting: #{row['position']} in the queue ({row['class']}, {row['wait']}): {row['reason']}"
+        if row.get("placement") and row["placement"] not in row["reason"]:
+            line += f"; {row['placement']}"
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
 
 

@@ -45,5 +45,6 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, a
     table = Table("#", "job", "class", "needs", "waits for", "why", title=f"{len(rows)} waiting job(s)")
     for r in rows:
         needs = f"{r['chips']} {r['family']}" if r["chips"] is not None else "?"
-        table.add_row(str(r["position"]), r["job"], f"{r['class']} ({r['priority']})", needs, r["wait"], r["reason"])
+        why = r["reason"] if not r.get("placement") or r["placement"] in r["reason"] else f"{r['reason']}; {r['placement']}"
+        table.add_row(str(r["position"]), r["job"], f"{r['class']} ({r['priority']})", needs, r["wait"], why)
     console().print(table)

@@ -32,6 +32,7 @@ from typing import Any
 
 from ledger.app.dashboard.weeks import Weeks
 from ledger.app.readmodels import TpuHealth
+from ledger.capacity import CapacityMemory
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import LedgerState
@@ -130,6 +131,7 @@ class LiveLedger:
         self.meter: ShareMeter | None = None  # fair share for the queue page, made at its first visit
         self.usage = UsageFold(on_interval=self._closed)
         self.health = TpuHealth()  # each TPU's last host check (`ledger tpus`' health column)
+        self.capacity = CapacityMemory()  # past stockouts: where each waiting job will be placed
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self.listeners: list[Callable[[], None]] = []
         self.tail_error: str | None = None
@@ -142,7 +144,7 @@ class LiveLedger:
         with store_errors(store_url):
             self.state: LedgerState = load_state(self._store)
             with no_cyclic_gc():
-                self.usage.apply_rows(self.health.tee(fold_rows(self._store, 0, self.state.position)))
+                self.usage.apply_rows(self.capacity.tee(self.health.tee(fold_rows(self._store, 0, self.state.position))))
         self.position = self.state.position
         self.loaded_in = time.perf_counter() - started
         self.changed = time.time()
@@ -182,7 +184,7 @@ class LiveLedger:
         """Fold new (seq, stream, version, type, time, data) rows and announce them."""
         with self.lock:
             fold_into(self.state, rows)
-            self.usage.apply_rows(self.health.tee(rows))
+            self.usage.apply_rows(self.capacity.tee(self.health.tee(rows)))
             self.position = rows[-1][0]
             self.recent.extend({"seq": r[0], "stream": r[1], "type": r[3], "time": r[4]} for r in rows)
             self.changed = time.time()

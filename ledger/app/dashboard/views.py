@@ -305,7 +305,7 @@ def queue_page(live: LiveLedger, store: Store) -> dict[str, Any]:
     policy = recorded_policy(store)
     usage = live.recent_usage(policy, store)
     with live.lock:
-        rows = queue_rows(store, policy, live.state.jobs, usage)
+        rows = queue_rows(store, policy, live.state.jobs, usage, live.capacity)
         position = live.position
     counts: dict[str, int] = {}
     for r in rows:
