@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
+from ledger.app.readmodels import placement_label, placements_of
 from ledger.describe import summarize
 from ledger.events import Event
 from ledger.usage import CATEGORIES, Interval, UsageFold, from_us, to_us
@@ -71,6 +72,7 @@ class Row:
     attempt: int
     segments: list[Segment] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
+    where: str = ""  # the placement the attempt got: "2 x v5litepod-16 spot us-west4-a (choice 1)"
 
     @property
     def label(self) -> str:
@@ -90,7 +92,7 @@ class Timeline:
         return {
             "job": self.job, "start": iso(self.start), "end": iso(self.end), "omitted_markers": self.omitted,
             "rows": [{
-                "label": r.label, "life": r.life, "attempt": r.attempt,
+                "label": r.label, "life": r.life, "attempt": r.attempt, "where": r.where,
                 "segments": [{"kind": s.kind, "start": iso(s.start), "end": iso(s.end), "chips": s.chips,
                               "seconds": round((s.end - s.start) / 1e6, 6)} for s in r.segments],
                 "markers": [{"seq": m.seq, "type": m.type, "time": iso(m.time), "summary": m.summary}
@@ -148,8 +150,13 @@ def build(events: Sequence[Event], now: int) -> Timeline:
         at = bisect.bisect_right(keys, t) - 1
         row = ordered[starts[at][1]] if at >= 0 else ordered[0]
         row = index.get((row.life, _attempt_named(e.data)), row)
-        row.markers.append(Marker(e.seq, e.type, t, summarize(e.type, e.data), _GLYPHS.get(e.type, "event")))
+        glyph = "trouble" if e.type == "queued" and isinstance(e.data.get("api"), dict) else _GLYPHS.get(e.type, "event")
+        row.markers.append(Marker(e.seq, e.type, t, summarize(e.type, e.data), glyph))
 
+    for p in placements_of(events):  # where each attempt ran (its latest TPU, after a retry)
+        row = index.get((ordered[-1].life, p["attempt"])) if isinstance(p["attempt"], int) else None
+        if row is not None:
+            row.where = placement_label(p).partition(": ")[2]
     edges = times + [s.start for r in ordered for s in r.segments] + [s.end for r in ordered for s in r.segments]
     start = min(edges) if edges else now
     end = max(edges) if edges else now
@@ -239,7 +246,7 @@ def draw(t: Timeline, width: int = WIDTH) -> dict[str, Any]:
                     "text": f"seq {m.seq} {m.type} at {clock(m.time)} UTC" + (f": {m.summary}" if m.summary else "")}
                    for m in row.markers]
         rows.append({"y": y, "bar_y": y + ROW_H - BAR_H - 6, "mid": y + ROW_H - 6 - BAR_H / 2, "label": row.label,
-                     "segments": segments, "markers": markers})
+                     "where": row.where, "segments": segments, "markers": markers})
     axis_y = TOP + len(t.rows) * ROW_H + 4
     step, marks = ticks(t.start, t.end)
     return {
