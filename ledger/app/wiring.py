@@ -52,10 +52,12 @@ def hosts_of(username: str, job_keys: JobKeys | None = None):
         # A TPU the reconciler created for the job accepts the job's own key only; a shared
         # TPU (set up by an admin) keeps the reconciler's.
         own = job_keys.existing(job.id) if job_keys is not None and not (job.tpu or {}).get("shared") else None
+        # Every slice's hosts, slice by slice: a host's rank is its place in that list (its
+        # worker id for a one-slice job), which keys what the runner reports.
         return [
             Host(worker=h["worker"], address=h["address"], port=h.get("port", 22), username=username,
-                 host_key=h.get("host_key"), key_path=own)
-            for h in job.hosts
+                 host_key=h.get("host_key"), key_path=own, slice=h.get("slice", 0), rank=i)
+            for i, h in enumerate(job.hosts)
         ]
 
     return convert

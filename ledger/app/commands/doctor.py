@@ -72,7 +72,8 @@ def _table(report: Report, title: str) -> Table:
 
 @click.command("doctor")
 @click.argument("target", metavar="JOB|TPU")
-@click.option("--worker", "-w", "workers", type=int, multiple=True, help="Only this worker (repeatable); default: all.")
+@click.option("--worker", "-w", "workers", type=int, multiple=True, help="Only this worker (repeatable; within its slice); default: all.")
+@click.option("--slice", "-s", "slice_", type=int, default=None, help="Only this slice of a multislice job; default: every slice.")
 @click.option("--fix", is_flag=True, help="Apply the safe repairs, recorded in the job's stream as an audited override.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--zone", default=None, help="The TPU's zone, when no job of the ledger names it.")
@@ -81,7 +82,7 @@ def _table(report: Report, title: str) -> Table:
               help="Where the VMs' /dev, /tmp and /proc/mounts are: '' on real VMs (the default), "
                    f"{defaults.EMULATOR_HOST_ROOT} on the emulator's hosts (the default with --tpu-endpoint) [env: LEDGER_HOST_ROOT].")
 @click.pass_context
-def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], fix: bool, as_json: bool, zone: str | None,
+def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_: int | None, fix: bool, as_json: bool, zone: str | None,
                project: str, tpu_endpoint: str | None, ssh_key: Path | None, ssh_user: str, host_root: str | None) -> None:
     """Check the hosts of a job's TPU (or of a TPU by name) before they fail a start.
 
@@ -99,6 +100,7 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], fix: b
     Examples:
       ledger doctor alice/train-7b                 # every check on every worker
       ledger doctor lab-v4-32 --worker 3 --json    # a shared TPU by name, one worker
+      ledger doctor alice/maxtext --slice 1        # one slice of a multislice job
       ledger doctor alice/train-7b --fix           # repair what is safe, recorded
     """
     store = store_from(ctx)
@@ -110,6 +112,11 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], fix: b
             settings.ssh_key = ssh_key
         ensure_key(settings.ssh_key)
         hosts = hosts_of(ssh_user, job_keys_of(settings))(job) if job else _hosts_of_tpu(tpu or {}, zone, project, tpu_endpoint, ssh_user)
+        if slice_ is not None:
+            if slice_ not in {h.slice for h in hosts}:
+                raise UsageError(f"no slice {slice_} on {tpu and tpu.get('name')}: it has {len({h.slice for h in hosts})}",
+                                 hint="slices count from 0")
+            hosts = [h for h in hosts if h.slice == slice_]
         if workers:
             missing = set(workers) - {h.worker for h in hosts}
             if missing:

@@ -15,7 +15,8 @@ from ledger.fold import replay
 @click.pass_context
 def tpus(ctx: click.Context, as_json: bool) -> None:
     """Every TPU the ledger knows: its state, the job and owner holding it, since when, and
-    its hosts' health at the last check (before a start, or `ledger doctor --fix`)."""
+    its hosts' health at the last check (before a start, or `ledger doctor --fix`). A
+    multislice job's TPU is listed slice by slice (its queued resource's nodes)."""
     store = store_from(ctx)
     events = list(store.read_all())
     rows = tpu_rows(replay(events).jobs.values(), tpu_health(events))
@@ -23,10 +24,12 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
         print_json(rows)
         return
 
-    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
+    table = Table("TPU", "zone", "type", "pricing", "chips", "shared", "job", "owner", "state", "since", "health")
     colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}
     for r in rows:
         h = r["health"]
-        table.add_row(r["tpu"], r["zone"], r["accelerator"], "yes" if r["shared"] else "", r["job"], r["owner"], r["job_state"], r["since"],
+        slice_ = f" (slice {r['slice']} of {r['slices']})" if r["slices"] > 1 else ""
+        table.add_row(f"{r['tpu']}{slice_}", r["zone"], r["accelerator"], r["pricing"], str(r["chips"]), "yes" if r["shared"] else "",
+                      r["job"], r["owner"], r["job_state"], r["since"],
                       f"[{colour[h]}]{h}[/]" if h in colour else h)
     console().print(table if rows else "no TPU is held or awaited")
