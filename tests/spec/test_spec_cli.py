@@ -51,7 +51,7 @@ def test_init_lays_the_template_and_commits_it(repo):
 def test_validate_a_fresh_repository_exits_0(repo):
     done = ledger("validate", cwd=repo)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "7 file(s) checked: ok" in done.stderr
+    assert "9 file(s) checked: ok" in done.stderr
 
 
 def test_validate_reports_file_line_pointer_and_hint(repo):
