@@ -21,6 +21,6 @@ from spec_bench import generate  # noqa: E402
 def test_ten_thousand_files_validate(tmp_path):
     generate(tmp_path, 10_000)
     results = validate_paths([tmp_path], tmp_path)
-    assert len(results) == 10_000 + 7  # the generated jobs and the template's examples
+    assert len(results) == 10_000 + 9  # the generated jobs and the template's examples
     assert all(r.ok for r in results), next(r.errors[0].format() for r in results if not r.ok)
     assert len({r.job_id for r in results}) == len(results)
