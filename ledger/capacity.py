@@ -61,6 +61,7 @@ class CapacityMemory:
     keys: dict[Key, Stockouts] = field(default_factory=dict)
     rounds: dict[str, dict[int, Tally]] = field(default_factory=dict)  # job -> choice -> its stockouts
     ran_on: dict[str, int] = field(default_factory=dict)  # job -> the choice its last TPU was
+    moved: set[str] = field(default_factory=set)  # jobs whose TPU is another choice than the one before
     position: int = 0
 
     # -- reading ------------------------------------------------------------------------
@@ -115,13 +116,20 @@ class CapacityMemory:
             if isinstance(tpu, Mapping) and not tpu.get("shared"):
                 self._created(tpu)
                 index = tpu.get("placement", 0)
-                self.ran_on[job] = index if type(index) is int else 0
+                index = index if type(index) is int else 0
+                before = self.ran_on.get(job)
+                if before is not None and before != index:
+                    self.moved.add(job)
+                else:
+                    self.moved.discard(job)
+                self.ran_on[job] = index
                 self.rounds.pop(job, None)
         elif type_ in ("resumed", "rerun", "spec_updated"):
             self.rounds.pop(job, None)  # a new round: the placement step starts it afresh
         elif type_ == "submitted" or type_ in ("finished", "cancelled") or type_ == "failed" and d.get("final"):
             self.rounds.pop(job, None)
             self.ran_on.pop(job, None)
+            self.moved.discard(job)
 
     def _stockout(self, job: str, t: int, api: Mapping[str, Any], where: Mapping[str, Any]) -> None:
         key = key_of(where)

@@ -17,8 +17,10 @@ from ledger.errors import ConflictError, LedgerError
 from ledger.events import NewEvent, actor, event_id
 from ledger.events import data as ev
 from ledger.fold import JobState
+from ledger.placement import slice_nodes, slices_of
+from ledger.spec.placement import placed_spec
 from ledger.store import Recorder
-from reconciler import naming
+from reconciler import naming, slices
 from reconciler.model import NODE_GONE_STATES, Action
 from reconciler.remote.errors import HostUnreachable, RemoteError
 from reconciler.tpu import CapacityError, CreateRequest, PermanentTpuError, TpuApi
@@ -43,7 +45,8 @@ class Runner(Protocol):
     """What the executor needs of the remote runner (reconciler.remote.RemoteRunner)."""
 
     def setup(self, job_id: str, attempt: int, hosts: list[Any], spec: dict, *, workers: list[int] | None = None) -> Any: ...
-    def start(self, job_id: str, attempt: int, hosts: list[Any], spec: dict, *, extra_args: list[str], resume: bool) -> dict[int, int]: ...
+    def start(self, job_id: str, attempt: int, hosts: list[Any], spec: dict, *, extra_args: list[str], resume: bool,
+              placed: Any = None) -> dict[int, int]: ...
     def probe(self, job_id: str, attempt: int, hosts: list[Any], *, workers: list[int] | None = None) -> dict[int, Any]: ...
     def stop(self, job_id: str, attempt: int, hosts: list[Any], *, grace: float = 10) -> None: ...
 
@@ -157,7 +160,7 @@ class Executor:
 
     def _provision(self, job: JobState, p: dict) -> Events:
         tpu = p["tpu"]
-        want = job.spec.get("tpu") or {}
+        want = placed_spec(job.spec, int(tpu.get("placement", 0) or 0)).get("tpu") or {}  # the choice planned
         metadata = {str(k): str(v) for k, v in (want.get("metadata") or {}).items()}
         # a callable gives each job a key of its own (reconciler.keys.JobKeys.public)
         key = self.ssh_public_key(job.id) if callable(self.ssh_public_key) else self.ssh_public_key
@@ -166,10 +169,11 @@ class Executor:
             metadata["startup-script"] = str(want["startup_script"])
         req = CreateRequest(
             zone=tpu["zone"], name=tpu["name"], accelerator=tpu["accelerator"],
-            runtime=want.get("version") or "", pricing=want.get("pricing", "ondemand"),
+            runtime=want.get("version") or "", pricing=tpu.get("pricing") or want.get("pricing", "ondemand"),
             labels=naming.labels(job.id, job.commit or str(job.submitted_seq), job.owner, p["attempt"]),
             metadata=metadata, tags=tuple(want.get("tags") or ()), reservation=want.get("reservation") or "",
             network=want.get("network"), queued=tpu["kind"] == "queued_resource",
+            slices=slices_of(tpu), wait_s=p.get("wait_s"),
         )
         try:
             how = self.tpu.create(req)
@@ -181,24 +185,29 @@ class Executor:
         return [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how=how)]
 
     def _provisioned(self, tpu: dict) -> Events:
-        node = self.tpu.get_node(tpu["zone"], tpu["name"])
-        if node is None:
-            return []
-        keys = self.tpu.host_keys(tpu["zone"], tpu["name"])
-        hosts = [
-            {**h, "host_key": keys[i] if i < len(keys) else None} for i, h in enumerate(node.hosts)
-        ]
+        """The hosts of every slice, slice by slice, each with its pinned host key."""
+        names = slice_nodes(tpu)
+        hosts: list[dict[str, Any]] = []
+        for s, name in enumerate(names):
+            node = self.tpu.get_node(tpu["zone"], name)
+            if node is None:
+                return []
+            keys = self.tpu.host_keys(tpu["zone"], name)
+            within = {"slice": s} if len(names) > 1 else {}
+            hosts += [{**h, **within, "host_key": keys[i] if i < len(keys) else None} for i, h in enumerate(node.hosts)]
         return [ev.Provisioned(tpu=ev.tpu(tpu), hosts=ev.hosts(hosts))]
 
     def _setup(self, job: JobState) -> Events:
-        report = self.runner.setup(job.id, job.attempt, self.hosts_of(job), job.spec)
+        # Every host of every slice, in parallel, with the settings of the choice it is on.
+        report = self.runner.setup(job.id, job.attempt, self.hosts_of(job), slices.spec_of(job))
         if getattr(report, "ok", False):
             return [ev.SetupDone(attempt=job.attempt)]
         if (gone := self._tpu_gone(job, "setup could not finish")) is not None:
             return gone
         failures = list(getattr(report, "failures", []) or [])
-        worker, module, message = failures[0] if failures else (None, "", "setup failed")
-        return [ev.SetupFailed(attempt=job.attempt, worker=worker, module=module,
+        rank, module, message = failures[0] if failures else (None, "", "setup failed")
+        where = slices.host(job, rank) if isinstance(rank, int) else {"worker": rank}
+        return [ev.SetupFailed(attempt=job.attempt, **where, module=module,  # type: ignore[arg-type]
                                reason=str(message)[:2000], final=False)]
 
     def _start(self, job: JobState, p: dict) -> Events:
@@ -207,17 +216,19 @@ class Executor:
             health, problem = self.doctor(self.store(), job, self.hosts_of(job), self.actor)
             if problem:
                 return [ev.Failed(kind="host_unhealthy", message=f"host checks: {problem}"[:2000], attempt=job.attempt)]
+        spec = slices.spec_of(job)  # the choice's own args and settings
         try:
             pids = self.runner.start(
-                job.id, job.attempt, self.hosts_of(job), job.spec,
-                extra_args=self.extra_args_of(job.spec), resume=bool(p.get("resume")),
+                job.id, job.attempt, self.hosts_of(job), spec,
+                extra_args=self.extra_args_of(spec), resume=bool(p.get("resume")), placed=slices.placed_of(job),
             )
         except HostUnreachable as exc:  # the host died under us: the API says whether it was preempted
             gone = self._tpu_gone(job, "could not start")
             return gone or [ev.Failed(kind="lost_host", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
         except RemoteError as exc:  # the runner already retried what was transient
             return [ev.Failed(kind="failure", message=f"could not start: {exc}"[:2000], attempt=job.attempt)]
-        return [ev.Started(attempt=job.attempt, workers=sorted(pids), pids={str(w): pid for w, pid in pids.items()},
+        return [ev.Started(attempt=job.attempt, workers=sorted({slices.host(job, r)["worker"] for r in pids}),
+                           pids={slices.host_key(job, r): pid for r, pid in pids.items()},
                            resume=bool(p.get("resume")), spec_hash=job.spec_hash,
                            **({"health": health} if health else {}))]
 
@@ -238,8 +249,12 @@ class Executor:
     def _stop(self, job: JobState, p: dict) -> None:
         if not p.get("stop"):
             return
+        hosts = self.hosts_of(job)
+        if p.get("stop_slices") is not None:  # a slice was lost: only the others have a command to stop
+            keep = set(p["stop_slices"])
+            hosts = [h for h in hosts if getattr(h, "slice", 0) in keep]
         try:
-            self.runner.stop(job.id, job.attempt, self.hosts_of(job), grace=self.stop_grace_s)
+            self.runner.stop(job.id, job.attempt, hosts, grace=self.stop_grace_s)
         except Exception as exc:  # best effort: the TPU is deleted next anyway
             log.warning("could not stop %s attempt %s: %s", job.id, job.attempt, exc)
 

@@ -15,14 +15,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from ledger.capacity import CapacityMemory
 from ledger.fold import JobState, LedgerState
+from ledger.placement import slice_nodes
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
 from ledger.usage.share import ShareMeter
 from ledger.usage.snapshot import load_usage, maybe_save_usage
-from reconciler import admission
+from reconciler import admission, slices
 from reconciler.executor import Executor, Runner
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
@@ -54,17 +56,17 @@ def recheck_suspects(
         if job is None or not job.tpu or not suspect(hosts):
             continue
         first_seen[job_id] = since.get(job_id, obs.now)
-        name = job.tpu["name"]
-        try:
-            node = get_node(job.tpu.get("zone", ""), name)
-        except Exception as exc:  # the API cannot say why: conclude nothing from the probe
-            log.warning("could not re-read %s after its worker died: %s", name, exc)
-            del obs.hosts[job_id]
-            continue
-        if node is None:
-            obs.nodes.pop(name, None)
-        else:
-            obs.nodes[name] = node
+        for name in slice_nodes(job.tpu):  # every slice's node: any may be the one lost
+            try:
+                node = get_node(job.tpu.get("zone", ""), name)
+            except Exception as exc:  # the API cannot say why: conclude nothing from the probe
+                log.warning("could not re-read %s after its worker died: %s", name, exc)
+                obs.hosts.pop(job_id, None)
+                break
+            if node is None:
+                obs.nodes.pop(name, None)
+            else:
+                obs.nodes[name] = node
     obs.suspect_since = dict(first_seen)
     return first_seen
 
@@ -103,6 +105,8 @@ class Reconciler:
         self._in_flight: dict[str, Future[str]] = {}
         self._lock = threading.Lock()
         self.state = LedgerState()
+        # Past stockouts, lab-wide (ledger.capacity): folded from the same rows as the jobs.
+        self.capacity = CapacityMemory()
         # With leases, several reconcilers share the jobs; without, this one acts on all
         # (two of them are still fenced by the ledger's expected versions).
         self.membership = None
@@ -137,9 +141,11 @@ class Reconciler:
         store = self.store()
         if not self._caught_up_once:
             self.state = load_state(store)
+            # The memory is folded over the whole ledger once (it decodes only a few types).
+            self.capacity = CapacityMemory().apply_rows(fold_rows(store, 0, self.state.position))
             self._caught_up_once = True
         else:
-            fold_into(self.state, fold_rows(store, self.state.position))
+            fold_into(self.state, self.capacity.tee(fold_rows(store, self.state.position)))
 
     def _catch_up_usage(self) -> None:
         # Only admission needs usage. A fresh process (or a new half-life) starts from the
@@ -201,7 +207,7 @@ class Reconciler:
         running = [
             j for j in self.state.jobs.values()
             if j.state == "running" and j.tpu and j.id not in self._in_flight
-            and (node := obs.nodes.get(j.tpu["name"])) is not None and node.state == NODE_READY
+            and (node := slices.observe(j.tpu, obs.nodes)[0]) is not None and node.state == NODE_READY
         ]
 
         def probe(job) -> tuple[str, dict[int, HostObs]]:
@@ -233,7 +239,7 @@ class Reconciler:
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
-                       taken_over=self._adoptable(), usage=self.recent_usage(obs.now))
+                       taken_over=self._adoptable(), usage=self.recent_usage(obs.now), memory=self.capacity)
         for action in actions:
             if self._may_act(action):
                 self._dispatch(action)

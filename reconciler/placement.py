@@ -20,11 +20,11 @@ The reasons are what `ledger queue`, `inspect` and the dashboard show.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ledger.capacity import CapacityMemory, Key, Stockouts
+from ledger.capacity import CapacityMemory, Key, Stockouts, key_of
 from ledger.fold import JobState
 from ledger.spec.placement import Choice, failover, placements
 
@@ -122,3 +122,32 @@ def _span(us: int) -> str:
     if s < 7200:
         return f"{s // 60} min"
     return f"{s // 3600} h"
+
+
+WAITING = frozenset({"pending", "queued", "recovering"})  # ledger.fold's states of a job that may ask for a TPU
+
+
+def place_waiting(jobs: Mapping[str, JobState], memory: CapacityMemory, now_us: int,
+                  busy: Collection[str] = ()) -> dict[str, Try | Hold]:
+    """The placement step for every job that waits for a TPU of its own, in queue order
+    (priority, then submission): at most one of them probes a key known out of capacity,
+    and none while a create of that key is under way (an intent without its outcome)."""
+    probing: set[Key] = set()
+    waiting = []
+    for job in jobs.values():
+        intent = job.pending_action
+        if intent is not None and intent.get("action") == "provision":
+            tpu = (intent.get("params") or {}).get("tpu") or {}
+            probing.add(key_of(tpu))
+        elif job.tpu is None and job.state in WAITING and not job.cancel_requested and job.id not in busy:
+            waiting.append(job)
+    waiting.sort(key=lambda j: (-j.priority, j.submitted_seq, j.id))
+    out: dict[str, Try | Hold] = {}
+    for job in waiting:
+        got = choose(job, memory, now_us, probing)
+        if got is None:
+            continue
+        out[job.id] = got
+        if isinstance(got, Try) and got.probe:
+            probing.add(got.choice.key)
+    return out

@@ -12,14 +12,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger import defaults, fold
+from ledger.capacity import CapacityMemory
 from ledger.events import data as ev
 from ledger.events import format_time, parse_time
 from ledger.fold import JobState
-from reconciler import admission, naming
+from ledger.placement import slice_nodes
+from ledger.spec.placement import Choice, choice, failover, placements
+from reconciler import admission, naming, placement, slices
 from reconciler.model import (
     NODE_GONE_STATES,
     NODE_READY,
     QR_LOST_STATES,
+    QR_WAITING_STATES,
     Action,
     HostObs,
     NodeObs,
@@ -27,6 +31,7 @@ from reconciler.model import (
     PlanConfig,
 )
 from reconciler.rules import decide
+from reconciler.slices import UNEXPLAINED_HEALTH
 
 
 def plan(
@@ -37,16 +42,21 @@ def plan(
     config: PlanConfig | None = None,
     taken_over: Iterable[str] = (),
     usage: admission.Usage = admission.NO_USAGE,
+    memory: CapacityMemory | None = None,
 ) -> list[Action]:
     """`taken_over`: jobs whose lease this reconciler just won from a holder that let it
     lapse (a dead peer): their unfinished intents are resolved now, not after a timeout.
-    `usage`: recent usage for the policy's fair share and weekly quotas (admission)."""
+    `usage`: recent usage for the policy's fair share and weekly quotas (admission).
+    `memory`: the lab-wide capacity memory (ledger.capacity) the placement step reads."""
     config = config or PlanConfig()
     busy = set(in_flight)
     adopted = frozenset(taken_over)
     holders = shared_holders(jobs)
     actions: list[Action] = []
-    gate = admission.admit(jobs, config.policy, usage, busy=busy) if admission.active(config.policy) else None  # type: ignore[arg-type]
+    # Where each waiting job would go now (reconciler.placement); admission charges that.
+    placing = placement.place_waiting(jobs, memory or CapacityMemory(), int(observed.now * 1_000_000), busy)
+    asks = {jid: got.choice.index for jid, got in placing.items() if isinstance(got, placement.Try)}
+    gate = admission.admit(jobs, config.policy, usage, busy=busy, asks=asks) if admission.active(config.policy) else None  # type: ignore[arg-type]
     for job in jobs.values():
         if job.id in busy or (job.terminal and job.tpu is None):
             continue
@@ -54,7 +64,8 @@ def plan(
             wait = gate.waits[job.id]
             action = None if admission.recorded(job, wait) else _record(job, admission.queued(wait))
         else:
-            action = plan_job(job, observed, holders, jobs, config, adopted)
+            action = plan_job(job, observed, holders, jobs, config, adopted, placing.get(job.id),
+                              moved=memory is not None and job.id in memory.moved)
             if action is None and gate is not None and job.id in gate.preempt:
                 action = _record(job, admission.preemption(job, gate.preempt[job.id]))
         if action is not None:
@@ -86,22 +97,32 @@ def shared_holders(jobs: Mapping[str, JobState]) -> dict[str, str]:
     }
 
 
-def tpu_request(job: JobState) -> dict[str, Any]:
-    """The TPU this job's next attempt needs: a shared one by name, or a new one of its own."""
+def tpu_request(job: JobState, chosen: Choice | None = None) -> dict[str, Any]:
+    """The TPU this job's next attempt needs: a shared one by name, or a new one of its own
+    on choice `chosen` (its first by default): the choice's type, zone, pricing and slices,
+    and its index (`placement`), as the `provisioning` event records them."""
     tpu = job.spec.get("tpu") or {}
     if tpu.get("shared"):
         return {"name": tpu["name"], "zone": tpu.get("zone", ""), "kind": "node", "shared": True,
                 "accelerator": tpu.get("accelerator", "")}
     attempt = max(job.attempt, 1)
-    kind = "queued_resource" if tpu.get("allocation_mode") == "queued-resources" else "node"
-    return {
+    chosen = chosen or choice(job.spec, 0)
+    want = {
         "name": naming.node_name(job.id, job.commit or str(job.submitted_seq), attempt),
         "zone": tpu.get("zone", ""),
-        "kind": kind,
+        "kind": "queued_resource" if tpu.get("allocation_mode") == "queued-resources" else "node",
         "shared": False,
         "accelerator": tpu.get("accelerator", ""),
         "attempt": attempt,
     }
+    if chosen is not None:
+        want.update(zone=chosen.zone, kind="queued_resource" if chosen.queued else "node", accelerator=chosen.accelerator,
+                    pricing=chosen.pricing)
+        if chosen.index:
+            want["placement"] = chosen.index
+        if chosen.slices > 1:
+            want["slices"] = chosen.slices
+    return want
 
 
 def plan_job(
@@ -111,7 +132,11 @@ def plan_job(
     jobs: Mapping[str, JobState],
     config: PlanConfig,
     adopted: frozenset[str] = frozenset(),
+    placing: placement.Try | placement.Hold | None = None,
+    moved: bool = False,
 ) -> Action | None:
+    """`placing`: the placement step's answer for a job that waits for a TPU of its own;
+    `moved`: its TPU is another choice than its last attempt's (ledger.capacity)."""
     if job.pending_action:
         return _resolve(job, obs, config, job.id in adopted)
     if job.terminal:
@@ -120,42 +145,52 @@ def plan_job(
     if s == fold.CANCELLING:
         return Action("cancel", job.id, {"tpu": job.tpu, "stop": _may_run(job)}, "cancel requested")
     if s in (fold.PENDING, fold.QUEUED) and job.tpu is None or s == fold.RECOVERING and job.tpu is None:
-        return _acquire(job, obs, holders, jobs, config)
+        return _acquire(job, obs, holders, jobs, config, placing)
     if job.tpu is None:
         return _record(job, ev.Failed(kind="lost_host", message=f"no TPU held in state {s}", final=True))
     zone = job.tpu.get("zone", "")
     if zone not in obs.zones:
         return None  # that zone was not observed this pass: decide nothing blind
-    node = obs.nodes.get(job.tpu["name"])
+    node, lost = slices.observe(job.tpu, obs.nodes)  # every slice's node, as one
     if s in (fold.PROVISIONING, fold.QUEUED):
-        return _watch_provisioning(job, node, obs, config)
+        return _watch_provisioning(job, node, obs, config, lost)
     if node is None or node.state in NODE_GONE_STATES:
         if s in (fold.PREEMPTED, fold.FAILED):
-            return _recover(job, tpu_usable=False, cause=_cause_when_tpu_gone(job))
+            return _recover(job, tpu_usable=False, cause=_cause_when_tpu_gone(job), obs=obs)
         if s == fold.RECOVERING:
-            return _release(job, "TPU lost during recovery", next_step="reapply")
+            return _release(job, "TPU lost during recovery", next_step="reapply", obs=obs)
         state = node.state if node else "DELETED"
-        return _record(job, ev.Preempted(tpu_state=state, reason=f"TPU {job.tpu['name']} is {state}", attempt=job.attempt))
+        which = {"slice": lost} if lost is not None else {}
+        return _record(job, ev.Preempted(tpu_state=state, reason=f"TPU {node.name if node else _named(job.tpu, lost)} is {state}",
+                                         attempt=job.attempt, **which))
     if node.state != NODE_READY:
         return None  # stopping, repairing, restarting: look again next pass
     if s == fold.PROVISIONED or s == fold.SETTING_UP or s == fold.RECOVERING and job.recovery:
         return Action("setup", job.id, {"attempt": job.attempt, "tpu": job.tpu}, "TPU ready")
     if s == fold.READY:
-        resume = job.attempt > 1 and (job.recovery or {}).get("rule", "resume") != "rerun"
+        resume = job.attempt > 1 and (job.recovery or {}).get("rule", "resume") != "rerun" \
+            and (not moved or failover(job.spec)["resume_across"])  # a checkpoint of another choice: only if it says so
         return Action("start", job.id, {"attempt": job.attempt, "resume": resume}, "set up")
     if s == fold.RUNNING:
         return (_watch_running(job, node, obs.hosts.get(job.id), _suspect_age(job.id, obs), config)
                 or _checkpointed(job, obs.hosts.get(job.id), obs.now))
     if s in (fold.PREEMPTED, fold.FAILED):  # preempted for another job: its TPU is given back
-        return _recover(job, tpu_usable=not admission.preempted_for_another(job))
+        return _recover(job, tpu_usable=not admission.preempted_for_another(job), obs=obs)
     return None
 
 
+def _named(tpu: Mapping[str, Any], lost: int | None) -> str:
+    """The node a message names: the TPU's, or its lost slice's."""
+    names = slice_nodes(tpu)
+    return names[lost] if lost is not None and lost < len(names) else str(tpu.get("name"))
+
+
 def _acquire(
-    job: JobState, obs: Observed, holders: Mapping[str, str], jobs: Mapping[str, JobState], config: PlanConfig
+    job: JobState, obs: Observed, holders: Mapping[str, str], jobs: Mapping[str, JobState], config: PlanConfig,
+    placing: placement.Try | placement.Hold | None = None,
 ) -> Action | None:
-    want = tpu_request(job)
-    if want["shared"]:
+    if (job.spec.get("tpu") or {}).get("shared"):
+        want = tpu_request(job)
         holder = holders.get(want["name"])
         if holder and holder != job.id:
             reason = f"shared TPU {want['name']} is held by {holder}"
@@ -165,12 +200,33 @@ def _acquire(
             reason = f"shared TPU {want['name']} goes to {first} first"
             return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
         return _record(job, ev.Provisioning(attempt=max(job.attempt, 1), tpu=ev.tpu(want)))
-    if job.state == fold.QUEUED and job.queued_count:
+    if isinstance(placing, placement.Hold):  # every choice out of capacity, or its probe not due
+        return None if job.queued_reason == placing.reason else _record(job, ev.Queued(reason=placing.reason))
+    tried = isinstance(placing, placement.Try) and (placing.reason or placing.probe)
+    if job.state == fold.QUEUED and job.queued_count and not tried:
+        # A retry the capacity memory knows nothing of (a TPU that vanished, a queued resource
+        # that failed): back off by the job's own count.
         delay = min(config.queued_retry_s * 2 ** (job.queued_count - 1), config.queued_retry_max_s)
         since = _age(job, "queued", obs.now)
         if since is not None and since < delay:
             return None
-    return Action("provision", job.id, {"attempt": want["attempt"], "tpu": want}, "needs a TPU")
+    chosen = placing.choice if isinstance(placing, placement.Try) else None
+    want = tpu_request(job, chosen)
+    params: dict[str, Any] = {"attempt": want["attempt"], "tpu": want}
+    if want["kind"] == "queued_resource" and (wait := queued_wait_s(job, chosen)) is not None:
+        params["wait_s"] = wait
+    why = placing.reason if isinstance(placing, placement.Try) and placing.reason else "needs a TPU"
+    return Action("provision", job.id, params, why)
+
+
+def queued_wait_s(job: JobState, chosen: Choice | None) -> float | None:
+    """How long a queued-resource choice may wait for capacity (its valid_until), or None for
+    no limit: `failover.wait_s` when given, else an hour when later choices exist."""
+    rules = failover(job.spec)
+    if rules["wait_s"]:
+        return float(rules["wait_s"])
+    index = chosen.index if chosen is not None else 0
+    return defaults.QUEUED_WAIT_S if index + 1 < len(placements(job.spec)) else None
 
 
 def shared_line(tpu_name: str, jobs: Mapping[str, JobState]) -> list[JobState]:
@@ -188,7 +244,9 @@ def _first_in_line(tpu_name: str, jobs: Mapping[str, JobState]) -> str:
     return shared_line(tpu_name, jobs)[0].id
 
 
-def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, config: PlanConfig) -> Action | None:
+def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, config: PlanConfig,
+                        lost: int | None = None) -> Action | None:
+    """`node` speaks for every slice (reconciler.slices.observe); `lost`: the slice it is."""
     assert job.tpu is not None
     name = job.tpu["name"]
     if job.tpu.get("kind") == "queued_resource":
@@ -198,6 +256,11 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
                 return _release(job, f"queued resource failed: {qr.message or 'no reason given'}", next_step="retry")
             return _record(job, ev.Preempted(tpu_state=qr.state, reason=f"queued resource {name} is {qr.state}", attempt=job.attempt))
         if qr is not None and qr.state != "ACTIVE":
+            wait = queued_wait_s(job, choice(job.spec, int(job.tpu.get("placement", 0) or 0)))
+            age = _age(job, "provisioning", obs.now)
+            if wait is not None and age is not None and age >= wait and qr.state in QR_WAITING_STATES:
+                # Its time for capacity is up: give it back and let the next choice be tried.
+                return _release(job, f"queued resource {name} waited {int(age)} s for capacity", next_step="failover")
             reason = f"queued resource {name} is {qr.state}" + (f": {qr.message}" if qr.message else "")
             return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
         if qr is None and node is None:
@@ -207,7 +270,9 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
     if node.state == NODE_READY:
         return Action("mark_provisioned", job.id, {"tpu": job.tpu}, "TPU is READY")
     if node.state in NODE_GONE_STATES:
-        return _record(job, ev.Preempted(tpu_state=node.state, reason=f"TPU {name} is {node.state} before it was used", attempt=job.attempt))
+        which = {"slice": lost} if lost is not None else {}
+        return _record(job, ev.Preempted(tpu_state=node.state, reason=f"TPU {node.name} is {node.state} before it was used",
+                                         attempt=job.attempt, **which))
     age = _age(job, "provisioning", obs.now)
     if age is not None and age > config.provision_timeout_s:
         return _release(job, f"TPU {name} still {node.state} after {int(age)} s", next_step="retry")
@@ -237,9 +302,10 @@ def _watch_running(
 ) -> Action | None:
     if job.run_spec_hash and job.spec_hash != job.run_spec_hash:
         assert job.tpu is not None
-        want = job.spec.get("tpu") or {}
-        reapply = not job.tpu.get("shared") and (
-            want.get("accelerator"), want.get("zone")) != (job.tpu.get("accelerator"), job.tpu.get("zone"))
+        # The choice the job holds, as the new spec has it: another TPU is needed when it changed.
+        want = choice(job.spec, int(job.tpu.get("placement", 0) or 0))
+        reapply = not job.tpu.get("shared") and (want is None or (want.accelerator, want.zone, want.slices) != (
+            job.tpu.get("accelerator"), job.tpu.get("zone"), int(job.tpu.get("slices", 1) or 1)))
         return Action("restart", job.id, {"attempt": job.attempt + 1, "rule": "spec_updated", "reapply": reapply, "tpu": job.tpu, "stop": True}, "the spec changed while running")
     if not hosts:
         return None
@@ -261,17 +327,19 @@ def _watch_running(
         return None
     gone = sorted(w for w, h in hosts.items() if h.state == "gone")
     if gone:
-        return _record(job, ev.Failed(kind="lost_host", worker=gone[0], message=f"worker {gone[0]} lost: {hosts[gone[0]].error or 'process or host gone'}", attempt=job.attempt))
+        return _record(job, ev.Failed(kind="lost_host", **slices.host(job, gone[0]), attempt=job.attempt,
+                                      message=f"{slices.host_text(job, gone[0])} lost: {hosts[gone[0]].error or 'process or host gone'}"))
     bad = sorted(w for w, h in seen.items() if h.state == "exited" and h.exit_code not in (0, None))
     if bad:
         code = seen[bad[0]].exit_code
-        return _record(job, ev.Failed(kind="exit", worker=bad[0], exit_code=code, message=f"worker {bad[0]} exited with code {code}", attempt=job.attempt))
+        return _record(job, ev.Failed(kind="exit", **slices.host(job, bad[0]), exit_code=code, attempt=job.attempt,
+                                      message=f"{slices.host_text(job, bad[0])} exited with code {code}"))
     if "failure" in matches:
         return _record(job, ev.Failed(kind="failure", message="a failure pattern appeared in the job's output", attempt=job.attempt))
     if seen and len(seen) == len(workers) and all(h.state == "exited" and h.exit_code == 0 for h in seen.values()):
         if (job.spec.get("job") or {}).get("loop"):
             return Action("restart", job.id, {"attempt": job.attempt + 1, "rule": "loop", "reapply": False, "tpu": job.tpu, "stop": False}, "job.loop: run again")
-        return _record(job, ev.Finished(attempt=job.attempt, exit_codes={str(w): 0 for w in workers}))
+        return _record(job, ev.Finished(attempt=job.attempt, exit_codes={slices.host_key(job, w): 0 for w in workers}))
     return None
 
 
@@ -291,11 +359,7 @@ def _checkpointed(job: JobState, hosts: Mapping[int, HostObs] | None, now: float
     since = _age(job, "checkpointed", now) if last else None
     if since is not None and since < every:
         return None
-    return _record(job, ev.Checkpointed(attempt=job.attempt, step=seen.checkpoint, worker=workers[0]))
-
-
-# Health values that do not explain a dead worker: a TIMEOUT or an unhealthy node does.
-UNEXPLAINED_HEALTH = frozenset({"", "HEALTHY", "HEALTH_UNSPECIFIED"})
+    return _record(job, ev.Checkpointed(attempt=job.attempt, step=seen.checkpoint, worker=slices.host(job, workers[0])["worker"]))
 
 
 def suspect(hosts: Mapping[int, HostObs]) -> bool:
@@ -306,12 +370,16 @@ def suspect(hosts: Mapping[int, HostObs]) -> bool:
 
 
 def selected_workers(job: JobState) -> list[int]:
+    """The ranks of the hosts the command runs on: `command.workers` within every slice (a
+    one-slice job's ranks are its worker ids)."""
     workers = (job.spec.get("command") or {}).get("workers", "all")
     if workers == "all" or workers is None:
         return list(range(max(len(job.hosts), 1)))
-    if isinstance(workers, int):
-        return [workers]
-    return sorted(int(w) for w in workers)
+    wanted = [workers] if isinstance(workers, int) else sorted(int(w) for w in workers)
+    if not slices.multislice(job):
+        return wanted
+    chosen = set(wanted)
+    return [rank for rank, h in enumerate(job.hosts) if h.get("worker") in chosen]
 
 
 def _cause_when_tpu_gone(job: JobState) -> str | None:
@@ -324,7 +392,7 @@ def _cause_when_tpu_gone(job: JobState) -> str | None:
     return None
 
 
-def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None) -> Action:
+def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None, obs: Observed | None = None) -> Action:
     # The failure being answered is the last one recorded (`last_error` may since have been
     # replaced by a rejected spec update, which is no failure of the attempt).
     kind = cause or (job.failures[-1]["kind"] if job.failures else "failure")
@@ -335,25 +403,36 @@ def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None) -> Ac
             kind=kind, final=True, rule=d.rule, message=d.message,
             history=ev.history(job.failures), attempt=job.attempt,
         ))
-    return Action("recover", job.id, {
+    params = {
         "kind": kind, "rule": d.rule, "reapply": d.reapply, "resume": d.resume,
         "attempt": job.attempt + 1, "restarts": job.restarts + 1, "tpu": job.tpu,
-        "stop": (tpu_usable or admission.preempted_for_another(job)) and _may_run(job),
-    }, d.message)
+        "stop": (tpu_usable or admission.preempted_for_another(job) or slices.multislice(job)) and _may_run(job),
+    }
+    return Action("recover", job.id, _surviving(job, params, obs), d.message)
 
 
-def _release(job: JobState, reason: str, *, next_step: str = "") -> Action | None:
+def _surviving(job: JobState, params: dict[str, Any], obs: Observed | None) -> dict[str, Any]:
+    """A multislice job whose slice was lost stops its command on the slices still up only
+    (`stop_slices`): the lost one has no host to reach."""
+    if params.get("stop") and slices.multislice(job) and obs is not None and job.tpu is not None:
+        params["stop_slices"] = slices.alive(job.tpu, obs.nodes)
+    return params
+
+
+def _release(job: JobState, reason: str, *, next_step: str = "", obs: Observed | None = None) -> Action | None:
     if job.tpu is None:
         return None
-    return Action("release", job.id, {"tpu": job.tpu, "next": next_step, "stop": _may_run(job)}, reason)
+    return Action("release", job.id, _surviving(job, {"tpu": job.tpu, "next": next_step, "stop": _may_run(job)}, obs), reason)
 
 
 def _may_run(job: JobState) -> bool:
     """Could the job's command still be running on reachable hosts? Then stop it first.
-    A preempted TPU has no processes left and no host to reach."""
+    A preempted TPU has no processes left and no host to reach; a multislice TPU with one
+    slice preempted has its other slices still running."""
     if not job.hosts or job.state == fold.FINISHED:
         return False
-    return (job.last_error or {}).get("kind") != "preempted" or admission.preempted_for_another(job)
+    return (job.last_error or {}).get("kind") != "preempted" or admission.preempted_for_another(job) \
+        or slices.multislice(job)
 
 
 def _record(job: JobState, *events: ev.EventData) -> Action:
@@ -375,7 +454,7 @@ def _resolve(job: JobState, obs: Observed, config: PlanConfig, adopted: bool = F
 def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig) -> list[Action]:
     if not obs.nodes:
         return []
-    held = {j.tpu["name"] for j in jobs.values() if j.tpu}
+    held = {n for j in jobs.values() if j.tpu for n in (j.tpu["name"], *slice_nodes(j.tpu))}
     # A node released within the grace period is being deleted by its job, not orphaned.
     # ISO UTC times compare as text: one cutoff per pass, no parsing per job.
     cutoff = format_time(datetime.fromtimestamp(obs.now - config.orphan_grace_s, UTC))
@@ -386,7 +465,7 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
     # A provisioning intent names its node before the node exists: never collect it.
     for j in jobs.values():
         if j.pending_action and (tpu := (j.pending_action.get("params") or {}).get("tpu")):
-            held.add(tpu.get("name", ""))
+            held.update((tpu.get("name", ""), *slice_nodes(tpu)))
     orphans = [
         n for n in obs.nodes.values()
         if n.name not in held and naming.is_managed(n.labels) and n.state != "DELETING"
@@ -410,24 +489,31 @@ def _age(job: JobState, event_type: str, now: float) -> float | None:
 
 
 def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
-    """Zones where a live job uses (or will ask for) a queued resource: only there is
-    listing queued resources worth an API call."""
+    """Zones where a live job uses (or may ask for, on any of its choices) a queued
+    resource: only there is listing queued resources worth an API call."""
     zones = set()
     for j in jobs.values():
         if j.terminal and j.tpu is None:
             continue
         tpu = j.tpu or {}
-        want = j.spec.get("tpu") or {}
-        if tpu.get("kind") == "queued_resource" or want.get("allocation_mode") == "queued-resources":
-            zones.add(tpu.get("zone") or want.get("zone", ""))
+        if tpu.get("kind") == "queued_resource":
+            zones.add(tpu.get("zone", ""))
+        elif not tpu:
+            zones.update(c.zone for c in placements(j.spec) if c.queued)
     return zones
 
 
 def zones_in_use(jobs: Mapping[str, JobState]) -> set[str]:
+    """Zones worth listing: where a job holds a TPU, or a live job may ask for one (every
+    zone of its choices: the placement step may pick any)."""
     zones = set()
     for j in jobs.values():
         if j.tpu and j.tpu.get("zone"):
             zones.add(j.tpu["zone"])
-        elif not j.terminal and (j.spec.get("tpu") or {}).get("zone"):
-            zones.add(j.spec["tpu"]["zone"])
+        elif not j.terminal:
+            choices = placements(j.spec)
+            if choices:
+                zones.update(c.zone for c in choices if c.zone)
+            elif (j.spec.get("tpu") or {}).get("zone"):
+                zones.add(j.spec["tpu"]["zone"])
     return zones

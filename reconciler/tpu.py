@@ -46,6 +46,8 @@ class CreateRequest:
     reservation: str = ""
     network: dict[str, Any] | None = None
     queued: bool = False
+    slices: int = 1  # more than one: a multislice queued resource, nodes <name>-0 .. <name>-(N-1)
+    wait_s: float | None = None  # a queued resource waits this long for capacity (valid_until)
 
 
 def _exceptions():
@@ -103,7 +105,10 @@ class TpuApi:
             if self.use_external_ip and ep.access_config and ep.access_config.external_ip:
                 address = ep.access_config.external_ip
             port = ep.port if ep.port not in (0, TPU_RUNTIME_PORT) else 22
-            hosts.append({"worker": i, "address": address, "port": port})
+            host = {"worker": i, "address": address, "port": port}
+            if address != ep.ip_address:  # the hosts reach each other inside the VPC (Megascale)
+                host["internal_address"] = ep.ip_address
+            hosts.append(host)
         created = node.create_time.timestamp() if node.create_time else 0.0
         return NodeObs(
             name=node.name.rsplit("/", 1)[-1],
@@ -155,9 +160,20 @@ class TpuApi:
         try:
             if req.queued:
                 spot = {"spot": t.QueuedResource.Spot()} if req.pricing in ("spot", "preemptible") else {}
+                if req.wait_s:
+                    from google.protobuf import duration_pb2  # with the client: lazily
+
+                    spot["queueing_policy"] = t.QueuedResource.QueueingPolicy(
+                        valid_until_duration=duration_pb2.Duration(seconds=int(req.wait_s)))
+                if req.slices > 1:  # one node spec for every slice, as the API asks
+                    spec = t.QueuedResource.Tpu.NodeSpec(
+                        parent=self.parent(req.zone), node=node,
+                        multislice_params=t.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+                            node_count=req.slices, node_id_prefix=req.name))
+                else:
+                    spec = t.QueuedResource.Tpu.NodeSpec(parent=self.parent(req.zone), node_id=req.name, node=node)
                 qr = t.QueuedResource(
-                    tpu=t.QueuedResource.Tpu(node_spec=[t.QueuedResource.Tpu.NodeSpec(
-                        parent=self.parent(req.zone), node_id=req.name, node=node)]),
+                    tpu=t.QueuedResource.Tpu(node_spec=[spec]),
                     reservation_name=req.reservation,
                     **spot,
                 )
