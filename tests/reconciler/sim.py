@@ -212,7 +212,7 @@ class SimCloud:
         return self.effect(act)
 
     def start(self, job_id: str, attempt: int, hosts: list[Any], spec: dict, *, extra_args: list[str],
-              resume: bool) -> dict[int, int]:
+              resume: bool, placed: Any = None) -> dict[int, int]:
         def act() -> dict[int, int]:
             node = self._host(hosts)
             if node is None:
