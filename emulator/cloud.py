@@ -96,6 +96,15 @@ class _QR:
     waiting_since: float = 0.0
 
 
+PRICINGS = ("spot", "preemptible", "ondemand", "reserved")
+
+
+def pricing_of(node) -> str:
+    """A node's pricing model, from its scheduling config (as a job spec spells it)."""
+    sc = node.scheduling_config
+    return "spot" if sc.spot else "preemptible" if sc.preemptible else "reserved" if sc.reserved else "ondemand"
+
+
 def _now_ts() -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
     ts.GetCurrentTime()
@@ -137,7 +146,9 @@ class Cloud:
         self._nodes: dict[str, _Node] = {}
         self._qrs: dict[str, _QR] = {}
         self._ops: dict[str, Any] = {}
-        self._capacity: dict[tuple[str, str], int] = {}
+        # (zone, family, pricing) -> chips; pricing None: the zone's chips of the family whatever
+        # the pricing (a pricing's own limit is checked as well as the zone's).
+        self._capacity: dict[tuple[str, str, str | None], int] = {}
         self._fail_creations: list[dict[str, Any]] = []
         self._fail_next: dict[str, Any] | None = None
         self._create_delay: float | None = None
@@ -225,14 +236,25 @@ class Cloud:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid node id {node_id!r}: use 1-63 lowercase letters, digits and hyphens, starting with a letter")
 
     # ---------------------------------------------------------------- capacity
-    def capacity(self, zone: str, family: str) -> int:
-        return self._capacity.get((zone, family), DEFAULT_CAPACITY)
+    def capacity(self, zone: str, family: str, pricing: str | None = None) -> int:
+        """Chips the zone can give the family under `pricing` (its own limit if one is set,
+        else the zone's), or in all (None)."""
+        own = self._capacity.get((zone, family, pricing)) if pricing is not None else None
+        return own if own is not None else self._capacity.get((zone, family, None), DEFAULT_CAPACITY)
 
-    def _used(self, zone: str, family: str) -> int:
-        return sum(n.accel.chips for n in self._nodes.values() if n.zone == zone and n.accel.family == family and n.pb.state in _HOLDING)
+    def _used(self, zone: str, family: str, pricing: str | None = None) -> int:
+        return sum(n.accel.chips for n in self._nodes.values() if n.zone == zone and n.accel.family == family and n.pb.state in _HOLDING
+                   and (pricing is None or pricing_of(n.pb) == pricing))
 
-    def _fits(self, zone: str, accel: tpu_types.AcceleratorType, extra: int = 0) -> bool:
-        return self._used(zone, accel.family) + extra + accel.chips <= self.capacity(zone, accel.family)
+    def _fits(self, zone: str, accel: tpu_types.AcceleratorType, extra: int = 0, pricing: str | None = None,
+              extra_priced: int = 0) -> bool:
+        """Room for one more slice: under the zone's chips of its family, and under its
+        pricing's own limit when one is set (spot capacity runs out apart from on-demand)."""
+        if self._used(zone, accel.family) + extra + accel.chips > self.capacity(zone, accel.family):
+            return False
+        if pricing is not None and (zone, accel.family, pricing) in self._capacity:
+            return self._used(zone, accel.family, pricing) + extra_priced + accel.chips <= self._capacity[(zone, accel.family, pricing)]
+        return True
 
     def _no_capacity(self, zone: str) -> ApiError:
         return ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)')
@@ -276,7 +298,7 @@ class Cloud:
             if fault is not None:
                 self._later(self._creation_delay(), lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
                 return op
-            if not self._fits(zone, accel):
+            if not self._fits(zone, accel, pricing=pricing_of(node)):
                 # a stock-out is reported in the operation, already done when it is returned
                 self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(zone).message))
                 return op
@@ -462,7 +484,7 @@ class Cloud:
             if fault is not None:
                 self._later(self.timings.start, lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
                 return op
-            if not self._fits(rec.zone, rec.accel):
+            if not self._fits(rec.zone, rec.accel, pricing=pricing_of(rec.pb)):
                 self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(rec.zone).message))
                 return op
             rec.pb.state = S.STARTING
@@ -579,6 +601,8 @@ class Cloud:
                 node.CopyFrom(spec.node)
                 if qr.HasField("spot"):
                     node.scheduling_config.spot = True
+                if spec.HasField("multislice_params"):
+                    node.multislice_node = True  # as Google marks every node of a multislice queued resource
                 specs.append((f"{parent}/nodes/{nid}", node, accel))
         if not specs:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Field 'tpu.node_spec' is required")
@@ -640,8 +664,8 @@ class Cloud:
             for q in waiting:
                 extra: dict[str, int] = {}
                 fits = True
-                for _, _, accel in q.specs:
-                    if not self._fits(q.zone, accel, extra.get(accel.family, 0)):
+                for _, node, accel in q.specs:  # every slice of it, or none
+                    if not self._fits(q.zone, accel, extra.get(accel.family, 0), pricing_of(node), extra.get(accel.family, 0)):
                         fits = False
                         break
                     extra[accel.family] = extra.get(accel.family, 0) + accel.chips
@@ -883,17 +907,45 @@ class Cloud:
         self.record_fault(fault, node=self.resolve_node(node), worker=worker, **result)
         return result
 
-    def set_capacity(self, zone: str, family: str, chips: int | None) -> None:
-        """Chips the zone can give that family; None restores the generous default."""
+    def set_capacity(self, zone: str, family: str, chips: int | None, pricing: str | None = None) -> None:
+        """Chips the zone can give that family (under `pricing` alone, when given); None
+        restores the generous default."""
         if family not in tpu_types.ZONES:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown TPU family {family!r}: one of {', '.join(tpu_types.ZONES)}")
+        if pricing is not None and pricing not in PRICINGS:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown pricing {pricing!r}: one of {', '.join(PRICINGS)}")
         with self._lock:
             if chips is None:
-                self._capacity.pop((zone, family), None)
+                self._capacity.pop((zone, family, pricing), None)
             else:
-                self._capacity[(zone, family)] = int(chips)
-            self.record_fault("capacity", zone=zone, family=family, chips=chips)
+                self._capacity[(zone, family, pricing)] = int(chips)
+            self.record_fault("capacity", zone=zone, family=family, chips=chips, **({"pricing": pricing} if pricing else {}))
         self._pump_queue()
+
+    def capacity_schedule(self, steps: list[dict[str, Any]], *, repeat_s: float | None = None) -> int:
+        """Capacity that comes and goes: each step `{"at": seconds from now, "zone", "family",
+        "chips" (null: the default), "pricing" (optional)}` is applied at its time; with
+        `repeat_s` the whole schedule starts again every that many seconds. Returns the steps
+        scheduled (checked first: a bad step schedules nothing)."""
+        for step in steps:
+            if not isinstance(step, dict) or not {"at", "zone", "family"} <= set(step):
+                raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"a capacity step needs at, zone, family (and chips): {step!r}")
+            if step["family"] not in tpu_types.ZONES or step.get("pricing") not in (None, *PRICINGS):
+                raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown family or pricing in capacity step {step!r}")
+        if repeat_s is not None and repeat_s <= max((float(s["at"]) for s in steps), default=0.0):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "repeat_s must be longer than the last step's `at`")
+
+        def run(offset: float) -> None:
+            for step in steps:
+                chips = step.get("chips")
+                self._later(offset + float(step["at"]), lambda s=step, c=chips: None if self._closed else self.set_capacity(
+                    s["zone"], s["family"], None if c is None else int(c), s.get("pricing")))
+            if repeat_s is not None:
+                self._later(offset + repeat_s, lambda: None if self._closed else run(0.0))
+
+        self.record_fault("capacity_schedule", steps=len(steps), repeat_s=repeat_s)
+        run(0.0)
+        return len(steps)
 
     def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None) -> None:
         """The next `n` node creations (in `zone`, or any) fail after the creation delay."""
@@ -921,5 +973,6 @@ class Cloud:
                     for n in sorted(self._nodes.values(), key=lambda n: n.pb.name)
                 ],
                 "queued_resources": [{"name": q.pb.name, "state": Q(q.pb.state.state).name} for q in sorted(self._qrs.values(), key=lambda q: q.pb.name)],
-                "capacity": [{"zone": z, "family": f, "chips": c, "used": self._used(z, f)} for (z, f), c in sorted(self._capacity.items())],
+                "capacity": [{"zone": z, "family": f, "pricing": p, "chips": c, "used": self._used(z, f, p)}
+                             for (z, f, p), c in sorted(self._capacity.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))],
             }

@@ -1,7 +1,7 @@
 """The control API over HTTP+JSON on localhost, for `ledger emulator preempt ...` and friends.
 
 POST /v1/<verb> with a JSON object of keyword arguments; GET /v1/faults, /v1/status.
-Verbs: preempt, maintenance, capacity, kill-host, fail-creations, slow-creations,
+Verbs: preempt, maintenance, capacity, capacity-schedule, kill-host, fail-creations, slow-creations,
 fail-next-operation, and the host-hygiene faults stale-process, stale-lock, unmount, fill-disk. Answers are JSON; an error is {"error": message, "code": name} with
 HTTP 400 (bad request) or 404 (no such node).
 """
@@ -23,7 +23,8 @@ def _verbs(cloud: Cloud) -> dict[str, Any]:
     return {
         "preempt": lambda a: {"delay": cloud.preempt(a["node"], at=a.get("at"), rate=a.get("rate"), state=a.get("state", "PREEMPTED"))},
         "maintenance": lambda a: cloud.maintenance_event(a["node"], duration=a.get("duration")),
-        "capacity": lambda a: cloud.set_capacity(a["zone"], a["family"], a.get("chips")),
+        "capacity": lambda a: cloud.set_capacity(a["zone"], a["family"], a.get("chips"), a.get("pricing")),
+        "capacity-schedule": lambda a: {"steps": cloud.capacity_schedule(list(a.get("steps") or []), repeat_s=a.get("repeat_s"))},
         "kill-host": lambda a: cloud.kill_host(a["node"], int(a["worker"])),
         "fail-creations": lambda a: cloud.fail_creations(int(a.get("n", 1)), zone=a.get("zone"), code=a.get("code", "INTERNAL"), message=a.get("message")),
         "slow-creations": lambda a: cloud.slow_creations(a.get("seconds")),
@@ -102,8 +103,11 @@ class ControlClient:
     def maintenance_event(self, node: str, *, duration: float | None = None) -> None:
         self._call("POST", "/v1/maintenance", {"node": node, "duration": duration})
 
-    def set_capacity(self, zone: str, family: str, chips: int | None) -> None:
-        self._call("POST", "/v1/capacity", {"zone": zone, "family": family, "chips": chips})
+    def set_capacity(self, zone: str, family: str, chips: int | None, pricing: str | None = None) -> None:
+        self._call("POST", "/v1/capacity", {"zone": zone, "family": family, "chips": chips, "pricing": pricing})
+
+    def capacity_schedule(self, steps: list[dict[str, Any]], *, repeat_s: float | None = None) -> int:
+        return self._call("POST", "/v1/capacity-schedule", {"steps": steps, "repeat_s": repeat_s})["steps"]
 
     def kill_host(self, node: str, worker: int) -> None:
         self._call("POST", "/v1/kill-host", {"node": node, "worker": worker})

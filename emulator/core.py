@@ -185,8 +185,11 @@ class Emulator:
     def maintenance_event(self, node: str, *, duration: float | None = None) -> None:
         self._cloud().maintenance_event(node, duration=duration)
 
-    def set_capacity(self, zone: str, family: str, chips: int | None) -> None:
-        self._cloud().set_capacity(zone, family, chips)
+    def set_capacity(self, zone: str, family: str, chips: int | None, pricing: str | None = None) -> None:
+        self._cloud().set_capacity(zone, family, chips, pricing)
+
+    def capacity_schedule(self, steps: list[dict[str, Any]], *, repeat_s: float | None = None) -> int:
+        return self._cloud().capacity_schedule(steps, repeat_s=repeat_s)
 
     def kill_host(self, node: str, worker: int) -> None:
         self._cloud().kill_host(node, worker)

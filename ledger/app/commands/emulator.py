@@ -158,13 +158,38 @@ def maintenance(ctx: click.Context, node: str, duration: float | None) -> None:
 @click.argument("zone")
 @click.argument("family")
 @click.argument("chips")
+@click.option("--pricing", type=click.Choice(["spot", "preemptible", "ondemand", "reserved"]), default=None,
+              help="Only this pricing's chips (spot capacity runs out apart from on-demand); default: the zone's in all.")
 @click.pass_context
-def capacity(ctx: click.Context, zone: str, family: str, chips: str) -> None:
+def capacity(ctx: click.Context, zone: str, family: str, chips: str, pricing: str | None) -> None:
     """Set ZONE's chip capacity for FAMILY (v4, v5p, v5litepod, v6e, ...); CHIPS=default restores it."""
     if chips != "default" and not chips.isdigit():
         raise UsageError(f"CHIPS must be a number of chips or 'default', not {chips!r}")
-    _call(ctx, "set_capacity", zone, family, None if chips == "default" else int(chips))
-    click.echo(f"{zone} {family}: capacity {chips}")
+    _call(ctx, "set_capacity", zone, family, None if chips == "default" else int(chips), pricing)
+    click.echo(f"{zone} {family}{' ' + pricing if pricing else ''}: capacity {chips}")
+
+
+@emulator_group.command("capacity-schedule")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_context
+def capacity_schedule(ctx: click.Context, file: Path) -> None:
+    """Capacity that comes and goes, from FILE (JSON): a list of steps, or {"repeat_s": S,
+    "steps": [...]} to start again every S seconds. A step is {"at": seconds from now,
+    "zone", "family", "chips" (null: the default), "pricing" (optional)}.
+
+    \b
+      [{"at": 0, "zone": "us-central2-b", "family": "v4", "pricing": "spot", "chips": 0},
+       {"at": 60, "zone": "us-central2-b", "family": "v4", "pricing": "spot", "chips": null}]
+    """
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the capacity schedule {file}: {exc}", hint="a JSON list of steps") from None
+    steps, repeat = (data, None) if isinstance(data, list) else (data.get("steps"), data.get("repeat_s")) if isinstance(data, dict) else (None, None)
+    if not isinstance(steps, list):
+        raise UsageError(f"{file} is not a capacity schedule", hint='a JSON list of steps, or {"repeat_s": S, "steps": [...]}')
+    n = _call(ctx, "capacity_schedule", steps, repeat_s=repeat)
+    click.echo(f"{n} capacity step(s) scheduled" + (f", every {repeat:g} s" if repeat else ""))
 
 
 @emulator_group.command("kill-host")
