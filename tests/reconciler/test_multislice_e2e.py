@@ -1,0 +1,46 @@
+"""A multislice job against the emulator: one queued resource of two slices, the command on
+every host of every slice with the Megascale variables, one slice preempted recovering the
+whole job, and nothing left behind."""
+
+from __future__ import annotations
+
+from ledger.fold import FINISHED, RUNNING
+from ledger.store import open_store
+from reconciler.remote import layout
+from tests.reconciler.conftest import Harness, job_spec
+
+CMD = ('echo "slice=$MEGASCALE_SLICE_ID/$MEGASCALE_NUM_SLICES coord=$MEGASCALE_COORDINATOR_ADDRESS worker=$LEDGER_WORKER_ID '
+       'chips=$LEDGER_CHIPS attempt=$LEDGER_ATTEMPT"; '
+       'if [ "$LEDGER_ATTEMPT" = 1 ]; then sleep 60; fi; echo done')
+
+
+def test_two_slices_run_everywhere_and_a_lost_slice_recovers_the_whole_job(harness: Harness):
+    spec = job_spec(CMD, accelerator="v4-16", tpu={"allocation_mode": "queued-resources", "slices": 2})
+    harness.submit("maya/ms", spec)
+    harness.start()
+    job = harness.wait("maya/ms", lambda j: j.state == RUNNING)
+    assert job.tpu["slices"] == 2 and len(job.hosts) == 4  # 2 slices x 2 hosts
+    assert [(h["slice"], h["worker"]) for h in job.hosts] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    coordinator = f"{job.hosts[0]['address']}:8081"
+
+    def out(attempt: int, slice_: int, worker: int) -> str:
+        path = layout.output_log(harness.tmp / "logs", "maya/ms", attempt, worker, slice_)
+        return path.read_text() if path.exists() else ""
+
+    harness.wait("maya/ms", lambda j: all(out(1, s, w) for s in range(2) for w in range(2)))
+    for s in range(2):
+        for w in range(2):
+            assert out(1, s, w).startswith(f"slice={s}/2 coord={coordinator} worker={w} chips=16 attempt=1")
+    harness.emu.preempt(f"{job.tpu['name']}-1")  # one slice alone
+    done = harness.wait("maya/ms", lambda j: j.state == FINISHED and j.tpu is None, timeout=90)
+    types = harness.types("maya/ms")
+    assert types.count("preempted") == 1 and types.count("resumed") == 1 and done.attempt == 2
+    store = open_store(harness.store_url)
+    preempted = next(e for e in store.read_stream("maya/ms") if e.type == "preempted")
+    store.close()
+    assert preempted.data["slice"] == 1 and preempted.data["tpu_state"] == "PREEMPTED"
+    assert all(out(2, s, w).rstrip().endswith("done") for s in range(2) for w in range(2))
+    # attempt 1's command was stopped on the surviving slice, never left running
+    assert "done" not in out(1, 0, 0) and "done" not in out(1, 0, 1)
+    harness.wait("maya/ms", lambda j: not harness.nodes(), timeout=30)  # no slice left behind
+    harness.verify()
