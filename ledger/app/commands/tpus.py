@@ -24,12 +24,13 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
         print_json(rows)
         return
 
-    table = Table("TPU", "zone", "type", "pricing", "chips", "shared", "job", "owner", "state", "since", "health")
+    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
     colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}
     for r in rows:
         h = r["health"]
         slice_ = f" (slice {r['slice']} of {r['slices']})" if r["slices"] > 1 else ""
-        table.add_row(f"{r['tpu']}{slice_}", r["zone"], r["accelerator"], r["pricing"], str(r["chips"]), "yes" if r["shared"] else "",
+        kind = " ".join(x for x in (r["accelerator"], r["pricing"]) if x)
+        table.add_row(f"{r['tpu']}{slice_}", r["zone"], kind, "yes" if r["shared"] else "",
                       r["job"], r["owner"], r["job_state"], r["since"],
                       f"[{colour[h]}]{h}[/]" if h in colour else h)
     console().print(table if rows else "no TPU is held or awaited")
