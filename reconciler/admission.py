@@ -38,7 +38,7 @@ from typing import Any
 from ledger import fold
 from ledger.events import data as ev
 from ledger.fold import JobState
-from ledger.placement import takes
+from ledger.placement import Footprint, takes
 from ledger.spec.policy import Policy, Quota
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
@@ -80,7 +80,15 @@ def need_of(job: JobState, choice: int | None = None) -> Need | None:
     attempt asks for (choice `choice` of its placements, as the placement step picked it;
     the first by default); None when its type is unknown (ledger.placement.takes)."""
     found = takes(job, choice)
-    return Need(found.family, found.chips) if found is not None else None
+    if found is None:
+        return None
+    need = _NEEDS.get(id(found))  # footprints are made once per (type, slices): so are needs
+    if need is None or need[0] is not found:
+        need = _NEEDS[id(found)] = (found, Need(found.family, found.chips))
+    return need[1]
+
+
+_NEEDS: dict[int, tuple[Footprint, Need]] = {}
 
 
 def is_spot(job: JobState) -> bool:

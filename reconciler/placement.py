@@ -20,6 +20,7 @@ The reasons are what `ledger queue`, `inspect` and the dashboard show.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -109,9 +110,15 @@ def _explain(choices: list[Choice], memory: CapacityMemory, now_us: int) -> str:
 
 
 def describe(found: Stockouts, now_us: int) -> str:
-    what = "over quota" if found.kind == "quota" else "out of capacity"
-    times = "once" if found.count == 1 else f"{found.count} times in {_span(found.last_us - found.first_us)}"
-    probe = "now" if found.next_us <= now_us else datetime.fromtimestamp(found.next_us / _US, UTC).strftime("%H:%M:%S")
+    return _described(found.kind, found.count, found.last_us - found.first_us, found.next_us if found.next_us > now_us else 0)
+
+
+@functools.lru_cache(maxsize=1024)
+def _described(kind: str, count: int, span_us: int, next_us: int) -> str:
+    # Every job waiting on one key reads the same words in a pass: made once.
+    what = "over quota" if kind == "quota" else "out of capacity"
+    times = "once" if count == 1 else f"{count} times in {_span(span_us)}"
+    probe = datetime.fromtimestamp(next_us / _US, UTC).strftime("%H:%M:%S") if next_us else "now"
     return f"{what} {times}, next probe {probe}"
 
 
@@ -129,25 +136,53 @@ WAITING = frozenset({"pending", "queued", "recovering"})  # ledger.fold's states
 
 def place_waiting(jobs: Mapping[str, JobState], memory: CapacityMemory, now_us: int,
                   busy: Collection[str] = ()) -> dict[str, Try | Hold]:
-    """The placement step for every job that waits for a TPU of its own, in queue order
-    (priority, then submission): at most one of them probes a key known out of capacity,
-    and none while a create of that key is under way (an intent without its outcome)."""
+    """The placement step for every job that waits for a TPU of its own. A job whose round
+    starts at its first choice, with nothing known against that choice, tries it (the common
+    case, decided without ranking anyone); the others are asked in queue order (priority,
+    then submission), so at most one of them probes a key known out of capacity, and none
+    while a create of that key is under way (an intent without its outcome)."""
     probing: set[Key] = set()
-    waiting = []
+    slow = []
+    out: dict[str, Try | Hold] = {}
+    keys, rounds, ran_on = memory.keys, memory.rounds, memory.ran_on
     for job in jobs.values():
         intent = job.pending_action
-        if intent is not None and intent.get("action") == "provision":
-            tpu = (intent.get("params") or {}).get("tpu") or {}
-            probing.add(key_of(tpu))
-        elif job.tpu is None and job.state in WAITING and not job.cancel_requested and job.id not in busy:
-            waiting.append(job)
-    waiting.sort(key=lambda j: (-j.priority, j.submitted_seq, j.id))
-    out: dict[str, Try | Hold] = {}
-    for job in waiting:
+        if intent is not None:
+            if intent.get("action") == "provision":
+                probing.add(key_of((intent.get("params") or {}).get("tpu") or {}))
+            continue
+        if job.tpu is not None or job.state not in WAITING or job.cancel_requested or job.id in busy:
+            continue
+        choices = placements(job.spec)
+        if not choices:
+            continue
+        if job.id not in rounds and not ran_on.get(job.id) and choices[0].key not in keys:
+            out[job.id] = _first(choices[0])
+        else:
+            slow.append(job)
+    slow.sort(key=lambda j: (-j.priority, j.submitted_seq, j.id))
+    alike: dict[tuple, Try | Hold | None] = {}  # jobs with the same choices and rules, no round of their own
+    for job in slow:
+        mine = job.id in rounds
+        if not mine:
+            rules = failover(job.spec)
+            shape = (id(placements(job.spec)), ran_on.get(job.id, 0), rules["stockouts"], rules["wait_s"], rules["prefer_first"])
+            if shape in alike:
+                got = alike[shape]
+                if got is not None:
+                    out[job.id] = got
+                continue
         got = choose(job, memory, now_us, probing)
+        if not mine and not (isinstance(got, Try) and got.probe):
+            alike[shape] = got  # a probe is one job's alone
         if got is None:
             continue
         out[job.id] = got
         if isinstance(got, Try) and got.probe:
             probing.add(got.choice.key)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _first(c: Choice) -> Try:
+    return Try(c)

@@ -55,7 +55,22 @@ class Choice:
 
 
 def failover(spec: dict) -> dict[str, Any]:
-    """The job's failover rules, defaults filled (a spec without `tpu.failover` has them all)."""
+    """The job's failover rules, defaults filled (a spec without `tpu.failover` has them all).
+    Cached by the spec object, as `placements` is: do not edit the answer."""
+    found = _RULES.get(id(spec))
+    if found is not None and found[0] is spec:
+        return found[1]
+    rules = _failover(spec)
+    if len(_RULES) >= 65536:
+        _RULES.clear()
+    _RULES[id(spec)] = (spec, rules)
+    return rules
+
+
+_RULES: dict[int, tuple[dict, dict[str, Any]]] = {}
+
+
+def _failover(spec: dict) -> dict[str, Any]:
     given = ((spec.get("tpu") or {}).get("failover") or {}) if isinstance(spec, dict) else {}
     return {
         "stockouts": int(given.get("stockouts", defaults.FAILOVER_STOCKOUTS)),
@@ -66,6 +81,7 @@ def failover(spec: dict) -> dict[str, Any]:
 
 
 _CHOICES: dict[int, tuple[dict, tuple[Choice, ...]]] = {}
+_INTERNED: dict[tuple[Choice, ...], tuple[Choice, ...]] = {}
 
 
 def placements(spec: dict) -> tuple[Choice, ...]:
@@ -80,7 +96,9 @@ def placements(spec: dict) -> tuple[Choice, ...]:
         choices: tuple[Choice, ...] = ()
     else:
         rows = [tpu, *(f for f in tpu.get("fallbacks") or () if isinstance(f, dict))]
-        choices = tuple(_choice(i, row, tpu) for i, row in enumerate(rows))
+        made = tuple(_choice(i, row, tpu) for i, row in enumerate(rows))
+        # One object for equal lists: a planner pass over many alike jobs decides each list once.
+        choices = _INTERNED.setdefault(made, made) if len(_INTERNED) < 65536 else made
     if len(_CHOICES) >= 65536:
         _CHOICES.clear()
     _CHOICES[id(spec)] = (spec, choices)
@@ -182,7 +200,7 @@ def check_alternatives(t: dict, primary: dict, raw: dict, config: RepoConfig, re
     out: dict[str, Any] = {}
     given = t.get("fallbacks") or []
     if "failover" in t or given:
-        out["failover"] = {k: v for k, v in failover({"tpu": t}).items() if v is not None}
+        out["failover"] = {k: v for k, v in _failover({"tpu": t}).items() if v is not None}
     if not given:
         return out
     if not raw.get("gcsfuse") and any("gcsfuse" in alt for alt in given):
