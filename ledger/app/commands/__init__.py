@@ -40,6 +40,8 @@ COMMANDS: dict[str, str] = {
     "import": "export:import_cmd",
     "migrate": "migrate:migrate_command",
     "checkpoint": "checkpoint:checkpoint_cmd",
+    "backup": "backup:backup_cmd",
+    "restore": "backup:restore_cmd",
     # fan-out
     "fanout": "fanout:fanout_cmd",
     "notify": "fanout:notify_cmd",
