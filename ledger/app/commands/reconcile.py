@@ -20,6 +20,7 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import (
+    log_archive_option,
     publishing,
     store_from,
     topic_option,
@@ -31,6 +32,8 @@ from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
 from ledger.events.data import CancelRequested, EventData, Rerun, Resumed
 from ledger.fold import LIVE, JobState, replay
+from reconciler.joblogs import Collector, CollectorThread, Limits, open_archive
+from reconciler.joblogs.bounds import MIB
 
 
 @click.command()
@@ -47,6 +50,19 @@ from ledger.fold import LIVE, JobState, replay
                    "read from: <dir>/<owner>/NAME [default: ~/.local/share/tpu-ledger/secrets; env: LEDGER_SECRETS_DIR].")
 @click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
               help="Where job and setup logs are kept [env: LEDGER_LOG_DIR].")
+@log_archive_option
+@click.option("--log-collect-every", type=click.FloatRange(0), default=defaults.LOG_COLLECT_EVERY_S, show_default=True,
+              envvar="LEDGER_LOG_COLLECT_EVERY",
+              help="Seconds between copies of new job output from --log-dir into --log-archive; 0 = do not collect "
+                   "[env: LEDGER_LOG_COLLECT_EVERY].")
+@click.option("--log-max-file-mib", type=click.IntRange(1), default=defaults.LOG_MAX_FILE_MIB, show_default=True,
+              envvar="LEDGER_LOG_MAX_FILE_MIB",
+              help="Collect at most this much of each log file (an attempt's output on one worker) "
+                   "[env: LEDGER_LOG_MAX_FILE_MIB].")
+@click.option("--log-max-job-mib", type=click.IntRange(1), default=defaults.LOG_MAX_JOB_MIB, show_default=True,
+              envvar="LEDGER_LOG_MAX_JOB_MIB",
+              help="Collect at most this much of one job, all attempts and workers together: one job cannot fill "
+                   "the archive for the others [env: LEDGER_LOG_MAX_JOB_MIB].")
 @click.option("--id", "holder", envvar="LEDGER_RECONCILER_ID", default=None,
               help="This reconciler's stable id (default: the hostname); its own unfinished intents are resolved at start.")
 @click.option("--orphan-grace", type=float, default=defaults.ORPHAN_GRACE_S, show_default=True,
@@ -67,7 +83,8 @@ from ledger.fold import LIVE, JobState, replay
                    "ledger when they differ [env: LEDGER_POLICY; unset = the ledger's: the branch's file].")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
-              ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
+              ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, log_archive: str | None,
+              log_collect_every: float, log_max_file_mib: int, log_max_job_mib: int, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
               checkpoint_every: float, policy_path: Path | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
@@ -110,6 +127,11 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
         click.echo(f"{action.kind} {action.job_id or '-'}: {result}")
 
     rec = build(settings, on_action=report, policy_source=source)
+    collector = None
+    if log_collect_every > 0:
+        limits = Limits(file_bytes=log_max_file_mib * MIB, job_bytes=log_max_job_mib * MIB)
+        archive = open_archive(log_archive or defaults.LOG_ARCHIVE, project=project)
+        collector = CollectorThread(Collector(settings.log_dir, archive, limits), log_collect_every)
     checkpoints = start_checkpoints(settings.store_url, settings.ssh_key, settings.holder, repo=checkpoint_repo,
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
@@ -123,6 +145,8 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
     finally:
         rec.drain(timeout=60)
         rec.close()
+        if collector is not None:  # after the last probes: their output is collected too
+            collector.close()
         if checkpoints is not None:  # the last one covers the last outcomes recorded above
             last = checkpoints.close()
             if last is not None:

@@ -1,0 +1,126 @@
+"""The collector: every log file the reconciler fetched into its log directory, copied into
+the shared archive as it grows (bounded by `bounds`), so `ledger logs` and the dashboard
+show any attempt from any host, after a takeover too.
+
+A pass walks the local log directory, compares each file's size with what the archive
+holds (known from one listing per job, then kept up to date), and ships what is new.
+Everything collected goes through `Collector.ship`, the one path from a local log to the
+shared place. A failed write (the archive unreachable) is logged and retried at the next
+pass; an append refused because another collector extended the file first refreshes that
+job's sizes from the archive. Collecting never stops the reconciler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from reconciler.joblogs.archive import LogArchive
+from reconciler.joblogs.bounds import Limits, marker, next_shipment
+
+log = logging.getLogger("tpu_ledger.joblogs")
+
+STATUS_PREFIX = "status_"  # a worker's final state, replaced whole
+MAX_STATUS = 64 << 10
+
+
+def job_of(key: str) -> str:
+    """The job part of a key `<job>/<attempt>/<file>`."""
+    return key.rsplit("/", 2)[0]
+
+
+class Collector:
+    def __init__(self, log_dir: Path, archive: LogArchive, limits: Limits | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.archive = archive
+        self.limits = limits or Limits()
+        self._stored: dict[str, dict[str, int]] = {}  # job -> key -> collected size
+        self._failed = False
+
+    def _sizes(self, job: str, *, refresh: bool = False) -> dict[str, int]:
+        if refresh or job not in self._stored:
+            self._stored[job] = self.archive.sizes(f"{job}/")
+        return self._stored[job]
+
+    def local_files(self) -> list[tuple[str, Path, int]]:
+        """(key, path, size) of every collectable file under the log directory."""
+        found = []
+        for folder, dirs, names in os.walk(self.log_dir):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            rel = Path(folder).relative_to(self.log_dir).as_posix()
+            if rel == "." or not rel.rsplit("/", 1)[-1].isdigit():  # files live in <job>/<attempt>/
+                continue
+            for name in names:
+                if name.endswith(".log") or (name.startswith(STATUS_PREFIX) and name.endswith(".json")):
+                    path = Path(folder, name)
+                    try:
+                        found.append((f"{rel}/{name}", path, path.stat().st_size))
+                    except FileNotFoundError:
+                        continue
+        # A worker's status last: once it is collected, so is the output it ends.
+        return sorted(found, key=lambda item: item[0].rsplit("/", 1)[1].startswith(STATUS_PREFIX))
+
+    def run_pass(self) -> int:
+        """One pass over the log directory; returns the bytes collected."""
+        shipped = 0
+        for key, path, size in self.local_files():
+            try:
+                shipped += self.ship(key, path, size)
+            except Exception as exc:  # the archive is a remote service: report, retry next pass
+                if not self._failed:
+                    log.warning("collecting job logs into %s failed: %s (retried every pass)", self.archive.where, exc)
+                self._failed = True
+                self._stored.pop(job_of(key), None)
+                return shipped
+        if self._failed:
+            log.info("collecting job logs into %s works again", self.archive.where)
+            self._failed = False
+        return shipped
+
+    def ship(self, key: str, path: Path, size: int) -> int:
+        """Collect what is new of one local file: the only way output reaches the archive."""
+        job = job_of(key)
+        stored = self._sizes(job)
+        name = key.rsplit("/", 1)[1]
+        if name.startswith(STATUS_PREFIX):
+            if stored.get(key) == size or size > MAX_STATUS:
+                return 0
+            data = path.read_bytes()
+            self.archive.put(key, data)
+            stored[key] = len(data)
+            return len(data)
+        shipment = next_shipment(size, stored.get(key, 0), sum(stored.values()), self.limits)
+        if shipment is None:
+            return 0
+        with open(path, "rb") as f:
+            f.seek(shipment.start)
+            data = f.read(shipment.end - shipment.start)
+        if shipment.cut:
+            data += marker(self.limits)
+        if not self.archive.append(key, shipment.start, data):
+            self._sizes(job, refresh=True)  # another collector was first: measure again
+            return 0
+        stored[key] = shipment.start + len(data)
+        return len(data)
+
+
+class CollectorThread:
+    """A pass every `every` seconds beside `ledger reconcile`, and a last one at `close()`."""
+
+    def __init__(self, collector: Collector, every: float) -> None:
+        self.collector = collector
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="log-collector", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.collector.run_pass()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.collector.run_pass()  # what the last probes fetched

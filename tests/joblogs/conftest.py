@@ -1,0 +1,31 @@
+"""Fixtures: the project's Cloud Storage emulator, and the logs two reconciler hosts fetched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from emulator.gcs import GcsEmulator
+from reconciler.remote.layout import local_attempt_dir
+
+BUCKET = "lab-logs"
+
+
+@pytest.fixture
+def gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsEmulator]:
+    """The emulator with one bucket; STORAGE_EMULATOR_HOST points the official client at it."""
+    with GcsEmulator() as emu:
+        emu.create_bucket(BUCKET)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", emu.url)
+        yield emu
+
+
+def fetched(log_dir: Path, job: str, attempt: int, name: str, data: bytes) -> Path:
+    """A log file as a reconciler's probes leave it in its log directory."""
+    path = local_attempt_dir(log_dir, job, attempt) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        f.write(data)
+    return path
