@@ -114,6 +114,19 @@ class FailureRecord(_Part):
     attempt: Count
 
 
+class OverrideSignature(_Part):
+    """An operator's override signed with an SSH key (`ledger cancel --sign-with KEY`): the
+    exact statement signed and its armored OpenSSH signature, namespace
+    `tpu-ledger-override` (ledger.overrides), so anyone can check it again, with
+    `ssh-keygen -Y verify` too. `signer` is the principal the allowed-signers file gave the
+    key, `key` its fingerprint."""
+
+    signer: NonEmpty
+    key: NonEmpty
+    statement: NonEmpty
+    signature: NonEmpty
+
+
 def tpu(value: Mapping[str, Any]) -> Tpu:
     """A TPU dict (a plan's request, or as the fold read it back) as a checked `Tpu`."""
     return check(value, Tpu, "tpu")
@@ -192,6 +205,7 @@ class CancelRequested(EventData):
     reason: Opt[str] = UNSET
     by: Opt[str] = UNSET
     manual: Opt[bool] = UNSET
+    signed: Opt[OverrideSignature] = UNSET
     commit: Opt[str] = UNSET
     path: Opt[str] = UNSET
     blob: Opt[str] = UNSET
@@ -318,6 +332,7 @@ class _Recovery(EventData):
     rule: Opt[RecoveryRule] = UNSET
     reapply: Opt[bool] = UNSET
     kind: Opt[RecoveryCause] = UNSET
+    signed: Opt[OverrideSignature] = UNSET  # an operator's `ledger resume` / `rerun`, signed
 
 
 class Resumed(_Recovery):
@@ -349,6 +364,7 @@ class Admitted(EventData):
     reason: NonEmpty
     by: Opt[str] = UNSET
     manual: Opt[bool] = UNSET
+    signed: Opt[OverrideSignature] = UNSET
 
 
 class PolicyApplied(EventData):

@@ -1,14 +1,12 @@
-"""`ledger reconcile` and the audited manual overrides (`cancel`, `resume`, `rerun`).
+"""`ledger reconcile` (the overrides `cancel`, `resume`, `rerun` and `admit` are in overrides.py).
 
 A reconciler restarted in a crash loop must act within a second of starting: this module
 imports only what `reconcile` needs (no rich; `ledger tpus` is in tpus.py)."""
 
 from __future__ import annotations
 
-import getpass
 import signal
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -28,10 +26,6 @@ from ledger.app.commands.common import (
 )
 from ledger.app.queueview import LedgerPolicy, PolicyFile
 from ledger.app.wiring import Settings, build
-from ledger.errors import UsageError
-from ledger.events import NewEvent, actor
-from ledger.events.data import CancelRequested, EventData, Rerun, Resumed
-from ledger.fold import LIVE, JobState, replay
 from reconciler.joblogs import Collector, CollectorThread, Limits, open_archive
 from reconciler.joblogs.bounds import MIB
 
@@ -151,48 +145,3 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
             last = checkpoints.close()
             if last is not None:
                 click.echo(f"{last.checkpoint.label}: published to {', '.join(last.sent) or 'nowhere'}")
-
-
-def _append_override(ctx: click.Context, job_id: str, type_: str, allowed: set[str] | None,
-                     data: Callable[[JobState], EventData]) -> None:
-    """Record an operator's override on JOB, fenced by the version it was decided on."""
-    store = store_from(ctx)
-    events = store.read_stream(job_id)
-    if not events:
-        raise UsageError(f"no job {job_id!r} in {store.url}", hint="see `ledger list` for job ids")
-    job = replay(events).jobs[job_id]
-    if allowed is not None and job.state not in allowed:
-        raise UsageError(f"job {job_id} is {job.state}; {type_} applies to {', '.join(sorted(allowed))}")
-    who = actor("cli", getpass.getuser(), manual=True)
-    store.append(job_id, [NewEvent(type_, data(job), who)], expected_version=job.version)
-    click.echo(f"{type_} recorded for {job_id} by {who['name']}")
-
-
-def _next_attempt(again: type[Resumed | Rerun]) -> Callable[[JobState], EventData]:
-    # The TPU is re-created (reapply): a manual restart should not depend on a TPU that failed.
-    return lambda job: again(attempt=job.attempt + 1, restarts=job.restarts, rule="manual", reapply=True)
-
-
-@click.command()
-@click.argument("job_id")
-@click.option("--reason", required=True, help="Why: kept in the ledger for the audit trail.")
-@click.pass_context
-def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
-    """Cancel a job now (emergency override; deleting its spec in git is the normal way)."""
-    _append_override(ctx, job_id, "cancel_requested", set(LIVE), lambda _: CancelRequested(reason=reason, manual=True))
-
-
-@click.command()
-@click.argument("job_id")
-@click.pass_context
-def resume(ctx: click.Context, job_id: str) -> None:
-    """Run a failed job again from its last checkpoint, with the next attempt number."""
-    _append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted"}, _next_attempt(Resumed))
-
-
-@click.command()
-@click.argument("job_id")
-@click.pass_context
-def rerun(ctx: click.Context, job_id: str) -> None:
-    """Run a job again from scratch (a new attempt, clean working directory)."""
-    _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"}, _next_attempt(Rerun))

@@ -21,3 +21,22 @@ BEGIN
     END IF;
 EXCEPTION WHEN insufficient_privilege THEN NULL;
 END $$;
+-- A role that reads the ledger and changes nothing ({reader} its name as a literal,
+-- {reader_id} as an identifier): for the dashboard, `ledger inspect`, `verify`, auditors.
+-- Granted on every table of the schema, so a table a later format adds is covered when
+-- this file runs again at the upgrade.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {reader}) THEN
+        CREATE ROLE {reader_id} NOLOGIN;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation OR insufficient_privilege THEN NULL;
+END $$;
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = {reader}) THEN
+        GRANT USAGE ON SCHEMA {s} TO {reader_id};
+        GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {reader_id};
+    END IF;
+EXCEPTION WHEN insufficient_privilege THEN NULL;
+END $$;
