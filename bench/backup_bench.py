@@ -16,7 +16,6 @@ intents and outcomes, only faster: it is the harder case for a copy taken under 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import multiprocessing
@@ -30,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from usage_bench import build  # noqa: E402
+from usage_bench import build, ledger_arguments  # noqa: E402
 
 from ledger.backup import backup, restore  # noqa: E402
 from ledger.checkpoints import NAMESPACE, AllowedSigners, SigningKey  # noqa: E402
@@ -113,13 +112,7 @@ def run(path: Path, work: Path, runs: int, progress) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=1_000_000, help="events in the ledger (default 1,000,000)")
-    parser.add_argument("--jobs", type=int, default=10_000, help="jobs they are spread over (default 10,000)")
-    parser.add_argument("--runs", type=int, default=3, help="runs; medians are reported (default 3)")
-    parser.add_argument("--db", type=Path, default=None, help="keep the ledger in this file and reuse it next time")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    args = parser.parse_args()
+    args = ledger_arguments(__doc__.split("\n\n")[0]).parse_args()
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

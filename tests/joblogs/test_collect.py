@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from ledger.app.dashboard import views
 from ledger.errors import UsageError
 from reconciler.joblogs import Collector, DirArchive, Limits, LogView
 from reconciler.joblogs.bounds import marker
-from tests.joblogs.conftest import fetched
+from tests.joblogs.conftest import fetched, race
 
 JOB = "alice/bert"
 KEY = "alice/bert/3/output_worker_0.log"
@@ -59,18 +58,7 @@ def test_two_collectors_of_one_attempt_store_each_byte_once(tmp_path: Path):
     small = Limits(chunk_bytes=4096)
     collectors = [Collector(tmp_path / name, shared, small) for name in ("a", "b")]
 
-    def drain(c: Collector) -> None:
-        """Passes until this host's copy is all collected (the other may be first, many times)."""
-        for _ in range(1000):
-            c.run_pass()
-            if c.archive.sizes("alice/bert/").get(KEY, 0) >= max(size for _, _, size in c.local_files()):
-                return
-
-    threads = [threading.Thread(target=drain, args=(c,)) for c in collectors]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    race(collectors, KEY)
     assert shared.read("alice/bert/3/output_worker_0.log") == output
 
 

@@ -4,14 +4,13 @@ emulator of its JSON API: appends by compose under generation preconditions, rea
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
 from reconciler.joblogs import Collector, Limits, open_archive
-from tests.joblogs.conftest import BUCKET, fetched
+from tests.joblogs.conftest import BUCKET, fetched, race
 
 JOB = "alice/bert"
 KEY = "alice/bert/1/output_worker_0.log"
@@ -51,16 +50,5 @@ def test_racing_collectors_never_store_a_byte_twice_in_the_bucket(gcs, tmp_path:
     where = f"gs://{BUCKET}"
     collectors = [Collector(tmp_path / n, open_archive(where), Limits(chunk_bytes=2048)) for n in ("a", "b")]
 
-    def drain(c: Collector) -> None:
-        """Passes until this host's copy is all collected (the other may be first, many times)."""
-        for _ in range(1000):
-            c.run_pass()
-            if c.archive.sizes("alice/bert/").get(KEY, 0) >= max(size for _, _, size in c.local_files()):
-                return
-
-    threads = [threading.Thread(target=drain, args=(c,)) for c in collectors]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    race(collectors, KEY)
     assert open_archive(where).read("alice/bert/1/output_worker_0.log") == output

@@ -1,11 +1,16 @@
--- A role that can extend the ledger but never rewrite it ({role} its name as a literal,
--- {role_id} as an identifier, {s} the schema). Roles are cluster-wide; creating one needs
--- CREATEROLE, granting needs ownership: each step is skipped when not permitted.
+-- Two roles: one that can extend the ledger but never rewrite it ({role} its name as a
+-- literal, {role_id} as an identifier), one that reads and changes nothing ({reader},
+-- {reader_id}); {s} is the schema. Roles are cluster-wide; creating one needs CREATEROLE,
+-- granting needs ownership: each step is skipped when not permitted.
 DO $$
+DECLARE
+    wanted text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {role}) THEN
-        CREATE ROLE {role_id} NOLOGIN;
-    END IF;
+    FOREACH wanted IN ARRAY ARRAY[{role}, {reader}] LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = wanted) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', wanted);
+        END IF;
+    END LOOP;
 EXCEPTION WHEN duplicate_object OR unique_violation OR insufficient_privilege THEN NULL;
 END $$;
 DO $$
@@ -21,17 +26,8 @@ BEGIN
     END IF;
 EXCEPTION WHEN insufficient_privilege THEN NULL;
 END $$;
--- A role that reads the ledger and changes nothing ({reader} its name as a literal,
--- {reader_id} as an identifier): for the dashboard, `ledger inspect`, `verify`, auditors.
--- Granted on every table of the schema, so a table a later format adds is covered when
--- this file runs again at the upgrade.
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {reader}) THEN
-        CREATE ROLE {reader_id} NOLOGIN;
-    END IF;
-EXCEPTION WHEN duplicate_object OR unique_violation OR insufficient_privilege THEN NULL;
-END $$;
+-- The reader: the dashboard, `ledger inspect`, `verify`, auditors. Granted on every table of
+-- the schema, so a table a later format adds is covered when this file runs again at the upgrade.
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = {reader}) THEN
