@@ -3,7 +3,8 @@ the shared archive as it grows (bounded by `bounds`), so `ledger logs` and the d
 show any attempt from any host, after a takeover too.
 
 A pass walks the local log directory, compares each file's size with what the archive
-holds (known from one listing per job, then kept up to date), and ships what is new.
+holds (known from one listing of the archive at the first pass, then kept up to date), and
+ships what is new.
 Everything collected goes through `Collector.ship`, the one path from a local log to the
 shared place. A failed write (the archive unreachable) is logged and retried at the next
 pass; an append refused because another collector extended the file first refreshes that
@@ -36,13 +37,17 @@ class Collector:
         self.log_dir = Path(log_dir)
         self.archive = archive
         self.limits = limits or Limits()
-        self._stored: dict[str, dict[str, int]] = {}  # job -> key -> collected size
+        self._stored: dict[str, dict[str, int]] | None = None  # job -> key -> collected size
         self._failed = False
 
     def _sizes(self, job: str, *, refresh: bool = False) -> dict[str, int]:
-        if refresh or job not in self._stored:
+        if self._stored is None:  # the first pass: one listing of the whole archive
+            self._stored = {}
+            for key, size in self.archive.sizes("").items():
+                self._stored.setdefault(job_of(key), {})[key] = size
+        if refresh:
             self._stored[job] = self.archive.sizes(f"{job}/")
-        return self._stored[job]
+        return self._stored.setdefault(job, {})
 
     def local_files(self) -> list[tuple[str, Path, int]]:
         """(key, path, size) of every collectable file under the log directory."""
@@ -72,7 +77,7 @@ class Collector:
                 if not self._failed:
                     log.warning("collecting job logs into %s failed: %s (retried every pass)", self.archive.where, exc)
                 self._failed = True
-                self._stored.pop(job_of(key), None)
+                self._stored = None  # measured again once it answers
                 return shipped
         if self._failed:
             log.info("collecting job logs into %s works again", self.archive.where)
