@@ -27,6 +27,10 @@ STATUS_PREFIX = "status_"  # a worker's final state, replaced whole
 MAX_STATUS = 64 << 10
 
 
+def _collectable(name: str) -> bool:
+    return name.endswith(".log") or (name.startswith(STATUS_PREFIX) and name.endswith(".json"))
+
+
 def job_of(key: str) -> str:
     """The job part of a key `<job>/<attempt>/<file>`."""
     return key.rsplit("/", 2)[0]
@@ -38,6 +42,8 @@ class Collector:
         self.archive = archive
         self.limits = limits or Limits()
         self._stored: dict[str, dict[str, int]] | None = None  # job -> key -> collected size
+        self._settled: dict[str, int] = {}  # attempt folder -> its mtime when found settled
+        self._attempts: dict[str, int] = {}
         self._failed = False
 
     def _sizes(self, job: str, *, refresh: bool = False) -> dict[str, int]:
@@ -50,27 +56,63 @@ class Collector:
         return self._stored.setdefault(job, {})
 
     def local_files(self) -> list[tuple[str, Path, int]]:
-        """(key, path, size) of every collectable file under the log directory."""
-        found = []
-        for folder, dirs, names in os.walk(self.log_dir):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            rel = Path(folder).relative_to(self.log_dir).as_posix()
-            if rel == "." or not rel.rsplit("/", 1)[-1].isdigit():  # files live in <job>/<attempt>/
-                continue
-            for name in names:
-                if name.endswith(".log") or (name.startswith(STATUS_PREFIX) and name.endswith(".json")):
-                    path = Path(folder, name)
-                    try:
-                        found.append((f"{rel}/{name}", path, path.stat().st_size))
-                    except FileNotFoundError:
-                        continue
+        """(key, path, size) of every collectable file under the log directory, but those of
+        attempts that are settled (below) and whose folder has not changed since."""
+        found: list[tuple[str, Path, int]] = []
+        self._attempts: dict[str, int] = {}  # attempt folder (rel) -> its mtime, as walked now
+        self._walk(str(self.log_dir), "", found)
         # A worker's status last: once it is collected, so is the output it ends.
         return sorted(found, key=lambda item: item[0].rsplit("/", 1)[1].startswith(STATUS_PREFIX))
+
+    def _walk(self, folder: str, rel: str, found: list[tuple[str, Path, int]]) -> None:
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        attempt = bool(rel) and rel.rsplit("/", 1)[-1].isdigit()  # files live in <job>/<attempt>/
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    sub = f"{rel}/{entry.name}" if rel else entry.name
+                    if rel and entry.name.isdigit():
+                        mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+                        if self._settled.get(sub) == mtime:
+                            continue
+                        self._attempts[sub] = mtime
+                    self._walk(entry.path, sub, found)
+                elif attempt and _collectable(entry.name):
+                    found.append((f"{rel}/{entry.name}", Path(entry.path), entry.stat(follow_symlinks=False).st_size))
+            except FileNotFoundError:
+                continue
+
+    def _settle(self, files: list[tuple[str, Path, int]]) -> None:
+        """Remember the attempts that are over and wholly collected (each worker's output has
+        its final status, and nothing is left to collect): later passes skip them until their
+        folder changes (a file is created or replaced in it). A reconciler with many past jobs
+        then walks only the attempts under way."""
+        by_attempt: dict[str, list[tuple[str, int]]] = {}
+        for key, _, size in files:
+            by_attempt.setdefault(key.rsplit("/", 1)[0], []).append((key, size))
+        for folder, entries in by_attempt.items():
+            names = {key.rsplit("/", 1)[1] for key, _ in entries}
+            outputs = {n.removeprefix("output_").removesuffix(".log") for n in names if n.startswith("output_")}
+            statuses = {n.removeprefix(STATUS_PREFIX).removesuffix(".json") for n in names if n.startswith(STATUS_PREFIX)}
+            if not statuses or not outputs <= statuses or folder not in self._attempts:
+                continue
+            stored = self._sizes(job_of(entries[0][0]))
+            total = sum(stored.values())
+            if all(stored.get(key) == size if key.rsplit("/", 1)[1].startswith(STATUS_PREFIX)
+                   else next_shipment(size, stored.get(key, 0), total, self.limits) is None for key, size in entries):
+                self._settled[folder] = self._attempts[folder]
 
     def run_pass(self) -> int:
         """One pass over the log directory; returns the bytes collected."""
         shipped = 0
-        for key, path, size in self.local_files():
+        files = self.local_files()
+        for key, path, size in files:
             try:
                 shipped += self.ship(key, path, size)
             except Exception as exc:  # the archive is a remote service: report, retry next pass
@@ -82,6 +124,7 @@ class Collector:
         if self._failed:
             log.info("collecting job logs into %s works again", self.archive.where)
             self._failed = False
+        self._settle(files)
         return shipped
 
     def ship(self, key: str, path: Path, size: int) -> int:

@@ -87,3 +87,23 @@ def test_a_key_never_leaves_the_archive(tmp_path: Path):
         with pytest.raises(UsageError, match="bad log key"):
             shared.put(bad, b"x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_attempt_over_and_collected_is_not_walked_again_until_its_folder_changes(tmp_path: Path):
+    shared = DirArchive(tmp_path / "shared")
+    collector = Collector(tmp_path / "logs", shared)
+    fetched(tmp_path / "logs", JOB, 1, "output_worker_0.log", b"done\n")
+    running = fetched(tmp_path / "logs", JOB, 2, "output_worker_0.log", b"step 1\n")
+    collector.run_pass()
+    assert {k for k, _, _ in collector.local_files()} >= {"alice/bert/1/output_worker_0.log"}  # no status yet
+    fetched(tmp_path / "logs", JOB, 1, "status_worker_0.json", b'{"state": "exited"}')
+    collector.run_pass()
+    collector.run_pass()
+    walked = {k for k, _, _ in collector.local_files()}
+    assert walked == {"alice/bert/2/output_worker_0.log"}  # attempt 1 is over and collected
+    with open(running, "ab") as f:
+        f.write(b"step 2\n")
+    fetched(tmp_path / "logs", JOB, 1, "output_worker_1.log", b"late worker\n")  # a new file: walked again
+    collector.run_pass()
+    assert shared.read("alice/bert/1/output_worker_1.log") == b"late worker\n"
+    assert shared.read("alice/bert/2/output_worker_0.log") == b"step 1\nstep 2\n"
