@@ -32,12 +32,12 @@ from ledger.events.data import (
 )
 from ledger.fold import LIVE, replay
 from ledger.gitops.approval import Identity, Signature
-from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, Verifier, decide
+from ledger.gitops.decide import Ignored, RepoState, StepInput, Verifier, decide
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
 from ledger.spec.files import secrets_check
-from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_job_path
+from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_governed, is_job_path
 from ledger.spec.policy import parse_policy, sharing_blocks
 from ledger.store import Store
 from ledger.usage.prices import POLICY_STREAM
@@ -317,7 +317,7 @@ def signature_verifier(repo: GitRepo) -> Verifier:
 def _needed_blobs(changes) -> list[str]:
     wanted = []
     for ch in changes:
-        if ch.new_blob != ZERO and (is_job_path(ch.path) or ch.path in CONFIG_PATHS):
+        if ch.new_blob != ZERO and (is_job_path(ch.path) or is_governed(ch.path)):
             wanted.append(ch.new_blob)
     return wanted
 
@@ -375,7 +375,7 @@ def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[
         elif ev.type in ("submitted", "spec_updated", "rejected"):
             seen[path] = ev.data["blob"]
     tree = {p: b for p, b in repo.tree_files(new, JOBS_DIR + "/").items() if is_job_path(p)}
-    tree.update(repo.blob_ids(new, CONFIG_PATHS))
+    tree.update(repo.governed_files(new))
     before = {**seen, **governing}
     changes = [Change("D", p, None, b, ZERO) for p, b in sorted(before.items()) if p not in tree]
     for p, b in sorted(tree.items()):
