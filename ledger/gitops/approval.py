@@ -89,6 +89,7 @@ class Signature:
     key: str = ""
     detail: str = ""
     web_flow: bool = False  # made by GitHub with its web-flow OpenPGP key (ledger.forge.webflow)
+    kind: Literal["ssh", "openpgp"] = "ssh"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,8 @@ def _signature_problem(sig: Signature | None, authors: tuple[Identity, ...], web
         return "the commit is signed by GitHub's web-flow key, and approval.web_flow is not `accepted`"
     if sig is None or sig.status == "none":
         return "the commit is not signed, and approval.signatures is required"
+    if sig.status == "untrusted" and sig.kind == "openpgp":
+        return f"the commit is {sig.detail}"
     if sig.status == "untrusted":
         return f"the commit is signed by key {sig.key or '?'}, which {ALLOWED_SIGNERS_PATH} does not list" + (
             f" ({sig.detail})" if sig.detail else "")

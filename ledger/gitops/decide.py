@@ -89,13 +89,14 @@ def _email_or_name(who: Identity) -> str:
 
 def _signature(sha: str, state: RepoState, verify: Verifier | None) -> Signature:
     """The commit's signature against the approved allowed-signers file (never one the
-    commit brings: a commit cannot vouch for itself)."""
-    signers = state.text(ALLOWED_SIGNERS_PATH)
-    if not signers or not signers.strip():
-        return Signature("untrusted", detail=f"the branch has no {ALLOWED_SIGNERS_PATH}")
+    commit brings: a commit cannot vouch for itself), or GitHub's web-flow keys."""
     if verify is None:
         return Signature("bad", detail="no signature verifier was given")
-    return verify(sha, signers)
+    signers = state.text(ALLOWED_SIGNERS_PATH) or ""
+    found = verify(sha, signers)
+    if found.kind == "ssh" and found.status != "none" and not signers.strip():
+        return Signature("untrusted", key=found.key, detail=f"the branch has no {ALLOWED_SIGNERS_PATH}")
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,15 +196,18 @@ class GitRepo:
                     found[path].append((name, email))
         return found
 
-    def verify_commit(self, sha: str, allowed_signers: str) -> tuple[bool, str]:
-        """`git verify-commit` against an allowed-signers file given as text (written to a
-        temporary file for git and ssh-keygen): (verified, what git said)."""
+    def verify_commit(self, sha: str, allowed_signers: str, gnupg_home: Path | None = None) -> tuple[bool, str]:
+        """`git verify-commit --raw` against an allowed-signers file given as text (written to
+        a temporary file for git and ssh-keygen) for an SSH signature, and against the
+        keyring in `gnupg_home` for an OpenPGP one: (verified, what git and gpg said)."""
+        env = {"GNUPGHOME": str(gnupg_home)} if gnupg_home is not None else None
         with tempfile.NamedTemporaryFile("w", prefix="allowed_signers.", encoding="utf-8") as fh:
             fh.write(allowed_signers)
             fh.flush()
             status, out, err = self.repo.git.execute(
-                ["git", "-c", f"gpg.ssh.allowedSignersFile={fh.name}", "verify-commit", "--raw", sha],
-                with_extended_output=True, with_exceptions=False,
+                ["git", "-c", f"gpg.ssh.allowedSignersFile={fh.name}", "-c", "gpg.program=gpg",
+                 "verify-commit", "--raw", sha],
+                with_extended_output=True, with_exceptions=False, env=env,
             )
         return status == 0, "\n".join(x for x in (str(out).strip(), str(err).strip()) if x)
 
