@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from githubkit.versions.latest.models import PullRequest, PullRequestReview
+from githubkit_schemas.latest.models import PullRequest, PullRequestReview
 from pydantic import TypeAdapter
 
 _NOW = "2026-01-01T00:00:00Z"
