@@ -82,12 +82,9 @@ def github(headers: dict[str, str], body: bytes, secret: bytes, branch: str, see
         return Action("refuse", 401, "bad or missing X-Hub-Signature-256")
     delivery = headers.get("x-github-delivery", "")
     event = headers.get("x-github-event", "")
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return Action("refuse", 400, "the body is not JSON")
-    if not isinstance(payload, dict) or not delivery:
-        return Action("refuse", 400, "not a GitHub delivery")
+    payload = _payload(body, delivery)
+    if isinstance(payload, Action):
+        return payload
     if event == "ping":
         return Action("ignore", 200, "pong") if seen.first_time(delivery, now) else Action("refuse", 409, "replayed")
     if event == "push":
@@ -111,12 +108,9 @@ def gitlab(headers: dict[str, str], body: bytes, secret: bytes, branch: str, see
     if not token or not hmac.compare_digest(token.encode(), secret):
         return Action("refuse", 401, "bad or missing X-Gitlab-Token")
     delivery = headers.get("x-gitlab-event-uuid", "")
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return Action("refuse", 400, "the body is not JSON")
-    if not isinstance(payload, dict) or not delivery:
-        return Action("refuse", 400, "not a GitLab delivery")
+    payload = _payload(body, delivery)
+    if isinstance(payload, Action):
+        return payload
     kind = payload.get("object_kind")
     if kind == "push":
         commits = payload.get("commits") or [{}]
@@ -130,6 +124,17 @@ def gitlab(headers: dict[str, str], body: bytes, secret: bytes, branch: str, see
     else:
         return Action("ignore", 202, f"event {kind!r} is not watched")
     return _fresh(delivery, at, now, seen, wanted, merged)
+
+
+def _payload(body: bytes, delivery: str) -> dict[str, Any] | Action:
+    """The delivery's JSON object, or the refusal when it is none or has no id."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return Action("refuse", 400, "the body is not JSON")
+    if not isinstance(payload, dict) or not delivery:
+        return Action("refuse", 400, "not a delivery: no JSON object, or no delivery id")
+    return payload
 
 
 def _fresh(delivery: str, at: float | None, now: float, seen: Deliveries, wanted: bool,
