@@ -64,6 +64,7 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/doctor", "pod"): frozenset({"tpu_emulator"}),
     ("tests/postgres/test_pg_ha.py", "pg_harness"): frozenset({"tpu_emulator"}),
     ("tests/gitops", "hub"): frozenset({"git"}),
+    ("tests/gitops/test_gitops_forge.py", "api"): frozenset({"webhook"}),  # the GitHub API double
     ("tests/gitops/test_gitops_hostile.py", "fuzz_hub"): frozenset({"git"}),
     ("tests/checkpoints", "checkpoint_hub"): frozenset({"git"}),
     ("tests/dashboard", "browser"): frozenset({"browser"}),

@@ -107,6 +107,16 @@ class Finding(_Part):
     severity: Opt[str] = UNSET
 
 
+class ReviewRecord(_Part):
+    """An approving review of the merged pull request on its merged head commit, from the
+    forge's API: who, on which commit, and whether they may approve the path (CODEOWNERS
+    or the policy's approvers)."""
+
+    login: NonEmpty
+    codeowner: bool
+    commit: Opt[str] = UNSET
+
+
 class FailureRecord(_Part):
     """One failed attempt in a job's history."""
 
@@ -169,6 +179,7 @@ class SpecUpdated(EventData):
     approvers: Opt[list[str]] = UNSET
     merger: Opt[str] = UNSET  # who landed it on the branch (a merge's author, a squashing committer)
     signed_by: Opt[str] = UNSET  # the allowed signer, when the policy requires signatures
+    reviews: Opt[list[ReviewRecord]] = UNSET  # the forge's approving reviews (ledger.forge)
     owner: Opt[str] = UNSET
     name: Opt[str] = UNSET
     committed_at: Opt[int] = UNSET  # committer time, seconds since the epoch
