@@ -41,6 +41,7 @@ def _check(result, lines: list[str]) -> None:
     assert result.faults["kill_reconciler"]["applied"] >= 3, figures
     assert result.faults["preempt"]["applied"] + result.faults["kill_host"]["applied"] >= 1, figures
     assert result.samples > 20, figures
+    assert result.jobs["attempts"].get("chaos/j02", 0) >= 1, figures  # the multislice job ran
     # The invariants.
     assert result.double_provisioned_samples == 0, figures
     assert result.orphan_tpu_seconds == 0 and result.orphan_nodes == [], figures
@@ -61,6 +62,8 @@ def test_the_schedule_is_seeded_and_bounded_by_the_window():
     kills = sorted(f.at for f in a.faults if f.kind == "kill_reconciler")
     assert all(3.0 <= y - x <= 8.0 for x, y in zip(kills, kills[1:], strict=False))
     assert len(a.jobs) == 5 and all(j.batch < len(a.batches) for j in a.jobs)
+    # spot capacity comes and goes inside the window, and is back at its end
+    assert a.capacity and all(0 <= step["at"] < s.duration for step in a.capacity) and a.capacity[-1]["chips"] is None
 
 
 @pytest.mark.timeout(400)
@@ -92,7 +95,7 @@ def test_a_failed_delete_during_a_reapply_never_leaves_two_live_tpus(tmp_path: P
     try:
         with Emulator(state_dir=tmp_path / "run" / "emulator") as emu:
             sup = services(s, world, emu.endpoint)
-            sampler = Sampler(emu.endpoint, ZONE).start()
+            sampler = Sampler(emu.endpoint, (ZONE,)).start()
             control = ControlClient(emu.control_url)
             sup.start_all()
             try:

@@ -29,7 +29,7 @@ from ledger.app.chaos.sampler import (
     orphan_seconds,
 )
 from ledger.app.chaos.scenario import Plan, Scenario, plan
-from ledger.app.chaos.world import ZONE, World, ledger_cmd, make_world
+from ledger.app.chaos.world import ZONE, ZONES, World, ledger_cmd, make_world
 from ledger.store import open_store
 
 
@@ -105,11 +105,13 @@ def run_chaos(s: Scenario, workdir: Path, *, pg_url: str | None = None,
     try:
         with Emulator(state_dir=workdir / "emulator") as emu:
             sup = services(s, world, emu.endpoint)
-            sampler = Sampler(emu.endpoint, ZONE).start()
+            sampler = Sampler(emu.endpoint, ZONES).start()
             injector = Injector(ControlClient(emu.control_url), sup, sampler, ZONE)
             say(f"ledger {world.store_url}; emulator {emu.endpoint}; logs in {workdir}")
             sup.start_all()
             t0 = time.time()
+            if p.capacity:  # capacity that comes and goes, on the emulator's own clock
+                ControlClient(emu.control_url).capacity_schedule(p.capacity)
             try:
                 _window(s, p, world, injector, sup, t0, say)
                 injector.restore()

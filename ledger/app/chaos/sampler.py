@@ -1,15 +1,17 @@
 """What the cloud holds, sampled: every node with its state and the job its labels name.
 
-A background thread lists the zone's nodes through the real TPU client every `every`
-seconds. From the samples: how often one job held two live TPUs at once (double
-provisioning), and how many TPU-seconds nodes existed after the ledger said every job had
-let its TPU go (orphans).
+A background thread lists the nodes of every zone the jobs may use (their fallbacks' too)
+through the real TPU client every `every` seconds. From the samples: how often one job held
+two live TPUs at once (double provisioning: two TPUs, in one zone or across zones; the
+slices of one multislice TPU are one TPU), and how many TPU-seconds nodes existed after the
+ledger said every job had let its TPU go (orphans, in any zone).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ledger import defaults
@@ -26,6 +28,7 @@ class NodeSeen:
     state: str
     job: str        # the job label's slug, or "" for a node no job labelled
     job_hash: str
+    tpu: str = ""   # the TPU it belongs to: zone/its queued resource for a slice, else zone/its name
 
 
 @dataclass(frozen=True)
@@ -34,21 +37,22 @@ class Sample:
     nodes: tuple[NodeSeen, ...]
 
     def doubles(self) -> dict[str, list[str]]:
-        """Jobs with two or more live nodes in this sample: job -> node names."""
-        by_job: dict[str, list[str]] = {}
+        """Jobs with two or more live TPUs in this sample: job -> node names."""
+        by_job: dict[str, dict[str, list[str]]] = {}
         for n in self.nodes:
             if n.state in LIVE_STATES and n.job_hash:
-                by_job.setdefault(n.job_hash, []).append(n.name)
-        return {self._job_of(h): names for h, names in by_job.items() if len(names) > 1}
+                by_job.setdefault(n.job_hash, {}).setdefault(n.tpu or n.name, []).append(n.name)
+        return {self._job_of(h): sorted(x for names in tpus.values() for x in names)
+                for h, tpus in by_job.items() if len(tpus) > 1}
 
     def _job_of(self, job_hash: str) -> str:
         return next((n.job for n in self.nodes if n.job_hash == job_hash), job_hash)
 
 
 class Sampler:
-    def __init__(self, endpoint: str, zone: str, every: float = 0.5) -> None:
+    def __init__(self, endpoint: str, zones: Sequence[str], every: float = 0.5) -> None:
         self.api = TpuApi(defaults.PROJECT, endpoint)
-        self.zone = zone
+        self.zones = tuple(zones)
         self.every = every
         self.samples: list[Sample] = []
         self.errors = 0
@@ -64,10 +68,15 @@ class Sampler:
         self._thread.join(10)
 
     def take(self) -> Sample:
-        nodes = tuple(
-            NodeSeen(n.name, n.state, n.labels.get(naming.LABEL_JOB, ""), n.labels.get(naming.LABEL_JOB_HASH, ""))
-            for n in self.api.list_nodes(self.zone))
-        return Sample(time.time(), nodes)
+        nodes = []
+        for zone in self.zones:
+            # the raw listing: a node's queued resource says which TPU a slice belongs to
+            for n in self.api.client.list_nodes(parent=self.api.parent(zone)):
+                labels = dict(n.labels)
+                owner = n.queued_resource.rsplit("/", 1)[-1] if n.multislice_node and n.queued_resource else n.name.rsplit("/", 1)[-1]
+                nodes.append(NodeSeen(n.name.rsplit("/", 1)[-1], n.state.name, labels.get(naming.LABEL_JOB, ""),
+                                      labels.get(naming.LABEL_JOB_HASH, ""), f"{zone}/{owner}"))
+        return Sample(time.time(), tuple(nodes))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -20,6 +20,10 @@ CAPACITY_DROP = (30.0, 60.0)
 CAPACITY_DROP_LASTS = (4.0, 10.0)
 FAIL_OPERATION = (20.0, 40.0)
 FAIL_CREATION = (25.0, 50.0)
+# A capacity schedule over the fault window: spot v4 in the jobs' zone runs out for a while in
+# every period (the jobs with fallbacks move to their other zone; the others wait and probe).
+SCHEDULE_PERIOD = 30.0
+SCHEDULE_OUT = 8.0
 
 # Fault kinds, in the order a report lists them.
 KINDS = ("kill_reconciler", "kill_watcher", "preempt", "kill_host", "capacity_drop", "fail_operation", "fail_creation")
@@ -40,6 +44,7 @@ class Scenario:
     lease_ttl: float = 3.0
     orphan_grace: float = 5.0
     kinds: tuple[str, ...] = KINDS
+    capacity_schedule: bool = True  # spot v4 comes and goes over the window (the emulator's schedule)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class Plan:
     faults: list[Fault] = field(default_factory=list)
     jobs: list[JobPlan] = field(default_factory=list)
     batches: list[float] = field(default_factory=list)  # when each batch of jobs is pushed
+    capacity: list[dict] = field(default_factory=list)  # the emulator's capacity schedule, from the window's start
 
 
 def _clock(rng: random.Random, kind: str, gap: tuple[float, float], end: float, **kw) -> list[Fault]:
@@ -102,4 +108,17 @@ def plan(s: Scenario) -> Plan:
     batches = [0.0] + [s.duration * k / 6 for k in (1, 2)][: max(0, min(2, s.jobs - 1))]
     jobs = [JobPlan(name=f"j{i:02d}", seconds=max(5, round(s.duration * rng.uniform(*s.job_work))), batch=i % len(batches))
             for i in range(s.jobs)]
-    return Plan(faults=faults, jobs=jobs, batches=batches)
+    return Plan(faults=faults, jobs=jobs, batches=batches, capacity=capacity_steps(s, rng))
+
+
+def capacity_steps(s: Scenario, rng: random.Random, zone: str = "us-central2-b") -> list[dict]:
+    """Spot v4 in `zone` out for SCHEDULE_OUT seconds in every SCHEDULE_PERIOD of the window
+    (at a drawn offset), back to the default at the window's end at the latest."""
+    if not s.capacity_schedule:
+        return []
+    steps, t = [], rng.uniform(0, SCHEDULE_PERIOD / 2)
+    while t + SCHEDULE_OUT < s.duration:
+        steps += [{"at": round(t, 3), "zone": zone, "family": "v4", "pricing": "spot", "chips": 0},
+                  {"at": round(t + SCHEDULE_OUT, 3), "zone": zone, "family": "v4", "pricing": "spot", "chips": None}]
+        t += SCHEDULE_PERIOD
+    return steps

@@ -23,6 +23,8 @@ from reconciler.keys import ensure_key
 OWNER = "chaos"
 OWNER_IDENTITY = ("Chaos Monkey", f"{OWNER}@lab.example")
 ZONE = "us-central2-b"
+FALLBACK_ZONE = "us-east1-d"  # where a job with fallbacks goes when ZONE's v4 runs out (v6e)
+ZONES = (ZONE, FALLBACK_ZONE)  # every zone a chaos job may run in: sampled for doubles and orphans
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 # A spot job that checkpoints every second to a "bucket" (a folder shared by every attempt):
@@ -35,7 +37,7 @@ tpu:
   accelerator: v4-8
   zone: {zone}
   pricing: spot
-command:
+{placement}command:
   env:
     CKPT: {bucket}
   cmd: |
@@ -51,6 +53,14 @@ recovery:
   on_failure: reapply     # a lost host too: a new TPU, and the next attempt resumes
   max_restarts: {max_restarts}
 """
+# How the jobs ask for their TPU, in turn: one v4-8; a v4-8 that fails over to a v6e-4 in
+# another zone at its first stockout; two slices of v4-8 (one queued resource, multislice).
+PLACEMENTS = (
+    "",
+    f"  failover: {{prefer_first: true, resume_across: true}}\n"
+    f"  fallbacks:\n    - {{accelerator: v6e-4, zone: {FALLBACK_ZONE}}}\n",
+    "  allocation_mode: queued-resources\n  slices: 2\n",
+)
 
 
 def ledger_cmd(store_url: str, *args: str) -> list[str]:
@@ -81,7 +91,8 @@ class World:
             bucket = self.workdir / "bucket" / job.name
             bucket.mkdir(parents=True, exist_ok=True)
             (folder / f"{job.name}.yaml").write_text(JOB_SPEC.format(
-                name=job.name, zone=ZONE, bucket=bucket, seconds=job.seconds, max_restarts=max_restarts))
+                name=job.name, zone=ZONE, bucket=bucket, seconds=job.seconds, max_restarts=max_restarts,
+                placement=PLACEMENTS[int(job.name[1:]) % len(PLACEMENTS)]))
         _git(["add", "-A"], self.clone)
         # written by the folder's owner: a job runs as its owner only when they wrote or approved it
         _git(["commit", "-q", "-m", f"{len(jobs)} spot job(s) for the chaos run"], self.clone, who=OWNER_IDENTITY)
