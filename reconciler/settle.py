@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from ledger import fold
 from ledger.fold import JobState
+from reconciler import slices
 from reconciler.model import Observed
 
 # Node states that end by themselves within an operation's time.
@@ -38,7 +39,7 @@ def _awaiting(job: JobState, obs: Observed) -> str:
     if job.terminal:
         return ""
     name = job.tpu["name"]
-    node = obs.nodes.get(name)
+    node = slices.observe(job.tpu, obs.nodes)[0]  # a multislice TPU's slices, as one
     if job.state == fold.PROVISIONING:
         if job.tpu.get("kind") == "queued_resource":
             qr = obs.queued.get(name)
