@@ -364,13 +364,15 @@ def preemption(victim: JobState, winner: str) -> ev.Preempted:
                         attempt=victim.attempt, cause="priority", winner=winner)
 
 
-def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = NO_USAGE) -> list[dict[str, Any]]:
+def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = NO_USAGE,
+            asks: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
     """Every waiting job in admission order, with why it waits: the rows of `ledger queue`
     (and the reason line of `ledger inspect`). Without a sharing policy every waiting job
     is admitted, in the planner's order, and waits only for what the planner recorded
     (a shared TPU held by another job, a queued resource, the cloud's capacity)."""
+    asks = asks or {}
     if policy is not None and active(policy):
-        decision = admit(jobs, policy, usage)
+        decision = admit(jobs, policy, usage, asks=asks)
         prio = policy.priorities
     else:
         decision = Decision(order=[j.id for j in sorted(
@@ -383,7 +385,7 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
     higher: dict[str, dict[int, int]] = {}  # family -> priority -> waiting jobs seen so far
     for position, job_id in enumerate(decision.order, 1):
         job = jobs[job_id]
-        need = need_of(job)
+        need = need_of(job, asks.get(job_id))
         family = need.family if need else ""
         ahead = sum(n for p, n in higher.get(family, {}).items() if p > job.priority)
         wait = decision.waits.get(job_id)

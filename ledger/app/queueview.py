@@ -138,31 +138,23 @@ def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, 
     """Every waiting job in admission order, with why it waits: `ledger queue --json`, the
     `waiting` of `ledger inspect --json`, the dashboard's /api/queue. `jobs`, `usage` and
     the capacity `memory` default to the ledger's (a reader that keeps them current, the
-    dashboard, passes its own). Each row also says where the job will be placed and why
-    (`placement`, `choice`: the placement step's answer, reconciler.placement)."""
+    dashboard, passes its own). As the planner does, the placement step picks each job's
+    choice first (reconciler.placement) and admission charges that choice; each row says
+    which (`choice`) and why (`placement`)."""
     if jobs is None:
         jobs = load_state(store).jobs
-    rows = admission.explain(jobs, policy, recent_usage(store, policy) if usage is None else usage)
-    return with_placement(rows, jobs, capacity_memory(store) if memory is None else memory, now)
-
-
-def with_placement(rows: list[dict[str, Any]], jobs: Mapping[str, JobState], memory: CapacityMemory,
-                   now: datetime | None = None) -> list[dict[str, Any]]:
-    """Queue rows with the placement step's answer for each job: the choice it tries next
-    and why, or why the cloud's capacity holds it (which then is why it waits)."""
-    us = to_us(now or datetime.now(UTC))
-    probing: set = set()
+    memory = capacity_memory(store) if memory is None else memory
+    placing = placement.place_waiting(jobs, memory, to_us(now or datetime.now(UTC)))
+    asks = {jid: got.choice.index for jid, got in placing.items() if isinstance(got, placement.Try)}
+    rows = admission.explain(jobs, policy, recent_usage(store, policy) if usage is None else usage, asks=asks)
     for row in rows:
-        job = jobs[row["job"]]
-        got = placement.choose(job, memory, us, probing)
+        got = placing.get(row["job"])
         row["choice"], row["placement"] = None, ""
         if isinstance(got, placement.Try):
             row["choice"], row["placement"] = got.choice.index, got.reason
-            if got.probe:
-                probing.add(got.choice.key)
         elif isinstance(got, placement.Hold):
             row["placement"] = got.detail or got.reason
-            if row["wait"] in ("admitted", "cloud"):
+            if row["wait"] in ("admitted", "cloud"):  # the cloud's capacity is why it waits
                 row["wait"], row["reason"] = "cloud", f"{got.reason}: {got.detail}" if got.detail else got.reason
     return rows
 
