@@ -30,6 +30,9 @@ from ledger.fold import JobState
 from ledger.spec.placement import Choice, failover, placements
 
 _US = 1_000_000
+# How a Hold's reason begins (recorded in `queued`): the planner knows such a job waited on the
+# capacity memory, not on a retry of its own.
+HOLD = "waiting for capacity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +88,14 @@ def choose(job: JobState, memory: CapacityMemory, now_us: int, probing: Collecti
             return Try(c, _trying(passed, c, memory, now_us))
         if known.next_us <= now_us and c.key not in probing:
             return Try(c, _trying(passed, c, memory, now_us), probe=True)
-        return Hold(f"waiting for capacity: {c.label()}", _explain(passed + [c], memory, now_us), max(known.next_us, now_us))
+        return Hold(f"{HOLD}: {c.label()}", _explain(passed + [c], memory, now_us), max(known.next_us, now_us))
     due = [c for c in order if memory.next_probe(c.key) <= now_us and c.key not in probing]
     if due:
         c = due[0]
         return Try(c, _trying([o for o in order if o is not c], c, memory, now_us, probing=True), probe=c.key in memory.keys)
     soonest = min(memory.next_probe(c.key) for c in order)
     label = order[0].label() if len(order) == 1 else "every choice"
-    return Hold(f"waiting for capacity: {label}", _explain(list(order), memory, now_us), max(soonest, now_us))
+    return Hold(f"{HOLD}: {label}", _explain(list(order), memory, now_us), max(soonest, now_us))
 
 
 def _trying(passed: list[Choice], c: Choice, memory: CapacityMemory, now_us: int, *, probing: bool = False) -> str:

@@ -202,8 +202,10 @@ def _acquire(
         return _record(job, ev.Provisioning(attempt=max(job.attempt, 1), tpu=ev.tpu(want)))
     if isinstance(placing, placement.Hold):  # every choice out of capacity, or its probe not due
         return None if job.queued_reason == placing.reason else _record(job, ev.Queued(reason=placing.reason))
-    tried = isinstance(placing, placement.Try) and (placing.reason or placing.probe)
-    if job.state == fold.QUEUED and job.queued_count and not tried:
+    # The capacity memory paces a job it held, or moved on, or lets probe: no backoff of its own.
+    paced = isinstance(placing, placement.Try) and (placing.reason or placing.probe) \
+        or job.queued_reason.startswith(placement.HOLD)
+    if job.state == fold.QUEUED and job.queued_count and not paced:
         # A retry the capacity memory knows nothing of (a TPU that vanished, a queued resource
         # that failed): back off by the job's own count.
         delay = min(config.queued_retry_s * 2 ** (job.queued_count - 1), config.queued_retry_max_s)

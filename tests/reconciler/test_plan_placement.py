@@ -73,6 +73,11 @@ def test_fifty_jobs_on_a_stocked_out_zone_make_one_create_per_probe():
     probing = evolve(waiting["u0/j"], "action_intent", {"action_id": "x", "action": "provision", "params": creates[0].params},
                      seq=1001, version=11)
     assert [a for a in plan({**waiting, "u0/j": probing}, later, memory=mem) if a.kind == "provision"] == []
+    # the probe got its TPU: capacity is back, and every other job asks at once (no backoff of its own)
+    mem.apply("u0/j", "provisioning", at(NOW + 7), {"attempt": 1, "tpu": creates[0].params["tpu"]})
+    rest = {k: j for k, j in waiting.items() if k != "u0/j"}
+    assert len([a for a in plan(rest, Observed(now=NOW + 8, zones=frozenset({CENTRAL})), memory=mem)
+                if a.kind == "provision"]) == 49
 
 
 def test_admission_charges_the_choice_the_job_will_take():
