@@ -65,13 +65,13 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
         click.echo("\n".join(compact(title, rows, width)))
     else:
         _wide_table(title, rows)
-    usage = job_usage(events, to_us(datetime.now(UTC)), policy=store.read_stream(POLICY_STREAM))
-    if usage is not None:
-        line = accounting_line(usage)
-        click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
     placed = placements_of(events)
     if placed:
         line = "placed: " + "; ".join(placement_label(p) for p in placed)
+        click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
+    usage = job_usage(events, to_us(datetime.now(UTC)), policy=store.read_stream(POLICY_STREAM))
+    if usage is not None:
+        line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
     row = waiting_row(store, job, policy, events)
     if row is not None:
