@@ -81,3 +81,19 @@ DOCTOR_MIN_FREE_BYTES = 1 << 30
 # The fair-share half-life (hours) of the usage snapshot `ledger usage` saves when no sharing
 # policy is recorded (its accounts are the same whatever the half-life; only the meter differs).
 USAGE_HALF_LIFE_HOURS = 168.0
+
+# The Cloud TPU API: every call has a deadline (the client library sets none, so a hung
+# endpoint would hang the loop), and a zone whose API fails is tried again after a capped,
+# jittered exponential backoff (google.api_core.retry.exponential_sleep_generator): the first
+# retry within TPU_BACKOFF_INITIAL_S, then doubling up to TPU_BACKOFF_MAX_S. A zone failing
+# for TPU_DOWN_AFTER_S is recorded unreachable (one `api_unreachable` event on `_cloud`), and
+# reachable again when a call succeeds; a blip shorter than that records nothing.
+TPU_CALL_TIMEOUT_S = 20.0
+TPU_BACKOFF_INITIAL_S = 1.0
+TPU_BACKOFF_MAX_S = 30.0
+TPU_DOWN_AFTER_S = 5.0
+# The gRPC channel reconnects on its own within this (grpc.max_reconnect_backoff_ms), and the
+# loop tries the zones at once when it does: work resumes within seconds of the API's return.
+TPU_RECONNECT_MAX_S = 2.0
+# The stream of facts about the cloud rather than one job (job folds skip `_` streams).
+CLOUD_STREAM = "_cloud"

@@ -13,8 +13,13 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from ledger import defaults
+from ledger.events import NewEvent, actor, format_time, parse_time
+from ledger.events import data as ev
+from ledger.failures import from_status, kind_of, status, summary
 from ledger.fold import JobState, LedgerState
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.spec.policy import Policy
@@ -24,20 +29,29 @@ from ledger.usage.share import ShareMeter
 from ledger.usage.snapshot import load_usage, maybe_save_usage
 from reconciler import admission
 from reconciler.executor import Executor, Runner
+from reconciler.health import Change, ZoneHealth
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
 from reconciler.plan import (
+    api_zone,
     plan,
     queued_resource_zones,
     resolutions,
     selected_workers,
     suspect,
+    unseen_creates,
     zones_in_use,
 )
 from reconciler.settle import awaiting
-from reconciler.tpu import TpuApi
+from reconciler.tpu import TpuApi, TpuCallError
 
 log = logging.getLogger("tpu_ledger.reconciler")
+
+
+def zone_of(resource: str) -> str:
+    """The zone of an API resource name (projects/P/locations/ZONE/...), or ""."""
+    parts = resource.split("/")
+    return parts[3] if len(parts) > 3 and parts[2] == "locations" else ""
 
 
 def recheck_suspects(
@@ -120,6 +134,12 @@ class Reconciler:
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
             hosts_of=hosts_of, extra_args_of=extra_args_of, forget_job_key=forget_job_key,
         )
+        # Which zones' TPU API answers, and when a failing one is tried next.
+        self.health = ZoneHealth()
+        self.executor.on_api_failure = self._api_failed
+        self._health_loaded = False
+        if hasattr(tpu, "on_reconnect"):  # the endpoint came back: try the zones at once
+            tpu.on_reconnect(self.health.wake)
 
     def store(self) -> Store:
         store = getattr(self._local, "store", None)
@@ -178,21 +198,78 @@ class Reconciler:
         us = int(now * 1_000_000)
         return admission.usage_at(self.meter, self.usage.open_intervals(us), us)
 
+    # -- the zones' TPU API: backoff, and one record per outage -------------------------------
+    def _load_health(self) -> None:
+        """A restart during an outage neither records it twice nor forgets to record its end."""
+        if self._health_loaded:
+            return
+        self._health_loaded = True
+        last: dict[str, Any] = {}
+        for e in self.store().read_stream(defaults.CLOUD_STREAM):
+            last[e.data.get("zone", "")] = e
+        now = time.time()
+        for zone, e in last.items():
+            if e.type == "api_unreachable":
+                since = parse_time(e.data["since"]).timestamp() if e.data.get("since") else now
+                self.health.recorded_down(zone, from_status(e.data.get("api") or {}), since, now)
+
+    def _api_failed(self, failure) -> None:
+        """An action met a failure of the API: a transient one backs its zone off."""
+        zone = zone_of(failure.resource)
+        if zone and kind_of(failure) == "transient":
+            self._record_change(self.health.failed(zone, failure, time.time()))
+
+    def _record_change(self, change: Change | None) -> None:
+        if change is None:
+            return
+        if change.up:
+            log.info("TPU API of zone %s answers again after %.0f s (%d failed calls); carrying on",
+                     change.zone, change.down_s, change.calls)
+            data: ev.EventData = ev.ApiReachable(zone=change.zone, down_s=round(change.down_s, 3), calls=change.calls,
+                                                 holder=self.config.holder)
+        else:
+            assert change.failure is not None
+            log.warning("TPU API of zone %s unreachable: %s; trying again with backoff (at most every %.0f s), "
+                        "nothing is decided about its jobs meanwhile", change.zone, summary(change.failure),
+                        self.health.maximum)
+            data = ev.ApiUnreachable(zone=change.zone, api=status(change.failure), holder=self.config.holder,
+                                     since=format_time(datetime.fromtimestamp(change.since, UTC)))
+        key = f"{data.event_type}:{change.zone}:{change.since:.6f}:{self.config.holder}"
+        try:
+            self.store().append(defaults.CLOUD_STREAM, [NewEvent(data.event_type, data, actor("reconciler", self.config.holder), key=key)])
+        except Exception as exc:  # the ledger is down too: the log line says it
+            log.warning("could not record that zone %s is %s: %s", change.zone, "back" if change.up else "down", exc)
+
     def observe(self) -> Observed:
+        self._load_health()
         obs = Observed(now=time.time())
         zones = set()
         qr_zones = queued_resource_zones(self.state.jobs)
         for zone in sorted(zones_in_use(self.state.jobs)):
+            if not self.health.may_try(zone, obs.now):
+                continue  # backing off: unobserved, so nothing is decided about it
             try:
                 nodes = self.tpu.list_nodes(zone)
                 queued = self.tpu.list_queued(zone) if zone in qr_zones else []
-            except Exception as exc:  # that zone stays unobserved: nothing is concluded about it
-                log.warning("could not observe zone %s: %s", zone, exc)
+            except TpuCallError as exc:  # that zone stays unobserved: nothing is concluded about it
+                log.debug("could not list zone %s: %s", zone, exc)
+                if kind_of(exc.failure) == "permanent":
+                    obs.refused[zone] = exc.failure
+                self._record_change(self.health.failed(zone, exc.failure, time.time()))
                 continue
+            self._record_change(self.health.succeeded(zone, time.time()))
             zones.add(zone)
             obs.nodes.update({n.name: n for n in nodes})
             obs.queued.update({q.name: q for q in queued})
         obs.zones = frozenset(zones)
+        for name in unseen_creates(self.state.jobs, obs):
+            try:
+                found = self.tpu.operation(name)
+            except TpuCallError as exc:
+                log.debug("could not read operation %s: %s", name, exc)
+                continue
+            if found is not None:
+                obs.operations[name] = found
         obs.hosts = self._probe_running(obs)
         self._suspect_since = recheck_suspects(self.state.jobs, obs, self.tpu.get_node, self._suspect_since)
         return obs
@@ -249,8 +326,10 @@ class Reconciler:
         unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
         if not unfinished:
             return
-        for action in resolutions(unfinished, time.time(), self.config, self._adoptable()):
-            if self._may_act(action):
+        now = time.time()
+        for action in resolutions(unfinished, now, self.config, self._adoptable()):
+            zone = api_zone(action)
+            if self._may_act(action) and (zone is None or self.health.may_try(zone, now)):
                 self._dispatch(action)
 
     def _may_act(self, action: Action) -> bool:
@@ -297,6 +376,8 @@ class Reconciler:
             if fut.done():
                 del self._in_flight[key]
                 if (exc := fut.exception()) is not None:
+                    if isinstance(exc, TpuCallError):
+                        self._api_failed(exc.failure)
                     log.error("action on %s failed: %s", key, exc)
 
     @property
