@@ -147,7 +147,16 @@ def services(cloud: Cloud) -> dict[str, dict[str, Method]]:
         "GetLocation": Method(get_location, locations_pb2.GetLocationRequest, locations_pb2.Location),
     }
     return {
-        "google.cloud.tpu.v2.Tpu": tpu,
-        "google.longrunning.Operations": ops,
-        "google.cloud.location.Locations": locations,
+        service: {name: Method(_gated(cloud, name, m.call), m.request, m.response) for name, m in methods.items()}
+        for service, methods in (("google.cloud.tpu.v2.Tpu", tpu), ("google.longrunning.Operations", ops),
+                                 ("google.cloud.location.Locations", locations))
     }
+
+
+def _gated(cloud: Cloud, name: str, call: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`call`, answered first by an outage or a fault armed for `name` (Cloud.gate)."""
+    def gated(request: Any) -> Any:
+        cloud.gate(name, request)
+        return call(request)
+
+    return gated

@@ -166,9 +166,13 @@ def _request(route: Route, values: tuple[str, ...], query: dict[str, list[str]],
     return request
 
 
-def _error(code: grpc.StatusCode, message: str) -> tuple[int, dict[str, Any]]:
+def _error(code: grpc.StatusCode, message: str, exc: ApiError | None = None) -> tuple[int, dict[str, Any]]:
+    """Google's JSON error body; its `details` carry the google.rpc.ErrorInfo (reason, domain)."""
     status = HTTP_STATUS[code]
-    return status, {"error": {"code": status, "message": message, "status": code.name}}
+    error: dict[str, Any] = {"code": status, "message": message, "status": code.name}
+    if exc is not None:
+        error["details"] = [json_format.MessageToDict(d, preserving_proto_field_name=False) for d in exc.status().details]
+    return status, {"error": error}
 
 
 def answer(table: list[Route], verb: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -182,7 +186,7 @@ def answer(table: list[Route], verb: str, target: str, body: bytes) -> tuple[int
         try:
             response = route.method.call(_request(route, m.groups(), query, body))
         except ApiError as exc:
-            status, payload = _error(exc.code, exc.message)
+            status, payload = _error(exc.code, exc.message, exc)
         else:
             numeric = any("enum-encoding=int" in v for v in query.get("$alt", []))
             status, payload = 200, json_format.MessageToDict(response, use_integers_for_enums=numeric)

@@ -53,7 +53,9 @@ def test_one_state_and_the_proto3_json_mapping(emu, client, user_key):
 def test_errors_are_googles_json_error_bodies(emu, client, user_key):
     create_ready(client, user_key, "taken")
     missing = f"{PARENT}/nodes/missing"
-    assert call(emu, "GET", f"/v2/{missing}") == (404, {"error": {"code": 404, "message": f"Resource '{missing}' was not found", "status": "NOT_FOUND"}})
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "NOT_FOUND", "domain": "tpu.googleapis.com"}
+    assert call(emu, "GET", f"/v2/{missing}") == (404, {"error": {"code": 404, "message": f"Resource '{missing}' was not found",
+                                                                  "status": "NOT_FOUND", "details": [info]}})
     body = {"acceleratorType": "v4-8", "runtimeVersion": "tpu-ubuntu2204-base"}
     status, err = call(emu, "POST", f"/v2/{PARENT}/nodes?nodeId=taken", body)
     assert (status, err["error"]["status"]) == (409, "ALREADY_EXISTS")

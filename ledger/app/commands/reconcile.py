@@ -30,7 +30,8 @@ from ledger.app.wiring import Settings, build
 from ledger.errors import UsageError
 from ledger.events import NewEvent, actor
 from ledger.events.data import CancelRequested, EventData, Rerun, Resumed
-from ledger.fold import LIVE, JobState, replay
+from ledger.fold import BLOCKED, LIVE, JobState, replay
+from reconciler.tpu import project_for
 
 
 @click.command()
@@ -88,6 +89,7 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
                                                          # as it goes now, then exit
       ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
+    project = project_for(project, tpu_endpoint)
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
                         ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
@@ -114,7 +116,8 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    click.echo(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
+    click.echo(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} (project {project}) "
+               f"as {settings.holder}")
     try:
         with publishing(settings.store_url, project, topic):
             rec.run(once=once, stop=stop, timeout=timeout)
@@ -162,8 +165,9 @@ def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
 @click.argument("job_id")
 @click.pass_context
 def resume(ctx: click.Context, job_id: str) -> None:
-    """Run a failed job again from its last checkpoint, with the next attempt number."""
-    _append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted"}, _next_attempt(Resumed))
+    """Run a failed job again from its last checkpoint, with the next attempt number; or try a
+    blocked job's TPU again, once what the TPU API refused is fixed (a permission, a quota)."""
+    _append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted", BLOCKED}, _next_attempt(Resumed))
 
 
 @click.command()
@@ -171,4 +175,5 @@ def resume(ctx: click.Context, job_id: str) -> None:
 @click.pass_context
 def rerun(ctx: click.Context, job_id: str) -> None:
     """Run a job again from scratch (a new attempt, clean working directory)."""
-    _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"}, _next_attempt(Rerun))
+    _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled", BLOCKED},
+                     _next_attempt(Rerun))
