@@ -15,6 +15,7 @@ import re
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +201,27 @@ def _not_found(name: str) -> ApiError:
     return ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{name}' was not found")
 
 
+def _fill_defaults(pb: Any, project: str, zone: str, index: int) -> None:
+    """What the real API always returns on a node, filled where the request left it out."""
+    region = zone.rsplit("-", 1)[0]
+    given = pb.HasField("network_config")
+    net = pb.network_config
+    if not net.network:
+        net.network = f"projects/{project}/global/networks/default"
+    if not net.subnetwork:
+        net.subnetwork = f"projects/{project}/regions/{region}/subnetworks/default"
+    if not given:
+        net.enable_external_ips = True
+    pb.scheduling_config.SetInParent()
+    pb.shielded_instance_config.SetInParent()
+    if not pb.cidr_block:
+        pb.cidr_block = f"10.{128 + index // 256 % 64}.{index % 256}.0/29"
+    if not pb.service_account.email:
+        pb.service_account.email = f"{zlib.crc32(project.encode()):012d}-compute@developer.gserviceaccount.com"
+    if not pb.service_account.scope:
+        pb.service_account.scope.append("https://www.googleapis.com/auth/cloud-platform")
+
+
 class Cloud:
     """Everything the emulated API knows. Thread-safe; public methods are the API's verbs."""
 
@@ -295,6 +317,14 @@ class Cloud:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Accelerator type '{name}' is not available in zone '{zone}'; zones offering {accel.family}: {', '.join(tpu_types.ZONES[accel.family])}.")
         if not node.runtime_version:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Field 'runtime_version' is required")
+        if node.runtime_version not in tpu_types.runtime_versions(zone):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid value for field 'runtime_version': '{node.runtime_version}'. "
+                           f"Runtime version not found in zone {zone}.", reason="RUNTIME_VERSION_NOT_FOUND")
+        if not tpu_types.runtime_fits(node.runtime_version, accel.family):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Runtime version '{node.runtime_version}' does not support "
+                           f"accelerator type '{name}'; use one of: "
+                           f"{', '.join(v for v in tpu_types.runtime_versions(zone) if tpu_types.runtime_fits(v, accel.family))}.",
+                           reason="RUNTIME_VERSION_INCOMPATIBLE")
         return accel
 
     def _check_node_id(self, node_id: str) -> None:
@@ -330,7 +360,7 @@ class Cloud:
             return out
 
     def list_nodes(self, parent: str) -> list[Any]:
-        project, zone = parse_parent(parent)
+        project, zone = self._known_parent(parent)
         with self._lock:
             out = []
             for rec in self._nodes.values():
@@ -339,6 +369,13 @@ class Cloud:
                     c.CopyFrom(rec.pb)
                     out.append(c)
             return sorted(out, key=lambda n: n.name)
+
+    def _known_parent(self, parent: str) -> tuple[str, str]:
+        project, zone = parse_parent(parent)
+        if zone != "-" and zone not in tpu_types.all_zones():
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"Location '{parent}' was not found (no Cloud TPU zone {zone!r}).",
+                           reason="LOCATION_NOT_FOUND")
+        return project, zone
 
     # ---------------------------------------------------------------- nodes: create
     def create_node(self, parent: str, node_id: str, node):
@@ -374,6 +411,8 @@ class Cloud:
         pb.id = self._rng.getrandbits(62)
         pb.api_version = cloud_tpu.Node.ApiVersion.V2
         pb.accelerator_config.type_ = _FAMILY_CONFIG_TYPE[accel.family]
+        pb.accelerator_config.topology = tpu_types.topology(accel)
+        _fill_defaults(pb, project, zone, len(self._nodes))
         pb.ClearField("network_endpoints")
         if qr:
             pb.queued_resource = qr
@@ -511,6 +550,9 @@ class Cloud:
     def stop_node(self, name: str):
         with self._lock:
             rec = self._node(name)
+            if rec.accel.hosts > 1:  # the API's own description: stop is for single TPU nodes only
+                raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Node '{name}' is a multi-host slice ({rec.accel.name}, "
+                               f"{rec.accel.hosts} hosts): stop is only available for single TPU nodes")
             if rec.pb.state != S.READY:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"Node '{name}' is {S(rec.pb.state).name}; only a READY node can be stopped")
             op = self._new_op(rec.project, rec.zone, "stop", name)
@@ -620,7 +662,7 @@ class Cloud:
             return out
 
     def list_queued_resources(self, parent: str) -> list[Any]:
-        project, zone = parse_parent(parent)
+        project, zone = self._known_parent(parent)
         with self._lock:
             out = []
             for rec in self._qrs.values():

@@ -215,6 +215,8 @@ class Executor:
             events = react.refused(job, tpu, exc.failure)
             if not events:  # transient: nothing to record but the outcome; the loop backs off
                 raise
+            if any(isinstance(d, ev.ProvisionFailed) for d in events):
+                self._forget_key(job.id)  # blocked with no TPU: its key was made for nothing (a resume makes another)
             raise Refused(exc.failure, events) from None
         return react.provisioned(job, p, answer)
 

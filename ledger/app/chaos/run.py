@@ -106,7 +106,7 @@ def run_chaos(s: Scenario, workdir: Path, *, pg_url: str | None = None,
         with Emulator(state_dir=workdir / "emulator") as emu:
             sup = services(s, world, emu.endpoint)
             sampler = Sampler(emu.endpoint, ZONE).start()
-            injector = Injector(ControlClient(emu.control_url), sup, sampler, ZONE)
+            injector = Injector(ControlClient(emu.control_url), sup, sampler, ZONE, world.store_url)
             say(f"ledger {world.store_url}; emulator {emu.endpoint}; logs in {workdir}")
             sup.start_all()
             t0 = time.time()
