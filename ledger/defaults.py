@@ -85,12 +85,15 @@ USAGE_HALF_LIFE_HOURS = 168.0
 # The Cloud TPU API: every call has a deadline (the client library sets none, so a hung
 # endpoint would hang the loop), and a zone whose API fails is tried again after a capped,
 # jittered exponential backoff (google.api_core.retry.exponential_sleep_generator): the first
-# retry within TPU_BACKOFF_INITIAL_S, then doubling up to TPU_BACKOFF_MAX_S. A zone failing
+# retry within TPU_BACKOFF_INITIAL_S, then doubling up to TPU_BACKOFF_MAX_S (`reconcile
+# --api-backoff-max`). The cap bounds how long work waits once an API that answered errors
+# (rather than vanishing: the channel's reconnect says so at once) is back, so it is short: a
+# list call per zone every few seconds is nothing against the API's read quota. A zone failing
 # for TPU_DOWN_AFTER_S is recorded unreachable (one `api_unreachable` event on `_cloud`), and
 # reachable again when a call succeeds; a blip shorter than that records nothing.
 TPU_CALL_TIMEOUT_S = 20.0
 TPU_BACKOFF_INITIAL_S = 1.0
-TPU_BACKOFF_MAX_S = 30.0
+TPU_BACKOFF_MAX_S = 4.0
 TPU_DOWN_AFTER_S = 5.0
 # The gRPC channel reconnects on its own within this (grpc.max_reconnect_backoff_ms), and the
 # loop tries the zones at once when it does: work resumes within seconds of the API's return.

@@ -129,6 +129,8 @@ def summary(f: ApiFailure) -> str:
         head += " (in the operation)"
     tail = hint(f)
     message = " ".join(f.message.split())[:300]
+    if f.code.upper() == "PERMISSION_DENIED" and what:
+        message = ""  # the API's words only repeat the permission and the resource
     return ": ".join(p for p in (head, tail or message) if p) + (f" ({message})" if tail and message else "")
 
 

@@ -178,7 +178,8 @@ class Executor:
         news = [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")]
         news += [NewEvent(d.event_type, d, self.actor, key=f"{action_id}:{i}:{d.event_type}") for i, d in enumerate(events)]
         self.store().append(job_id, news)
-        return ("done " if outcome.ok else f"failed {outcome.error}") + ", ".join(d.event_type for d in events)
+        recorded = ", ".join(d.event_type for d in events)
+        return f"done {recorded}" if outcome.ok else f"failed: {outcome.error}" + (f"; recorded {recorded}" if recorded else "")
 
     # -- effects --------------------------------------------------------------------------
     def _effect(self, kind: str, job: JobState, p: dict, *, taken_up: bool = False) -> Callable[[], Events]:

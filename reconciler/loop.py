@@ -223,7 +223,7 @@ class Reconciler:
         if change is None:
             return
         if change.up:
-            log.info("TPU API of zone %s answers again after %.0f s (%d failed calls); carrying on",
+            log.warning("TPU API of zone %s answers again after %.0f s (%d failed calls); carrying on",
                      change.zone, change.down_s, change.calls)
             data: ev.EventData = ev.ApiReachable(zone=change.zone, down_s=round(change.down_s, 3), calls=change.calls,
                                                  holder=self.config.holder)

@@ -11,7 +11,7 @@ from rich.table import Table
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
 from ledger.app.queueview import would_start
-from ledger.errors import LedgerError, UsageError
+from ledger.errors import LedgerError, UsageError, safe_url
 from ledger.gitops.hook import install_hook
 from ledger.gitops.plan import plan, to_markdown
 from ledger.gitops.watch import Watcher
@@ -94,7 +94,8 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
                               hint="check the new history, then rerun with --accept-rewrite")
         return
     if not as_json:
-        out.print(f"watching {source} ({branch}); poll every {interval:g} s; Ctrl-C to stop")
+        out.print(f"watching {source} ({branch}) into {safe_url(store.url)}; poll every {interval:g} s; Ctrl-C to stop",
+                  markup=False)
     try:
         with publishing(store.url, project, topic):
             watcher.run()
