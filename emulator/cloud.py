@@ -54,14 +54,6 @@ _ACCEL_CONFIG_FAMILY = {
 _FAMILY_CONFIG_TYPE = {v: k for k, v in _ACCEL_CONFIG_FAMILY.items()}
 
 
-# RPC name -> the IAM permission it needs: what a PERMISSION_DENIED names.
-PERMISSIONS = {
-    "CreateNode": "tpu.nodes.create", "DeleteNode": "tpu.nodes.delete", "GetNode": "tpu.nodes.get",
-    "ListNodes": "tpu.nodes.list", "StopNode": "tpu.nodes.stop", "StartNode": "tpu.nodes.start",
-    "UpdateNode": "tpu.nodes.update", "CreateQueuedResource": "tpu.queuedResources.create",
-    "DeleteQueuedResource": "tpu.queuedResources.delete", "GetQueuedResource": "tpu.queuedResources.get",
-    "ListQueuedResources": "tpu.queuedResources.list", "GetOperation": "tpu.operations.get",
-}
 # google.rpc.ErrorInfo the emulator attaches by code, as Google's front end does
 # (reason, domain); a fault may name its own reason.
 _INFO = {
@@ -108,7 +100,7 @@ class ApiError(Exception):
 def fault_error(code: str, method: str, resource: str, *, reason: str = "", message: str | None = None) -> ApiError:
     """The error a fault injects for `method` on `resource`, worded as the API would."""
     status = grpc.StatusCode[code]
-    permission = PERMISSIONS.get(method, "tpu.nodes.get")
+    permission = tpu_types.PERMISSIONS.get(method, "tpu.nodes.get")
     text = message or FAULT_MESSAGES.get(code, f"{code}.").format(permission=permission, resource=resource)
     metadata = {"permission": permission, "resource": resource} if code == "PERMISSION_DENIED" else {}
     if code == "RESOURCE_EXHAUSTED" and reason == "QUOTA_EXCEEDED" and message is None:

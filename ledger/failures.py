@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger.events import data as ev
+from ledger.tpu_types import PERMISSIONS
 
 Kind = Literal["transient", "stockout", "quota", "permanent", "absent", "exists"]
 CAPACITY: frozenset[str] = frozenset({"stockout", "quota"})
@@ -96,14 +97,6 @@ _CODE_HINTS = {
     "NOT_FOUND": "check tpu.zone (and tpu.accelerator, tpu.version) in the job spec",
     "FAILED_PRECONDITION": "check the job spec and the project's state, then `ledger resume`",
     "UNIMPLEMENTED": "the endpoint does not serve this method of the Cloud TPU v2 API",
-}
-# RPC name -> the IAM permission it needs (what PERMISSION_DENIED is about).
-PERMISSIONS = {
-    "CreateNode": "tpu.nodes.create", "DeleteNode": "tpu.nodes.delete", "GetNode": "tpu.nodes.get",
-    "ListNodes": "tpu.nodes.list", "CreateQueuedResource": "tpu.queuedResources.create",
-    "DeleteQueuedResource": "tpu.queuedResources.delete", "GetQueuedResource": "tpu.queuedResources.get",
-    "ListQueuedResources": "tpu.queuedResources.list", "GetOperation": "tpu.operations.get",
-    "GetGuestAttributes": "tpu.nodes.get",
 }
 
 

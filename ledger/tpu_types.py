@@ -158,3 +158,15 @@ def _product(dims: list[int]) -> int:
     for d in dims:
         out *= d
     return out
+
+
+# The Cloud TPU API's methods -> the IAM permission each needs: what a PERMISSION_DENIED is
+# about (the reconciler's one-line summary; the emulator's injected refusals).
+PERMISSIONS: dict[str, str] = {
+    "CreateNode": "tpu.nodes.create", "DeleteNode": "tpu.nodes.delete", "GetNode": "tpu.nodes.get",
+    "ListNodes": "tpu.nodes.list", "StopNode": "tpu.nodes.stop", "StartNode": "tpu.nodes.start",
+    "UpdateNode": "tpu.nodes.update", "GetGuestAttributes": "tpu.nodes.get",
+    "CreateQueuedResource": "tpu.queuedResources.create", "DeleteQueuedResource": "tpu.queuedResources.delete",
+    "GetQueuedResource": "tpu.queuedResources.get", "ListQueuedResources": "tpu.queuedResources.list",
+    "GetOperation": "tpu.operations.get",
+}
