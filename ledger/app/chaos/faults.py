@@ -21,6 +21,7 @@ from ledger.app.chaos.scenario import Fault
 from ledger.app.chaos.world import ledger_cmd
 from ledger.fold import BLOCKED, replay
 from ledger.store import open_store
+from reconciler.tpu import TpuCallError
 
 FAMILY = "v4"
 
@@ -49,7 +50,7 @@ class Injector:
     def apply(self, fault: Fault) -> Applied:
         try:
             ok, detail = getattr(self, f"_{fault.kind}")(fault)
-        except (ControlError, OSError) as exc:  # e.g. the node went away between list and act
+        except (ControlError, OSError, TpuCallError) as exc:  # the node went away between list and act; the API is down
             ok, detail = False, f"refused: {exc}"
         done = Applied(fault, time.time(), ok, detail)
         self.applied.append(done)
@@ -106,10 +107,10 @@ class Injector:
 
     def _permission(self, fault: Fault) -> tuple[bool, str]:
         self.control.fail_calls("CreateNode", "PERMISSION_DENIED", zone=self.zone)
-        self._later(fault.lasts, self._resume_blocked)
+        self._later(fault.lasts, self.resume_blocked)
         return True, f"next create refused PERMISSION_DENIED; blocked jobs resumed {fault.lasts:.1f} s later"
 
-    def _resume_blocked(self) -> None:
+    def resume_blocked(self) -> None:
         """The operator granted the role: `ledger resume` each blocked job, as a person would."""
         if self.store_url is None:
             return
@@ -134,7 +135,7 @@ class Injector:
             timer.cancel()
         self._restore_capacity()
         self._end_outage()
-        self._resume_blocked()
+        self.resume_blocked()
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
