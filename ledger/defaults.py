@@ -20,6 +20,12 @@ def store_url() -> str:
 
 
 LOG_DIR = DATA_HOME / "logs"
+# Where reconcilers collect every attempt's logs (reconciler.joblogs): a directory they share,
+# or gs://bucket/prefix; bounded per log file and per job.
+LOG_ARCHIVE = DATA_HOME / "job-logs"
+LOG_MAX_FILE_MIB = 64
+LOG_MAX_JOB_MIB = 1024
+LOG_COLLECT_EVERY_S = 2.0
 SSH_KEY = DATA_HOME / "ssh" / "id_ecdsa"
 SSH_USER = "ledger"
 

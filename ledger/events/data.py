@@ -144,6 +144,19 @@ class Placement(_Part):
     kind: Opt[TpuKind] = UNSET
 
 
+class OverrideSignature(_Part):
+    """An operator's override signed with an SSH key (`ledger cancel --sign-with KEY`): the
+    exact statement signed and its armored OpenSSH signature, namespace
+    `tpu-ledger-override` (ledger.overrides), so anyone can check it again, with
+    `ssh-keygen -Y verify` too. `signer` is the principal the allowed-signers file gave the
+    key, `key` its fingerprint."""
+
+    signer: NonEmpty
+    key: NonEmpty
+    statement: NonEmpty
+    signature: NonEmpty
+
+
 def tpu(value: Mapping[str, Any]) -> Tpu:
     """A TPU dict (a plan's request, or as the fold read it back) as a checked `Tpu`."""
     return check(value, Tpu, "tpu")
@@ -222,6 +235,7 @@ class CancelRequested(EventData):
     reason: Opt[str] = UNSET
     by: Opt[str] = UNSET
     manual: Opt[bool] = UNSET
+    signed: Opt[OverrideSignature] = UNSET
     commit: Opt[str] = UNSET
     path: Opt[str] = UNSET
     blob: Opt[str] = UNSET
@@ -359,6 +373,7 @@ class _Recovery(EventData):
     rule: Opt[RecoveryRule] = UNSET
     reapply: Opt[bool] = UNSET
     kind: Opt[RecoveryCause] = UNSET
+    signed: Opt[OverrideSignature] = UNSET  # an operator's `ledger resume` / `rerun`, signed
 
 
 class Resumed(_Recovery):
@@ -390,6 +405,7 @@ class Admitted(EventData):
     reason: NonEmpty
     by: Opt[str] = UNSET
     manual: Opt[bool] = UNSET
+    signed: Opt[OverrideSignature] = UNSET
 
 
 class PolicyApplied(EventData):

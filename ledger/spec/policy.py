@@ -470,9 +470,23 @@ class FairShare(Section):
         return cls(half_life_hours=float(data["half_life_hours"]))
 
 
+@dataclass(frozen=True, slots=True)
+class Overrides(Section):
+    """The admins' overrides (`ledger cancel`, `admit`, `resume`, `rerun`): `signatures`
+    required = each must be signed by a key of ALLOWED_SIGNERS_PATH (ledger.overrides)."""
+
+    KEY: ClassVar[str] = "overrides"
+    signatures: bool = False
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(signatures=data["signatures"] == "required")
+
+
 def sharing_blocks(policy: Policy) -> dict[str, Any]:
-    """The blocks admission reads, as plain data that `sharing_policy` reads back (what a
-    reconciler records in the ledger: no webhook, no address, nothing but the sharing rules)."""
+    """The blocks admission reads, and whether overrides must be signed, as plain data that
+    `sharing_policy` reads back (what the ledger records: no webhook, no address, nothing but
+    the rules every reconciler and `ledger cancel` follow)."""
     def quota(q: Quota | None) -> dict[str, Any] | None:
         return None if q is None else {"chips": dict(q.chips), "chip_hours_per_week": dict(q.chip_hours_per_week)}
 
@@ -486,6 +500,8 @@ def sharing_blocks(policy: Policy) -> dict[str, Any]:
         "priorities": {"classes": dict(p.classes), "preempt": {k: sorted(v) for k, v in p.preempt.items()},
                        "spot_for_on_demand": p.spot_for_on_demand},
         "fair_share": {"half_life_hours": policy.fair_share.half_life_hours},
+        # Only when required, so the rules (and digests) of ledgers that never asked stay as they were.
+        **({"overrides": {"signatures": "required"}} if policy.overrides.signatures else {}),
     }
 
 
@@ -509,6 +525,7 @@ class Policy:
     quotas: Quotas = section(Quotas)
     priorities: Priorities = section(Priorities)
     fair_share: FairShare = section(FairShare)
+    overrides: Overrides = section(Overrides)
 
 
 SECTIONS: dict[str, type[Section]] = {f.name: f.metadata["section"] for f in fields(Policy)}
