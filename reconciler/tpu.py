@@ -350,14 +350,22 @@ class TpuApi:
             if kind_of(exc.failure) != "absent":
                 raise
             return not gone
-        try:
-            op.result(timeout=defaults.TPU_DELETE_WAIT_S)
-        except Exception as exc:
-            failure = exception_failure(exc, "DeleteNode", resource=path, in_operation=True)
-            if kind_of(failure) == "absent":
-                return True  # deleted by someone else (the queued resource's force delete) meanwhile
-            raise DeleteFailedError(f"deleting TPU {name} in {zone} failed: {summary(failure)}") from None
+        failure = self._wait(op.operation, "DeleteNode", defaults.TPU_DELETE_WAIT_S)
+        if failure is not None and kind_of(failure) != "absent":  # absent: the queued resource's force delete won
+            raise DeleteFailedError(f"deleting TPU {name} in {zone} failed: {summary(failure)}")
         return True
+
+    def _wait(self, op: Any, method: str, timeout: float) -> ApiFailure | None:
+        """Poll the operation `op` (as returned) through the choke point until it is done:
+        its error, or None. Not the client's own polling, which would bypass `_call`."""
+        deadline = time.monotonic() + timeout
+        while not op.done:
+            if time.monotonic() > deadline:
+                return ApiFailure("DEADLINE_EXCEEDED", f"operation {op.name} not done after {timeout:.0f} s", method=method,
+                                  in_operation=True, resource=op.name)
+            time.sleep(defaults.TPU_DELETE_POLL_S)
+            op = self._call("GetOperation", self.client.get_operation, request={"name": op.name}, resource=op.name)
+        return self._op_failure(op, method)
 
     def await_gone(self, zone: str, name: str, *, timeout: float = defaults.TPU_DELETE_WAIT_S) -> bool:
         """Wait while a deletion someone else asked for is under way: True once the node is
