@@ -53,7 +53,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     "rejected": frozenset({"", *TERMINAL, *LIVE}),
     "spec_updated": _ANY_LIVE,
     "cancel_requested": frozenset({*_ANY_LIVE, *TERMINAL}),
-    "queued": frozenset({*_ACQUIRING, *_IN_FLIGHT}),
+    "queued": frozenset({*_ACQUIRING, BLOCKED, *_IN_FLIGHT}),
     "provisioning": frozenset({*_ACQUIRING, *_IN_FLIGHT}),
     "provisioned": frozenset({PROVISIONING, QUEUED, *_IN_FLIGHT}),
     "provision_failed": frozenset({*_ACQUIRING, BLOCKED, *_IN_FLIGHT}),

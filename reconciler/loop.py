@@ -25,6 +25,7 @@ from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
+from ledger.usage.prices import POLICY_STREAM
 from ledger.usage.share import ShareMeter
 from ledger.usage.snapshot import load_usage, maybe_save_usage
 from reconciler import admission
@@ -138,6 +139,7 @@ class Reconciler:
         self.health = ZoneHealth()
         self.executor.on_api_failure = self._api_failed
         self._health_loaded = False
+        self._policy_version = -1
         if hasattr(tpu, "on_reconnect"):  # the endpoint came back: try the zones at once
             tpu.on_reconnect(self.health.wake)
 
@@ -296,11 +298,24 @@ class Reconciler:
                 log.warning("probe failed: %s", exc)
         return results
 
+    def _follow_policy_time(self) -> None:
+        """When the policy was last recorded (the `_policy` stream's newest event): a job the
+        TPU API blocked before then is tried again. Read only when that stream moved."""
+        store = self.store()
+        version = store.stream_version(POLICY_STREAM)
+        if version == self._policy_version:
+            return
+        self._policy_version = version
+        newest = store.read_stream(POLICY_STREAM, after_version=max(0, version - 1))
+        if newest and newest[-1].time != self.config.policy_since:
+            self.config = replace(self.config, policy_since=newest[-1].time)
+
     def step(self) -> list[Action]:
         """One pass; returns the actions it dispatched."""
         self._reap()
         if self.policy_source is not None:
             self._follow_policy(self.policy_source())
+        self._follow_policy_time()
         # Unfinished intents first, from the jobs' state alone: under a crash loop a process
         # may not live through the usage fold, the zone listing and the SSH probes.
         self._catch_up_jobs()

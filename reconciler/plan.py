@@ -144,8 +144,12 @@ def plan_job(
     if job.terminal:
         return _release(job, "job ended")
     s = job.state
-    if s == fold.BLOCKED:  # the API refused it for good: nothing until its spec changes or `ledger resume`
-        return _release(job, "blocked") if job.tpu is not None else None
+    if s == fold.BLOCKED:  # the API refused it for good: nothing until its spec or the policy changes, or `ledger resume`
+        if job.tpu is not None:
+            return _release(job, "blocked")
+        if config.policy_since and job.times.get("provision_failed", "") < config.policy_since:
+            return _record(job, ev.Queued(reason="the policy changed since the TPU API refused this job: trying again"))
+        return None
     if s == fold.CANCELLING:
         return Action("cancel", job.id, {"tpu": job.tpu, "stop": _may_run(job)}, "cancel requested")
     if s in (fold.PENDING, fold.QUEUED) and job.tpu is None or s == fold.RECOVERING and job.tpu is None:

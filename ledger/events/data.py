@@ -286,7 +286,7 @@ class ProvisionFailed(EventData):
     """The TPU API refused the job's TPU in a way trying again cannot fix (permission, an
     invalid argument, an unknown zone, runtime version or accelerator): the job is `blocked`
     (`reason` says why in one line, `api` is the API's answer) and makes no more calls until
-    its spec changes or someone runs `ledger resume`. `final` (written by older versions)
+    its spec or the policy changes or someone runs `ledger resume`. `final` (written by older versions)
     ended the job instead."""
 
     event_type: ClassVar[str] = "provision_failed"

@@ -69,3 +69,19 @@ def test_a_blocked_job_is_unblocked_by_a_new_spec_a_resume_or_a_cancel() -> None
     assert fold.evolve(blocked, "spec_updated", {"spec": SPEC, "spec_hash": "ab" * 8}).state == fold.PENDING
     assert fold.evolve(blocked, "resumed", {"attempt": 2, "restarts": 0, "rule": "manual"}).state == fold.RECOVERING
     assert fold.evolve(blocked, "cancel_requested", {}).state == fold.CANCELLING
+
+
+def test_a_blocked_job_is_tried_again_once_the_policy_changes() -> None:
+    """The planner: blocked before the policy in force was recorded -> queued to try again;
+    blocked after it -> nothing (no API call)."""
+    from reconciler.model import Observed, PlanConfig
+    from reconciler.plan import plan
+
+    blocked = fold.evolve(job_in(fold.PENDING), "provision_failed", {"reason": "PERMISSION_DENIED: ..."},
+                          time="2026-11-25T10:00:00.000000Z")
+    obs = Observed(now=0.0, zones=frozenset({"us-central2-b"}))
+    assert plan({"a/b": blocked}, obs, config=PlanConfig(policy_since="2026-11-25T09:00:00.000000Z")) == []
+    (action,) = plan({"a/b": blocked}, obs, config=PlanConfig(policy_since="2026-11-25T11:00:00.000000Z"))
+    (queued,) = action.params["events"]
+    assert action.kind == "record" and isinstance(queued, ev.Queued)
+    assert fold.evolve(blocked, "queued", queued.to_builtins()).state == fold.QUEUED
