@@ -56,3 +56,25 @@ def test_a_permission_error_says_what_was_denied_where_and_what_to_do() -> None:
 def test_a_failure_inside_the_operation_says_so() -> None:
     line = summary(ApiFailure("PERMISSION_DENIED", "denied", method="CreateNode", in_operation=True, resource="projects/P/locations/Z"))
     assert "(in the operation)" in line
+
+
+def test_a_ledger_holding_the_old_refused_create_verifies_and_its_job_can_be_resumed(tmp_path) -> None:
+    """What a reconciler before the fix wrote for a create refused outright: `provision_failed`
+    (final) while the job was `pending`. `ledger verify` called that ledger unsound for good;
+    the transition is legal now, so it verifies as it is, and `ledger resume` applies."""
+    from ledger.events import NewEvent, actor
+    from ledger.fold import FAILED_FINAL, replay
+    from ledger.spec import spec_hash
+    from ledger.store import open_store
+    from ledger.verify import verify_store
+
+    spec = {"tpu": {"accelerator": "v4-8", "zone": "us-nowhere1-a"}}
+    store = open_store(f"sqlite:///{tmp_path / 'ledger.db'}")
+    store.append("bob/zone", [NewEvent("submitted", {"spec": spec, "spec_hash": spec_hash(spec), "commit": "c0ffee00",
+                                                     "path": "jobs/bob/zone.yaml"}, actor("git", "bob"))])
+    store.append("bob/zone", [NewEvent("provision_failed", {"reason": "Google refused v4-8 in us-nowhere1-a: unknown zone",
+                                                            "final": True}, actor("reconciler", "old"))])
+    assert verify_store(store).ok
+    job = replay(store.read_all()).jobs["bob/zone"]
+    assert job.state == FAILED_FINAL and not job.anomalies
+    store.close()
