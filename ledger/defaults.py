@@ -104,5 +104,8 @@ TPU_DOWN_AFTER_S = 5.0
 # The gRPC channel reconnects on its own within this (grpc.max_reconnect_backoff_ms), and the
 # loop tries the zones at once when it does: work resumes within seconds of the API's return.
 TPU_RECONNECT_MAX_S = 2.0
+# An action the API refused in a way no planning step answers (a delete denied, say) is
+# tried again after a jittered backoff capped at this, not at every pass.
+TPU_ACTION_BACKOFF_MAX_S = 60.0
 # The stream of facts about the cloud rather than one job (job folds skip `_` streams).
 CLOUD_STREAM = "_cloud"

@@ -94,8 +94,9 @@ class Executor:
         # Host checks before every start (reconciler.doctor.Gate; wiring sets it): (store, job,
         # hosts, actor) -> (health, what cannot be repaired or None).
         self.doctor: Callable[[Any, JobState, list[Any], dict], tuple[str, str | None]] | None = None
-        # Told of every TPU API failure an action meets (the loop backs the zone off).
-        self.on_api_failure: Callable[[ApiFailure], None] | None = None
+        # Told of every TPU API failure an action meets, with its job (the loop backs the zone,
+        # or that job's actions, off).
+        self.on_api_failure: Callable[[str, ApiFailure], None] | None = None
 
     # -- entry ----------------------------------------------------------------------------
     def execute(self, action: Action, job: JobState | None) -> str:
@@ -161,8 +162,8 @@ class Executor:
         except Refused as exc:  # the API said no, and what that means is recorded
             events, outcome = exc.events, ev.ActionOutcome(action_id=action_id, action=kind, ok=False,
                                                            error=str(exc)[:2000], api=status(exc.failure))
-        except TpuCallError as exc:  # the API failed (transient): the loop backs off; nothing else to record
-            self._api_failed(exc.failure)
+        except TpuCallError as exc:  # the API failed: the loop backs off; nothing else to record
+            self._api_failed(job_id, exc.failure)
             events, outcome = [], ev.ActionOutcome(action_id=action_id, action=kind, ok=False,
                                                    error=str(exc)[:2000], api=status(exc.failure))
         except LedgerError as exc:
@@ -221,9 +222,9 @@ class Executor:
             raise Refused(exc.failure, events) from None
         return react.provisioned(job, p, answer)
 
-    def _api_failed(self, failure: ApiFailure) -> None:
+    def _api_failed(self, job_id: str, failure: ApiFailure) -> None:
         if self.on_api_failure is not None:
-            self.on_api_failure(failure)
+            self.on_api_failure(job_id, failure)
 
     def _provisioned(self, tpu: dict) -> Events:
         node = self.tpu.get_node(tpu["zone"], tpu["name"])

@@ -137,6 +137,9 @@ class Reconciler:
         )
         # Which zones' TPU API answers, and when a failing one is tried next.
         self.health = ZoneHealth()
+        # Jobs whose last action the API refused in a way the planner cannot answer: tried
+        # again after a jittered backoff capped at a minute (never recorded as an outage).
+        self.job_backoff = ZoneHealth(maximum=defaults.TPU_ACTION_BACKOFF_MAX_S, down_after=float("inf"))
         self.executor.on_api_failure = self._api_failed
         self._health_loaded = False
         self._policy_version = -1
@@ -215,11 +218,15 @@ class Reconciler:
                 since = parse_time(e.data["since"]).timestamp() if e.data.get("since") else now
                 self.health.recorded_down(zone, from_status(e.data.get("api") or {}), since, now)
 
-    def _api_failed(self, failure) -> None:
-        """An action met a failure of the API: a transient one backs its zone off."""
+    def _api_failed(self, job_id: str, failure) -> None:
+        """An action met a failure of the API: a transient one backs its zone off; any other
+        (a delete refused for good, say) backs that job's actions off, so a refusal no
+        planning step can fix costs one intent and outcome a step, not one a pass."""
         zone = zone_of(failure.resource)
         if zone and kind_of(failure) == "transient":
             self._record_change(self.health.failed(zone, failure, time.time()))
+        else:
+            self.job_backoff.failed(job_id, failure, time.time())
 
     def _record_change(self, change: Change | None) -> None:
         if change is None:
@@ -376,11 +383,13 @@ class Reconciler:
         job = self.state.jobs.get(action.job_id)
         job = job.copy() if job is not None else None  # the next catch-up folds in place
         key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
-        if key in self._in_flight:
+        if key in self._in_flight or not self.job_backoff.may_try(key, time.time()):
             return
 
         def run() -> str:
             result = self.executor.execute(action, job)
+            if not result.startswith("failed"):
+                self.job_backoff.succeeded(key, time.time())
             self.on_action(action, result)
             return result
 
@@ -392,7 +401,7 @@ class Reconciler:
                 del self._in_flight[key]
                 if (exc := fut.exception()) is not None:
                     if isinstance(exc, TpuCallError):
-                        self._api_failed(exc.failure)
+                        self._api_failed(key, exc.failure)
                     log.error("action on %s failed: %s", key, exc)
 
     @property

@@ -127,7 +127,6 @@ def test_an_outage_is_recorded_once_calls_back_off_and_work_resumes(harness: Har
     harness.submit(JOB, job_spec("sleep 3", setup={"modules": []}))
     rec = build(harness.settings())
     rec.health = ZoneHealth(initial=0.2, maximum=0.8, down_after=0.5)
-    rec.executor.on_api_failure = rec._api_failed
     rec.tpu.on_reconnect(rec.health.wake)
     try:
         deadline = time.monotonic() + 30
@@ -163,3 +162,32 @@ def test_an_outage_is_recorded_once_calls_back_off_and_work_resumes(harness: Har
     no_tracebacks(caplog)
     lines = [r.getMessage() for r in caplog.records if r.name == "tpu_ledger.reconciler" and "TPU API of zone" in r.getMessage()]
     assert len(lines) == 2, lines
+
+
+def test_a_delete_refused_for_good_is_retried_with_backoff_not_at_every_pass(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    harness.submit(JOB, job_spec("sleep 60", setup={"modules": []}))
+    rec = build(harness.settings())
+    try:
+        deadline = time.monotonic() + 30
+        while harness.job(JOB).state != fold.RUNNING and time.monotonic() < deadline:
+            rec.step()
+            rec.drain(10)
+        harness.emu.fail_calls("DeleteNode", "PERMISSION_DENIED", n=2)
+        harness.append(JOB, "cancel_requested", {"reason": "test"})
+        passes = 0
+        deadline = time.monotonic() + 30
+        while harness.job(JOB).state != fold.CANCELLED and time.monotonic() < deadline:
+            rec.step()
+            rec.drain(10)
+            passes += 1
+            time.sleep(0.05)
+        assert harness.job(JOB).state == fold.CANCELLED
+        store = open_store(harness.store_url)
+        refused = [e.data for e in store.read_stream(JOB) if e.type == "action_outcome" and not e.data["ok"]]
+        store.close()
+        assert len(refused) == 2 and all(o["api"]["code"] == "PERMISSION_DENIED" for o in refused)
+        assert passes > 2 * len(refused), "the refused delete was asked again at every pass"
+    finally:
+        rec.close()
+    harness.verify()
+    no_tracebacks(caplog)
