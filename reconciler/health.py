@@ -56,6 +56,12 @@ class ZoneHealth:
             z = self._zones.get(zone)
             return z is None or now >= z.next_try
 
+    def recorded(self, zone: str) -> bool:
+        """Is the zone's outage recorded (and logged) already?"""
+        with self._lock:
+            z = self._zones.get(zone)
+            return z is not None and z.recorded
+
     def failing(self) -> dict[str, ApiFailure]:
         with self._lock:
             return {zone: z.failure for zone, z in self._zones.items()}

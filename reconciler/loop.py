@@ -422,12 +422,12 @@ class Reconciler:
             if once:
                 self.drain(timeout=max(0.0, give_up - time.monotonic()) if give_up is not None else 600)
                 if give_up is not None and time.monotonic() >= give_up:
-                    return
+                    return self._unobserved()
                 if actions:
                     continue
                 self.catch_up()
                 if not awaiting(self.state.jobs, self.last_observed):
-                    return
+                    return self._unobserved()
                 stop.wait(min(self.interval, 0.5))
                 continue
             head = self.store().head()
@@ -436,6 +436,14 @@ class Reconciler:
             while not stop.is_set() and time.monotonic() < deadline:
                 if self.store().wait_for_append(head, min(0.25, self.interval)) > head:
                     break
+
+    def _unobserved(self) -> None:
+        """`--once` ends: one line for each zone whose API did not answer (its jobs were left
+        as they were), unless its outage is already recorded and logged."""
+        for zone, failure in sorted(self.health.failing().items()):
+            if not self.health.recorded(zone):
+                log.warning("TPU API of zone %s did not answer (%s): nothing was decided about its jobs; run again later",
+                            zone, summary(failure))
 
     def drain(self, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
