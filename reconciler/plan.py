@@ -15,7 +15,7 @@ from ledger import defaults, fold
 from ledger.events import data as ev
 from ledger.events import format_time, parse_time
 from ledger.fold import JobState
-from reconciler import admission, naming
+from reconciler import admission, naming, react
 from reconciler.model import (
     NODE_GONE_STATES,
     NODE_READY,
@@ -57,10 +57,37 @@ def plan(
             action = plan_job(job, observed, holders, jobs, config, adopted)
             if action is None and gate is not None and job.id in gate.preempt:
                 action = _record(job, admission.preemption(job, gate.preempt[job.id]))
-        if action is not None:
+        if action is not None and observed_for(action, observed):
             actions.append(action)
     actions.extend(collect_orphans(jobs, observed, config))
     return actions
+
+
+# Actions whose effect calls the TPU API (given a TPU of the job's own): a resolve of one
+# looks at reality through the API too.
+_API_KINDS = frozenset({"provision", "release", "cancel", "recover", "restart", "mark_provisioned", "collect_orphan"})
+
+
+def api_zone(action: Action) -> str | None:
+    """The zone whose TPU API `action` calls, or None when it calls none (a record, SSH steps,
+    a shared TPU handed back, a recovery on the same TPU)."""
+    kind, p = action.kind, action.params
+    if kind == "resolve":
+        intent = p.get("intent") or {}
+        kind, p = intent.get("action", ""), intent.get("params") or {}
+    if kind not in _API_KINDS:
+        return None
+    tpu = p.get("tpu") or {}
+    if not tpu or tpu.get("shared") or kind in ("recover", "restart") and not p.get("reapply"):
+        return None
+    return str(tpu.get("zone", ""))
+
+
+def observed_for(action: Action, obs: Observed) -> bool:
+    """No action is taken against a zone the loop could not observe this pass (its API is
+    down, or backing off): nothing would come of it but a failure to record."""
+    zone = api_zone(action)
+    return zone is None or zone in obs.zones
 
 
 def resolutions(
@@ -117,6 +144,12 @@ def plan_job(
     if job.terminal:
         return _release(job, "job ended")
     s = job.state
+    if s == fold.BLOCKED:  # the API refused it for good: nothing until its spec or the policy changes, or `ledger resume`
+        if job.tpu is not None:
+            return _release(job, "blocked")
+        if config.policy_since and job.times.get("provision_failed", "") < config.policy_since:
+            return _record(job, ev.Queued(reason="the policy changed since the TPU API refused this job: trying again"))
+        return None
     if s == fold.CANCELLING:
         return Action("cancel", job.id, {"tpu": job.tpu, "stop": _may_run(job)}, "cancel requested")
     if s in (fold.PENDING, fold.QUEUED) and job.tpu is None or s == fold.RECOVERING and job.tpu is None:
@@ -165,6 +198,11 @@ def _acquire(
             reason = f"shared TPU {want['name']} goes to {first} first"
             return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
         return _record(job, ev.Provisioning(attempt=max(job.attempt, 1), tpu=ev.tpu(want)))
+    refusal = obs.refused.get(want["zone"])
+    if refusal is not None:  # the API will not even list the zone (a permission, an unknown zone)
+        return _record(job, *react.refused(job, want, refusal))
+    if want["zone"] not in obs.zones:
+        return None  # its API is not answering: ask nothing of it
     if job.state == fold.QUEUED and job.queued_count:
         delay = min(config.queued_retry_s * 2 ** (job.queued_count - 1), config.queued_retry_max_s)
         since = _age(job, "queued", obs.now)
@@ -194,6 +232,10 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
     if job.tpu.get("kind") == "queued_resource":
         qr = obs.queued.get(name)
         if qr is not None and qr.state in QR_LOST_STATES:
+            if qr.state == "FAILED" and qr.error is not None:
+                action = _release(job, f"queued resource failed: {qr.message or qr.error.code}", next_step="retry")
+                assert action is not None
+                return Action(action.kind, action.job_id, {**action.params, "refused": react.failure_params(qr.error)}, action.reason)
             if qr.state == "FAILED":
                 return _release(job, f"queued resource failed: {qr.message or 'no reason given'}", next_step="retry")
             return _record(job, ev.Preempted(tpu_state=qr.state, reason=f"queued resource {name} is {qr.state}", attempt=job.attempt))
@@ -215,15 +257,18 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
 
 
 def _vanished(job: JobState, obs: Observed, config: PlanConfig) -> Action | None:
-    # The create was accepted but nothing is there: give the API a moment, then try again.
+    """The create was accepted but nothing is there. Its operation says why, when it ended
+    in an error (a stockout, a permission, ...); else give the API a moment, then try again."""
+    assert job.tpu is not None
+    op = obs.operations.get(job.operation) if job.operation else None
+    if op is not None and op.done and op.error is not None:
+        return _record(job, *react.lost_create(job, job.tpu, op.error))
+    if op is not None and not op.done:
+        return None  # still being created (the listing raced it)
     age = _age(job, "provisioning", obs.now)
     if age is not None and age < 30:
         return None
-    assert job.tpu is not None
-    return _record(
-        job, ev.Released(tpu=ev.tpu(job.tpu), reason="vanished while provisioning"),
-        ev.Queued(reason=f"TPU {job.tpu['name']} vanished while provisioning; retrying"),
-    )
+    return _record(job, *react.lost_create(job, job.tpu, None))
 
 
 def _suspect_age(job_id: str, obs: Observed) -> float | None:
@@ -414,7 +459,7 @@ def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
     listing queued resources worth an API call."""
     zones = set()
     for j in jobs.values():
-        if j.terminal and j.tpu is None:
+        if (j.terminal or j.state == fold.BLOCKED) and j.tpu is None:
             continue
         tpu = j.tpu or {}
         want = j.spec.get("tpu") or {}
@@ -424,10 +469,22 @@ def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
 
 
 def zones_in_use(jobs: Mapping[str, JobState]) -> set[str]:
+    """Zones worth listing: where a job holds a TPU or a live job wants one (a blocked job
+    asks nothing until it is unblocked)."""
     zones = set()
     for j in jobs.values():
         if j.tpu and j.tpu.get("zone"):
             zones.add(j.tpu["zone"])
-        elif not j.terminal and (j.spec.get("tpu") or {}).get("zone"):
+        elif not j.terminal and j.state != fold.BLOCKED and (j.spec.get("tpu") or {}).get("zone"):
             zones.add(j.spec["tpu"]["zone"])
     return zones
+
+
+def unseen_creates(jobs: Mapping[str, JobState], obs: Observed) -> list[str]:
+    """The operations of creates whose TPU the listing of an observed zone does not show:
+    asking them says whether the create failed, and why (a stockout, a permission)."""
+    return sorted(
+        j.operation for j in jobs.values()
+        if j.state == fold.PROVISIONING and j.operation and j.tpu and not j.pending_action
+        and j.tpu.get("kind") != "queued_resource" and j.tpu.get("zone") in obs.zones and j.tpu["name"] not in obs.nodes
+    )
