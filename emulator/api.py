@@ -9,6 +9,7 @@ anything the other does not, so both speak for the same `Cloud`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import grpc
 from google.cloud.location import locations_pb2
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
-from google.protobuf import empty_pb2
+from google.protobuf import empty_pb2, json_format
 
 from emulator.cloud import ApiError, Cloud, parse_parent
 from ledger import tpu_types
@@ -33,11 +34,17 @@ class Method:
 
 
 def _page(items: list[Any], size: int, token: str) -> tuple[list[Any], str]:
-    start = int(token) if token.isdigit() else 0
+    """One page: a token is one this API handed out (the offset of the next item), else refused."""
+    if token and not (token.isdigit() and 0 < int(token) <= len(items)):
+        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid page token: {token!r}", reason="INVALID_PAGE_TOKEN")
+    start = int(token) if token else 0
     if size <= 0:
         return items[start:], ""
     end = start + size
     return items[start:end], (str(end) if end < len(items) else "")
+
+
+_CONFIG_TYPE = {"v2": 2, "v3": 4, "v4": 7, "v5litepod": 9, "v5p": 10, "v6e": 11}  # AcceleratorConfig.Type
 
 
 def _accelerator_types(parent: str) -> list[Any]:
@@ -45,14 +52,51 @@ def _accelerator_types(parent: str) -> list[Any]:
     out = []
     for t in tpu_types.all_types():
         if tpu_types.zone_offers(zone, t.family):
-            msg = T.AcceleratorType.pb()(name=f"{parent}/acceleratorTypes/{t.name}", type_=t.name)
+            config = T.AcceleratorConfig.pb()(type_=_CONFIG_TYPE[t.family], topology=tpu_types.topology(t))
+            msg = T.AcceleratorType.pb()(name=f"{parent}/acceleratorTypes/{t.name}", type_=t.name, accelerator_configs=[config])
             out.append(msg)
     return out
 
 
 def _runtime_versions(parent: str) -> list[Any]:
-    parse_parent(parent)
-    return [T.RuntimeVersion.pb()(name=f"{parent}/runtimeVersions/{v}", version=v) for v in tpu_types.RUNTIME_VERSIONS]
+    _, zone = parse_parent(parent)
+    return [T.RuntimeVersion.pb()(name=f"{parent}/runtimeVersions/{v}", version=v) for v in tpu_types.runtime_versions(zone)]
+
+
+_TERM = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=|!=|:)\s*"?([^"]*?)"?\s*$')
+
+
+def _filtered(items: list[Any], expression: str) -> list[Any]:
+    """AIP-160's simplest form, what gcloud sends: terms `field=value` (`!=`, `:` has) joined
+    by AND, on the message's fields by their JSON or proto names. Anything else is refused."""
+    if not expression.strip():
+        return items
+    terms = []
+    for part in re.split(r"\s+AND\s+", expression.strip()):
+        m = _TERM.match(part)
+        if m is None:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid filter: {expression!r}", reason="INVALID_FILTER")
+        terms.append(m.groups())
+
+    def value(item: Any, path: str) -> str:
+        data = json_format.MessageToDict(item, preserving_proto_field_name=True)
+        camel = json_format.MessageToDict(item)
+        for source in (data, camel):
+            node: Any = source
+            for key in path.split("."):
+                node = node.get(key) if isinstance(node, dict) else None
+            if node is not None:
+                return str(node)
+        return ""
+
+    def keep(item: Any) -> bool:
+        for field, op, want in terms:
+            got = value(item, field)
+            if op == "=" and got != want or op == "!=" and got == want or op == ":" and want not in got:
+                return False
+        return True
+
+    return [item for item in items if keep(item)]
 
 
 def _get_named(items: list[Any], name: str) -> Any:
@@ -76,11 +120,11 @@ def services(cloud: Cloud) -> dict[str, dict[str, Method]]:
         return T.ListQueuedResourcesResponse.pb()(queued_resources=items, next_page_token=token)
 
     def list_accel(req):
-        items, token = _page(_accelerator_types(req.parent), req.page_size, req.page_token)
+        items, token = _page(_filtered(_accelerator_types(req.parent), req.filter), req.page_size, req.page_token)
         return T.ListAcceleratorTypesResponse.pb()(accelerator_types=items, next_page_token=token)
 
     def list_runtimes(req):
-        items, token = _page(_runtime_versions(req.parent), req.page_size, req.page_token)
+        items, token = _page(_filtered(_runtime_versions(req.parent), req.filter), req.page_size, req.page_token)
         return T.ListRuntimeVersionsResponse.pb()(runtime_versions=items, next_page_token=token)
 
     def guest(req):
@@ -106,7 +150,7 @@ def services(cloud: Cloud) -> dict[str, dict[str, Method]]:
     def list_locations(req):
         project = req.name.split("/")[1] if req.name.startswith("projects/") else "-"
         locs = [locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in tpu_types.all_zones()]
-        items, token = _page(locs, req.page_size, req.page_token)
+        items, token = _page(_filtered(locs, req.filter), req.page_size, req.page_token)
         return locations_pb2.ListLocationsResponse(locations=items, next_page_token=token)
 
     def get_location(req):
@@ -147,7 +191,16 @@ def services(cloud: Cloud) -> dict[str, dict[str, Method]]:
         "GetLocation": Method(get_location, locations_pb2.GetLocationRequest, locations_pb2.Location),
     }
     return {
-        "google.cloud.tpu.v2.Tpu": tpu,
-        "google.longrunning.Operations": ops,
-        "google.cloud.location.Locations": locations,
+        service: {name: Method(_gated(cloud, name, m.call), m.request, m.response) for name, m in methods.items()}
+        for service, methods in (("google.cloud.tpu.v2.Tpu", tpu), ("google.longrunning.Operations", ops),
+                                 ("google.cloud.location.Locations", locations))
     }
+
+
+def _gated(cloud: Cloud, name: str, call: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`call`, answered first by an outage or a fault armed for `name` (Cloud.gate)."""
+    def gated(request: Any) -> Any:
+        cloud.gate(name, request)
+        return call(request)
+
+    return gated

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
-from google.rpc import status_pb2
+from google.rpc import error_details_pb2, status_pb2
 
 from emulator.hosts import Acceptor, SSHHost, new_host_key, parse_ssh_keys
 from emulator.scheduler import Scheduler
@@ -53,13 +54,67 @@ _ACCEL_CONFIG_FAMILY = {
 _FAMILY_CONFIG_TYPE = {v: k for k, v in _ACCEL_CONFIG_FAMILY.items()}
 
 
-class ApiError(Exception):
-    """An error as the API returns it: a gRPC status code and Google's kind of message."""
+# google.rpc.ErrorInfo the emulator attaches by code, as Google's front end does
+# (reason, domain); a fault may name its own reason.
+_INFO = {
+    "PERMISSION_DENIED": ("IAM_PERMISSION_DENIED", "iam.googleapis.com"),
+    "UNAUTHENTICATED": ("ACCESS_TOKEN_EXPIRED", "googleapis.com"),
+}
+# What the API says for each code a fault can inject (Google's wording where it is known).
+FAULT_MESSAGES = {
+    "UNAVAILABLE": "The service is currently unavailable.",
+    "DEADLINE_EXCEEDED": "Deadline exceeded.",
+    "INTERNAL": "Internal error. Please try again.",
+    "ABORTED": "The operation was aborted: concurrent modification. Please try again.",
+    "CANCELLED": "The operation was cancelled.",
+    "RESOURCE_EXHAUSTED": 'There is no more capacity in the zone; you can try in another zone where Cloud TPU Nodes are offered',
+    "PERMISSION_DENIED": "Permission '{permission}' denied on resource '{resource}' (or it may not exist).",
+    "UNAUTHENTICATED": "Request had invalid authentication credentials. Expected OAuth 2 access token.",
+    "INVALID_ARGUMENT": "Invalid value for field 'node.runtime_version'.",
+    "NOT_FOUND": "Location '{resource}' was not found.",
+    "ALREADY_EXISTS": "Resource already exists.",
+    "FAILED_PRECONDITION": "Precondition check failed.",
+}
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+
+class ApiError(Exception):
+    """An error as the API returns it: a gRPC status code, Google's kind of message, and the
+    google.rpc.ErrorInfo (reason, domain, metadata) sent in the status's details."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, reason: str = "", domain: str = "",
+                 metadata: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        default = _INFO.get(code.name, (code.name, "tpu.googleapis.com"))
+        self.reason = reason or default[0]
+        self.domain = domain or default[1]
+        self.metadata = dict(metadata or {})
+
+    def status(self) -> status_pb2.Status:
+        """As google.rpc.Status, with its ErrorInfo in `details` (gRPC trailers, REST body, operations)."""
+        info = error_details_pb2.ErrorInfo(reason=self.reason, domain=self.domain, metadata=self.metadata)
+        return status_pb2.Status(code=self.code.value[0], message=self.message, details=[_pack(info)])
+
+
+def fault_error(code: str, method: str, resource: str, *, reason: str = "", message: str | None = None) -> ApiError:
+    """The error a fault injects for `method` on `resource`, worded as the API would."""
+    status = grpc.StatusCode[code]
+    permission = tpu_types.PERMISSIONS.get(method, "tpu.nodes.get")
+    text = message or FAULT_MESSAGES.get(code, f"{code}.").format(permission=permission, resource=resource)
+    metadata = {"permission": permission, "resource": resource} if code == "PERMISSION_DENIED" else {}
+    if code == "RESOURCE_EXHAUSTED" and reason == "QUOTA_EXCEEDED" and message is None:
+        text = f"Quota limit 'TPUV4PodPerProjectPerZoneForTPUAPI' has been exceeded for {resource}."
+    return ApiError(status, text, reason=reason, metadata=metadata)
+
+
+def _zone_in(request: Any) -> str:
+    """The zone a request names (its parent or name), or ""."""
+    for attr in ("parent", "name"):
+        m = re.search(r"/locations/([^/]+)", getattr(request, attr, "") or "")
+        if m:
+            return m.group(1)
+    return ""
 
 
 @dataclass
@@ -131,8 +186,41 @@ def _split_name(name: str, collection: str) -> tuple[str, str, str]:
     return m.group(1), m.group(2), m.group(3)
 
 
+# A call that hangs in an outage is answered (UNAVAILABLE) after this long at most, so a
+# forgotten outage never holds the server's threads for good.
+_HANG_LIMIT_S = 600.0
+
+
+def _fault_code(code: str) -> grpc.StatusCode:
+    try:
+        return grpc.StatusCode[code]
+    except KeyError:
+        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown status code {code!r}: one of {', '.join(FAULT_MESSAGES)}") from None
+
+
 def _not_found(name: str) -> ApiError:
     return ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{name}' was not found")
+
+
+def _fill_defaults(pb: Any, project: str, zone: str, index: int) -> None:
+    """What the real API always returns on a node, filled where the request left it out."""
+    region = zone.rsplit("-", 1)[0]
+    given = pb.HasField("network_config")
+    net = pb.network_config
+    if not net.network:
+        net.network = f"projects/{project}/global/networks/default"
+    if not net.subnetwork:
+        net.subnetwork = f"projects/{project}/regions/{region}/subnetworks/default"
+    if not given:
+        net.enable_external_ips = True
+    pb.scheduling_config.SetInParent()
+    pb.shielded_instance_config.SetInParent()
+    if not pb.cidr_block:
+        pb.cidr_block = f"10.{128 + index // 256 % 64}.{index % 256}.0/29"
+    if not pb.service_account.email:
+        pb.service_account.email = f"{zlib.crc32(project.encode()):012d}-compute@developer.gserviceaccount.com"
+    if not pb.service_account.scope:
+        pb.service_account.scope.append("https://www.googleapis.com/auth/cloud-platform")
 
 
 class Cloud:
@@ -151,6 +239,9 @@ class Cloud:
         self._capacity: dict[tuple[str, str, str | None], int] = {}
         self._fail_creations: list[dict[str, Any]] = []
         self._fail_next: dict[str, Any] | None = None
+        self._call_faults: list[dict[str, Any]] = []
+        self._outage: str | None = None
+        self._outage_over = threading.Event()
         self._create_delay: float | None = None
         self.faults: list[dict[str, Any]] = []
         self._faults_path = state_dir / "faults.jsonl"
@@ -188,14 +279,14 @@ class Cloud:
         self._ops[op.name] = op
         return op
 
-    def _finish_op(self, op, response=None, error: tuple[grpc.StatusCode, str] | None = None) -> None:
+    def _finish_op(self, op, response=None, error: ApiError | None = None) -> None:
         with self._lock:
             meta = OperationMetadataPb()
             op.metadata.Unpack(meta)
             meta.end_time.CopyFrom(_now_ts())
             op.metadata.CopyFrom(_pack(meta))
             if error is not None:
-                op.error.CopyFrom(status_pb2.Status(code=error[0].value[0], message=error[1]))
+                op.error.CopyFrom(error.status())
             else:
                 op.response.CopyFrom(_pack(response if response is not None else empty_pb2.Empty()))
             op.done = True
@@ -229,6 +320,14 @@ class Cloud:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Accelerator type '{name}' is not available in zone '{zone}'; zones offering {accel.family}: {', '.join(tpu_types.ZONES[accel.family])}.")
         if not node.runtime_version:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Field 'runtime_version' is required")
+        if node.runtime_version not in tpu_types.runtime_versions(zone):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid value for field 'runtime_version': '{node.runtime_version}'. "
+                           f"Runtime version not found in zone {zone}.", reason="RUNTIME_VERSION_NOT_FOUND")
+        if not tpu_types.runtime_fits(node.runtime_version, accel.family):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Runtime version '{node.runtime_version}' does not support "
+                           f"accelerator type '{name}'; use one of: "
+                           f"{', '.join(v for v in tpu_types.runtime_versions(zone) if tpu_types.runtime_fits(v, accel.family))}.",
+                           reason="RUNTIME_VERSION_INCOMPATIBLE")
         return accel
 
     def _check_node_id(self, node_id: str) -> None:
@@ -257,7 +356,8 @@ class Cloud:
         return True
 
     def _no_capacity(self, zone: str) -> ApiError:
-        return ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)')
+        return ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)',
+                        reason="STOCKOUT")
 
     # ---------------------------------------------------------------- nodes: reads
     def _node(self, name: str) -> _Node:
@@ -274,7 +374,7 @@ class Cloud:
             return out
 
     def list_nodes(self, parent: str) -> list[Any]:
-        project, zone = parse_parent(parent)
+        project, zone = self._known_parent(parent)
         with self._lock:
             out = []
             for rec in self._nodes.values():
@@ -283,6 +383,13 @@ class Cloud:
                     c.CopyFrom(rec.pb)
                     out.append(c)
             return sorted(out, key=lambda n: n.name)
+
+    def _known_parent(self, parent: str) -> tuple[str, str]:
+        project, zone = parse_parent(parent)
+        if zone != "-" and zone not in tpu_types.all_zones():
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"Location '{parent}' was not found (no Cloud TPU zone {zone!r}).",
+                           reason="LOCATION_NOT_FOUND")
+        return project, zone
 
     # ---------------------------------------------------------------- nodes: create
     def create_node(self, parent: str, node_id: str, node):
@@ -296,11 +403,11 @@ class Cloud:
             op = self._new_op(project, zone, "create", name)
             fault = self._take_fail_next("create", name)
             if fault is not None:
-                self._later(self._creation_delay(), lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
+                self._later(self._creation_delay(), lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
             if not self._fits(zone, accel, pricing=pricing_of(node)):
                 # a stock-out is reported in the operation, already done when it is returned
-                self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(zone).message))
+                self._finish_op(op, error=self._no_capacity(zone))
                 return op
             self._add_node(name, project, zone, node, accel, op=op)
             return op
@@ -318,6 +425,8 @@ class Cloud:
         pb.id = self._rng.getrandbits(62)
         pb.api_version = cloud_tpu.Node.ApiVersion.V2
         pb.accelerator_config.type_ = _FAMILY_CONFIG_TYPE[accel.family]
+        pb.accelerator_config.topology = tpu_types.topology(accel)
+        _fill_defaults(pb, project, zone, len(self._nodes))
         pb.ClearField("network_endpoints")
         if qr:
             pb.queued_resource = qr
@@ -345,10 +454,13 @@ class Cloud:
                 if self._nodes.get(name) is rec and rec.pb.state == S.CREATING:
                     del self._nodes[name]
                 self.record_fault("creation_failed", node=name, zone=rec.zone, code=fail["code"].name)
+            error = fault_error(fail["code"].name, "CreateQueuedResource" if rec.qr else "CreateNode",
+                                f"projects/{rec.project}/locations/{rec.zone}", reason=fail.get("reason", ""),
+                                message=fail["message"])
             if op is not None:
-                self._finish_op(op, error=(fail["code"], fail["message"]))
+                self._finish_op(op, error=error)
             if rec.qr:
-                self._qr_failed(rec.qr, fail["code"], fail["message"])
+                self._qr_failed(rec.qr, error)
             return
         with self._lock:
             if self._nodes.get(name) is not rec or rec.pb.state != S.CREATING:
@@ -433,7 +545,7 @@ class Cloud:
             op = self._new_op(rec.project, rec.zone, "delete", name)
             fault = self._take_fail_next("delete", name)
             if fault is not None:
-                self._later(self.timings.delete, lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
+                self._later(self.timings.delete, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
             rec.pb.state = S.DELETING
             hosts, rec.hosts = rec.hosts, []
@@ -452,12 +564,15 @@ class Cloud:
     def stop_node(self, name: str):
         with self._lock:
             rec = self._node(name)
+            if rec.accel.hosts > 1:  # the API's own description: stop is for single TPU nodes only
+                raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Node '{name}' is a multi-host slice ({rec.accel.name}, "
+                               f"{rec.accel.hosts} hosts): stop is only available for single TPU nodes")
             if rec.pb.state != S.READY:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"Node '{name}' is {S(rec.pb.state).name}; only a READY node can be stopped")
             op = self._new_op(rec.project, rec.zone, "stop", name)
             fault = self._take_fail_next("stop", name)
             if fault is not None:
-                self._later(self.timings.stop, lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
+                self._later(self.timings.stop, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
             rec.pb.state = S.STOPPING
             hosts = list(rec.hosts)
@@ -482,10 +597,10 @@ class Cloud:
             op = self._new_op(rec.project, rec.zone, "start", name)
             fault = self._take_fail_next("start", name)
             if fault is not None:
-                self._later(self.timings.start, lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
+                self._later(self.timings.start, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
             if not self._fits(rec.zone, rec.accel, pricing=pricing_of(rec.pb)):
-                self._finish_op(op, error=(grpc.StatusCode.RESOURCE_EXHAUSTED, self._no_capacity(rec.zone).message))
+                self._finish_op(op, error=self._no_capacity(rec.zone))
                 return op
             rec.pb.state = S.STARTING
 
@@ -561,7 +676,7 @@ class Cloud:
             return out
 
     def list_queued_resources(self, parent: str) -> list[Any]:
-        project, zone = parse_parent(parent)
+        project, zone = self._known_parent(parent)
         with self._lock:
             out = []
             for rec in self._qrs.values():
@@ -615,7 +730,7 @@ class Cloud:
             op = self._new_op(project, zone, "create", name)
             fault = self._take_fail_next("create", name)
             if fault is not None:
-                self._later(self.timings.queue_step, lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
+                self._later(self.timings.queue_step, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
             pb = QueuedResourcePb()
             pb.CopyFrom(qr)
@@ -687,12 +802,12 @@ class Cloud:
             if all((n := self._nodes.get(name)) is not None and n.pb.state == S.READY for name, _, _ in q.specs):
                 self._set_qr_state(q, Q.ACTIVE)
 
-    def _qr_failed(self, qr_name: str, code: grpc.StatusCode, message: str) -> None:
+    def _qr_failed(self, qr_name: str, error: ApiError) -> None:
         with self._lock:
             q = self._qrs.get(qr_name)
             if q is None or q.pb.state.state != Q.PROVISIONING:
                 return
-            self._set_qr_state(q, Q.FAILED, error=status_pb2.Status(code=code.value[0], message=message))
+            self._set_qr_state(q, Q.FAILED, error=error.status())
             doomed = [self._nodes.pop(n) for n, _, _ in q.specs if n in self._nodes]
         self._stop_hosts([h for r in doomed for h in r.hosts])
         self._pump_queue()
@@ -720,7 +835,7 @@ class Cloud:
             op = self._new_op(q.project, q.zone, "delete", name)
             fault = self._take_fail_next("delete", name)
             if fault is not None:
-                self._later(self.timings.delete, lambda: self._finish_op(op, error=(fault["code"], fault["message"])))
+                self._later(self.timings.delete, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
             self._set_qr_state(q, Q.DELETING, cloud_tpu.QueuedResourceState.StateInitiator.USER)
             for n in nodes:
@@ -947,11 +1062,66 @@ class Cloud:
         run(0.0)
         return len(steps)
 
-    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None) -> None:
-        """The next `n` node creations (in `zone`, or any) fail after the creation delay."""
+    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None,
+                       reason: str = "") -> None:
+        """The next `n` node creations (in `zone`, or any) fail after the creation delay: the
+        call is accepted and its operation (or the queued resource) ends in this error."""
+        status = _fault_code(code)
         with self._lock:
-            self._fail_creations.append({"remaining": int(n), "zone": zone, "code": grpc.StatusCode[code], "message": message or "Internal error: the TPU could not be created. Please try again."})
-            self.record_fault("fail_creations", n=n, zone=zone, code=code)
+            default = "Internal error: the TPU could not be created. Please try again." if code == "INTERNAL" else None
+            self._fail_creations.append({"remaining": int(n), "zone": zone, "code": status, "message": message or default,
+                                         "reason": reason})
+            self.record_fault("fail_creations", n=n, zone=zone, code=code, reason=reason)
+
+    def fail_calls(self, method: str, code: str, *, n: int = 1, zone: str | None = None, reason: str = "",
+                   message: str | None = None) -> None:
+        """The next `n` calls of `method` ("CreateNode", or "*" for any; in `zone`, or any)
+        are refused with `code`, as the API refuses a request before accepting it."""
+        _fault_code(code)
+        with self._lock:
+            self._call_faults.append({"method": method, "code": code, "remaining": int(n), "zone": zone,
+                                      "reason": reason, "message": message})
+            self.record_fault("fail_calls", method=method, code=code, n=n, zone=zone, reason=reason)
+
+    def outage(self, mode: str | None) -> None:
+        """The whole API (gRPC and REST) goes down: "refuse" answers every call UNAVAILABLE,
+        "hang" answers none until the outage ends; None (or "off") ends it."""
+        mode = None if mode in (None, "", "off") else mode
+        if mode not in (None, "refuse", "hang"):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "outage mode must be refuse, hang or off")
+        with self._lock:
+            self._outage = mode
+            if mode is None:
+                self._outage_over.set()
+            else:
+                self._outage_over.clear()
+            self.record_fault("outage", mode=mode or "off")
+
+    def gate(self, method: str, request: Any) -> None:
+        """Before every API call: an outage or an armed fault answers instead of the method."""
+        with self._lock:
+            mode = self._outage
+            if mode is None:
+                fault = self._take_call_fault(method, _zone_in(request))
+        if mode == "hang":
+            self._outage_over.wait(_HANG_LIMIT_S)
+            mode = self._outage
+        if mode == "refuse" or mode == "hang":
+            raise ApiError(grpc.StatusCode.UNAVAILABLE, "The service is currently unavailable.", reason="SERVICE_UNAVAILABLE",
+                           domain="googleapis.com")
+        if mode is None and fault is not None:
+            resource = getattr(request, "parent", "") or getattr(request, "name", "")
+            raise fault_error(fault["code"], method, resource, reason=fault["reason"], message=fault["message"])
+
+    def _take_call_fault(self, method: str, zone: str) -> dict[str, Any] | None:
+        for i, f in enumerate(self._call_faults):
+            if f["method"] in ("*", method) and f["zone"] in (None, zone):
+                f["remaining"] -= 1
+                if f["remaining"] <= 0:
+                    del self._call_faults[i]
+                self.record_fault("call_refused", method=method, code=f["code"], zone=zone)
+                return f
+        return None
 
     def slow_creations(self, seconds: float | None) -> None:
         """Creations take `seconds` from now on; None restores the configured timing."""

@@ -1,8 +1,9 @@
 """The control API over HTTP+JSON on localhost, for `ledger emulator preempt ...` and friends.
 
 POST /v1/<verb> with a JSON object of keyword arguments; GET /v1/faults, /v1/status.
-Verbs: preempt, maintenance, capacity, capacity-schedule, kill-host, fail-creations, slow-creations,
-fail-next-operation, and the host-hygiene faults stale-process, stale-lock, unmount, fill-disk. Answers are JSON; an error is {"error": message, "code": name} with
+Verbs: preempt, maintenance, capacity, capacity-schedule, kill-host, fail-creations (in the operation),
+fail-calls (in the call), outage (refuse | hang | off), slow-creations, fail-next-operation,
+and the host-hygiene faults stale-process, stale-lock, unmount, fill-disk. Answers are JSON; an error is {"error": message, "code": name} with
 HTTP 400 (bad request) or 404 (no such node).
 """
 
@@ -26,7 +27,11 @@ def _verbs(cloud: Cloud) -> dict[str, Any]:
         "capacity": lambda a: cloud.set_capacity(a["zone"], a["family"], a.get("chips"), a.get("pricing")),
         "capacity-schedule": lambda a: {"steps": cloud.capacity_schedule(list(a.get("steps") or []), repeat_s=a.get("repeat_s"))},
         "kill-host": lambda a: cloud.kill_host(a["node"], int(a["worker"])),
-        "fail-creations": lambda a: cloud.fail_creations(int(a.get("n", 1)), zone=a.get("zone"), code=a.get("code", "INTERNAL"), message=a.get("message")),
+        "fail-creations": lambda a: cloud.fail_creations(int(a.get("n", 1)), zone=a.get("zone"), code=a.get("code", "INTERNAL"),
+                                                         message=a.get("message"), reason=a.get("reason", "")),
+        "fail-calls": lambda a: cloud.fail_calls(a.get("method", "*"), a["code"], n=int(a.get("n", 1)), zone=a.get("zone"),
+                                                 reason=a.get("reason", ""), message=a.get("message")),
+        "outage": lambda a: cloud.outage(a.get("mode")),
         "slow-creations": lambda a: cloud.slow_creations(a.get("seconds")),
         "fail-next-operation": lambda a: cloud.fail_next_operation(a.get("code", "INTERNAL"), a.get("message")),
         "stale-process": lambda a: cloud.host_fault("stale_process", a["node"], int(a.get("worker", 0)),
@@ -112,8 +117,14 @@ class ControlClient:
     def kill_host(self, node: str, worker: int) -> None:
         self._call("POST", "/v1/kill-host", {"node": node, "worker": worker})
 
-    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL") -> None:
-        self._call("POST", "/v1/fail-creations", {"n": n, "zone": zone, "code": code})
+    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", reason: str = "") -> None:
+        self._call("POST", "/v1/fail-creations", {"n": n, "zone": zone, "code": code, "reason": reason or None})
+
+    def fail_calls(self, method: str, code: str, *, n: int = 1, zone: str | None = None, reason: str = "") -> None:
+        self._call("POST", "/v1/fail-calls", {"method": method, "code": code, "n": n, "zone": zone, "reason": reason or None})
+
+    def outage(self, mode: str | None) -> None:
+        self._call("POST", "/v1/outage", {"mode": mode or "off"})
 
     def slow_creations(self, seconds: float | None) -> None:
         self._call("POST", "/v1/slow-creations", {"seconds": seconds})

@@ -207,8 +207,16 @@ class Emulator:
     def fill_disk(self, node: str, worker: int, free: int | None = 0) -> None:
         self._cloud().host_fault("fill_disk", node, worker, free=free)
 
-    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None) -> None:
-        self._cloud().fail_creations(n, zone=zone, code=code, message=message)
+    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None,
+                       reason: str = "") -> None:
+        self._cloud().fail_creations(n, zone=zone, code=code, message=message, reason=reason)
+
+    def fail_calls(self, method: str, code: str, *, n: int = 1, zone: str | None = None, reason: str = "",
+                   message: str | None = None) -> None:
+        self._cloud().fail_calls(method, code, n=n, zone=zone, reason=reason, message=message)
+
+    def outage(self, mode: str | None) -> None:
+        self._cloud().outage(mode)
 
     def slow_creations(self, seconds: float | None) -> None:
         self._cloud().slow_creations(seconds)

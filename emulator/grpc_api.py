@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from grpc_status import rpc_status
 
 from emulator.api import Method, services
 from emulator.cloud import ApiError, Cloud
@@ -32,7 +33,7 @@ def _wrap(fn: Callable[[Any], Any]) -> Callable[[Any, grpc.ServicerContext], Any
     def handler(request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return fn(request)
-        except ApiError as exc:
-            context.abort(exc.code, exc.message)
+        except ApiError as exc:  # with google.rpc.Status details (ErrorInfo), as Google sends them
+            context.abort_with_status(rpc_status.to_status(exc.status()))
 
     return handler

@@ -166,9 +166,79 @@ def _request(route: Route, values: tuple[str, ...], query: dict[str, list[str]],
     return request
 
 
-def _error(code: grpc.StatusCode, message: str) -> tuple[int, dict[str, Any]]:
+def _error(code: grpc.StatusCode, message: str, exc: ApiError | None = None) -> tuple[int, dict[str, Any]]:
+    """Google's JSON error body; its `details` carry the google.rpc.ErrorInfo (reason, domain)."""
     status = HTTP_STATUS[code]
-    return status, {"error": {"code": status, "message": message, "status": code.name}}
+    error: dict[str, Any] = {"code": status, "message": message, "status": code.name}
+    if exc is not None:
+        error["details"] = [json_format.MessageToDict(d, preserving_proto_field_name=False) for d in exc.status().details]
+    return status, {"error": error}
+
+
+Selector = dict[str, "Selector | None"]
+
+
+def parse_fields(text: str) -> Selector:
+    """A partial-response selector (the `fields` system parameter: "nodes(name,state),nextPageToken",
+    "a/b") as a tree: name -> sub-selector, or None for the whole value."""
+    pos = 0
+
+    def parse(depth: int) -> Selector:
+        nonlocal pos
+        sel: Selector = {}
+        while pos < len(text):
+            m = re.compile(r"\s*([A-Za-z_*][A-Za-z0-9_]*)").match(text, pos)
+            if m is None:
+                raise ValueError(f"expected a field name at {pos}")
+            path = [m.group(1)]
+            pos = m.end()
+            while pos < len(text) and text[pos] == "/":
+                m = re.compile(r"([A-Za-z_*][A-Za-z0-9_]*)").match(text, pos + 1)
+                if m is None:
+                    raise ValueError(f"expected a field name at {pos + 1}")
+                path.append(m.group(1))
+                pos = m.end()
+            sub: Selector | None = None
+            if pos < len(text) and text[pos] == "(":
+                pos += 1
+                sub = parse(depth + 1)
+                if pos >= len(text) or text[pos] != ")":
+                    raise ValueError("unbalanced parentheses")
+                pos += 1
+            node: Selector = sel
+            for name in path[:-1]:
+                child = node.get(name, {})
+                if child is None:  # the whole of it is selected already
+                    break
+                node[name] = child
+                node = child
+            else:
+                node[path[-1]] = sub
+            if pos < len(text) and text[pos] == ",":
+                pos += 1
+                continue
+            if pos < len(text) and text[pos] == ")" and depth > 0:
+                return sel
+            if pos < len(text):
+                raise ValueError(f"unexpected {text[pos]!r} at {pos}")
+        if depth > 0:
+            raise ValueError("unbalanced parentheses")
+        return sel
+
+    return parse(0)
+
+
+def select(value: Any, selector: Selector | None) -> Any:
+    """`value` with only what `selector` names (lists: in each element)."""
+    if selector is None:
+        return value
+    if isinstance(value, list):
+        return [select(v, selector) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "*" in selector:
+        return {k: select(v, selector["*"]) for k, v in value.items()}
+    return {k: select(value[k], sub) for k, sub in selector.items() if k in value}
 
 
 def answer(table: list[Route], verb: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -182,10 +252,16 @@ def answer(table: list[Route], verb: str, target: str, body: bytes) -> tuple[int
         try:
             response = route.method.call(_request(route, m.groups(), query, body))
         except ApiError as exc:
-            status, payload = _error(exc.code, exc.message)
+            status, payload = _error(exc.code, exc.message, exc)
         else:
             numeric = any("enum-encoding=int" in v for v in query.get("$alt", []))
             status, payload = 200, json_format.MessageToDict(response, use_integers_for_enums=numeric)
+            selector = (query.get("fields") or query.get("$fields") or [""])[-1]
+            if selector:
+                try:
+                    payload = select(payload, parse_fields(selector))
+                except ValueError as exc:
+                    status, payload = _error(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid field selector {selector!r}: {exc}")
         log.info("%s %s -> %d (%s)", verb, target, status, route.name)
         return status, payload
     log.info("%s %s -> 501 (no such method)", verb, target)

@@ -111,3 +111,25 @@ REDACT_MIN_CHARS = 8
 WEBHOOK_MAX_AGE_S = 300.0
 # How many pull requests' reviews a forge adapter keeps (keyed by number and head commit).
 FORGE_CACHE_SIZE = 1024
+
+# The Cloud TPU API: every call has a deadline (the client library sets none, so a hung
+# endpoint would hang the loop), and a zone whose API fails is tried again after a capped,
+# jittered exponential backoff (google.api_core.retry.exponential_sleep_generator): the first
+# retry within TPU_BACKOFF_INITIAL_S, then doubling up to TPU_BACKOFF_MAX_S (`reconcile
+# --api-backoff-max`). The cap bounds how long work waits once an API that answered errors
+# (rather than vanishing: the channel's reconnect says so at once) is back, so it is short: a
+# list call per zone every few seconds is nothing against the API's read quota. A zone failing
+# for TPU_DOWN_AFTER_S is recorded unreachable (one `api_unreachable` event on `_cloud`), and
+# reachable again when a call succeeds; a blip shorter than that records nothing.
+TPU_CALL_TIMEOUT_S = 20.0
+TPU_BACKOFF_INITIAL_S = 1.0
+TPU_BACKOFF_MAX_S = 4.0
+TPU_DOWN_AFTER_S = 5.0
+# The gRPC channel reconnects on its own within this (grpc.max_reconnect_backoff_ms), and the
+# loop tries the zones at once when it does: work resumes within seconds of the API's return.
+TPU_RECONNECT_MAX_S = 2.0
+# An action the API refused in a way no planning step answers (a delete denied, say) is
+# tried again after a jittered backoff capped at this, not at every pass.
+TPU_ACTION_BACKOFF_MAX_S = 60.0
+# The stream of facts about the cloud rather than one job (job folds skip `_` streams).
+CLOUD_STREAM = "_cloud"

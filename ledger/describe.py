@@ -76,7 +76,12 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             hosts = g("hosts") or []
             return f"{_tpu(d)} {len(hosts)} host(s)".strip()
         case "provision_failed":
-            return f"{g('reason', '')}{' (final)' if g('final') else ''}"
+            return f"{g('reason', '')}{' (final)' if g('final') else ' (blocked: fix it, then `ledger resume`)'}"
+        case "api_unreachable":
+            api = g("api") or {}
+            return f"TPU API of {g('zone', '?')} unreachable: {api.get('code', '?')} {api.get('message', '')}".strip()
+        case "api_reachable":
+            return f"TPU API of {g('zone', '?')} answers again" + (f" after {g('down_s'):.0f} s" if isinstance(g("down_s"), int | float) else "")
         case "setup_started" | "setup_done":
             return f"attempt {g('attempt', '?')}"
         case "setup_failed":

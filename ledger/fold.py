@@ -27,35 +27,44 @@ PREEMPTED = "preempted"
 FAILED = "failed"  # a failed attempt; `final` in the event makes it terminal
 RECOVERING = "recovering"
 CANCELLING = "cancelling"
+# The TPU API refused the job's TPU for a reason trying again cannot fix (permission, invalid
+# argument, unknown zone...): no more API calls until its spec changes or `ledger resume`.
+BLOCKED = "blocked"
 FINISHED = "finished"
 CANCELLED = "cancelled"
 FAILED_FINAL = "failed_final"
 
 TERMINAL = frozenset({REJECTED, FINISHED, CANCELLED, FAILED_FINAL})
-LIVE = frozenset({PENDING, QUEUED, PROVISIONING, PROVISIONED, SETTING_UP, READY, RUNNING, PREEMPTED, FAILED, RECOVERING, CANCELLING})
+LIVE = frozenset({PENDING, QUEUED, PROVISIONING, PROVISIONED, SETTING_UP, READY, RUNNING, PREEMPTED, FAILED, RECOVERING,
+                  CANCELLING, BLOCKED})
 
 # Which states each event type may follow; anything else is an anomaly (still applied).
 _ANY_LIVE = LIVE
 # An action already under way when a cancel is requested still records how it ended:
 # its outcome events are legal in CANCELLING (the fold then keeps the job cancelling).
 _IN_FLIGHT = frozenset({CANCELLING})
+# The states a provision is planned from (reconciler.plan acquires a TPU there): the create
+# the reconciler then makes may be refused from any of them, so `provision_failed` may follow
+# each. (Before this was one table for writer and reader, a create refused outright was
+# recorded from `pending`, which the table then forbade: those ledgers verify now.)
+_ACQUIRING = frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING})
 ALLOWED_FROM: dict[str, frozenset[str]] = {
     "submitted": frozenset({"", REJECTED, FINISHED, CANCELLED, FAILED_FINAL}),
     "rejected": frozenset({"", *TERMINAL, *LIVE}),
     "spec_updated": _ANY_LIVE,
     "cancel_requested": frozenset({*_ANY_LIVE, *TERMINAL}),
-    "queued": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING, *_IN_FLIGHT}),
-    "provisioning": frozenset({PENDING, QUEUED, PROVISIONING, PREEMPTED, FAILED, RECOVERING, *_IN_FLIGHT}),
+    "queued": frozenset({*_ACQUIRING, BLOCKED, *_IN_FLIGHT}),
+    "provisioning": frozenset({*_ACQUIRING, *_IN_FLIGHT}),
     "provisioned": frozenset({PROVISIONING, QUEUED, *_IN_FLIGHT}),
-    "provision_failed": frozenset({PROVISIONING, QUEUED, *_IN_FLIGHT}),
+    "provision_failed": frozenset({*_ACQUIRING, BLOCKED, *_IN_FLIGHT}),
     "setup_started": frozenset({PROVISIONED, SETTING_UP, READY, RECOVERING, PREEMPTED, FAILED}),
     "setup_done": frozenset({SETTING_UP, *_IN_FLIGHT}),
     "setup_failed": frozenset({SETTING_UP, *_IN_FLIGHT}),
     "started": frozenset({READY, SETTING_UP, RECOVERING, FAILED, *_IN_FLIGHT}),
     "preempted": frozenset({PROVISIONED, SETTING_UP, READY, RUNNING, PROVISIONING, RECOVERING, CANCELLING}),
     "failed": _ANY_LIVE,
-    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FAILED_FINAL, *_IN_FLIGHT}),
-    "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED, *_IN_FLIGHT}),
+    "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FAILED_FINAL, BLOCKED, *_IN_FLIGHT}),
+    "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED, BLOCKED, *_IN_FLIGHT}),
     "finished": frozenset({RUNNING, *_IN_FLIGHT}),
     "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
     "admitted": _ANY_LIVE,
@@ -79,6 +88,7 @@ class JobState:
     attempt: int = 0  # incremented by each provisioning/resume/rerun; passed to the job
     restarts: int = 0  # recoveries spent from the job's budget
     tpu: dict[str, Any] | None = None  # the TPU held: name, zone, kind, shared, accelerator
+    operation: str = ""  # the create's long-running operation, while provisioning
     hosts: list[dict[str, Any]] = field(default_factory=list)
     times: dict[str, str] = field(default_factory=dict)  # event type -> time it last happened
     last_error: dict[str, Any] | None = None
@@ -176,6 +186,7 @@ def _submitted(j: JobState, d: Mapping[str, Any]) -> None:
     j.attempt = 0
     j.restarts = 0
     j.tpu = None
+    j.operation = ""
     j.hosts = []
     j.last_error = None
     j.checkpoint = None
@@ -202,6 +213,8 @@ def _spec_updated(j: JobState, d: Mapping[str, Any]) -> None:
     j.spec = d.get("spec", j.spec)
     j.spec_hash = d.get("spec_hash", j.spec_hash)
     j.commit = d.get("commit", j.commit)
+    if j.state == BLOCKED:  # a new spec may fix what the API refused: ask again
+        j.state = PENDING
 
 
 def _cancel_requested(j: JobState, d: Mapping[str, Any]) -> None:
@@ -223,6 +236,7 @@ def _provisioning(j: JobState, d: Mapping[str, Any]) -> None:
         j.state = PROVISIONING
     j.attempt = d.get("attempt", j.attempt)
     j.tpu = d.get("tpu", j.tpu)
+    j.operation = d.get("operation", "")
     j.queued_reason = ""
 
 
@@ -236,8 +250,11 @@ def _provisioned(j: JobState, d: Mapping[str, Any]) -> None:
 
 def _provision_failed(j: JobState, d: Mapping[str, Any]) -> None:
     j.last_error = {"kind": "provision", "message": d.get("reason", "")}
+    api = d.get("api")
+    if isinstance(api, Mapping) and api.get("code"):
+        j.last_error["code"] = api["code"]
     if j.state != CANCELLING:
-        j.state = FAILED_FINAL if d.get("final") else QUEUED
+        j.state = FAILED_FINAL if d.get("final") else BLOCKED
 
 
 def _setup_started(j: JobState, d: Mapping[str, Any]) -> None:
@@ -288,6 +305,19 @@ def _failed(j: JobState, d: Mapping[str, Any]) -> None:
         j.state = FAILED_FINAL
     elif j.state != CANCELLING:
         j.state = FAILED
+
+
+def illegal(job: JobState, events: Iterable[tuple[str, Mapping[str, Any]]]) -> str | None:
+    """The first of `events` ((type, data) pairs, appended in order after `job`) that the
+    table forbids, as "TYPE from STATE"; None when all are legal. What a writer asks before
+    it appends, with the table verify reads."""
+    probe = job
+    for type_, data in events:
+        allowed = ALLOWED_FROM.get(type_)
+        if allowed is not None and probe.state not in allowed:
+            return f"{type_} from {probe.state or '(new)'}"
+        probe = evolve(probe, type_, data)
+    return None
 
 
 def _recovery(kind: str):

@@ -50,6 +50,29 @@ RUNTIME_VERSIONS: tuple[str, ...] = (
     "v2-alpha-tpuv6e",
 )
 
+# The families each runtime version runs on (Google's "TPU software versions" page): a
+# version of another generation is refused, as the API refuses it.
+RUNTIME_FAMILIES: dict[str, tuple[str, ...]] = {
+    "tpu-ubuntu2204-base": ("v2", "v3", "v4"),
+    "tpu-vm-base": ("v2", "v3", "v4"),
+    "tpu-vm-tf-2.16.1-pjrt": ("v2", "v3", "v4"),
+    "tpu-vm-pt-2.0": ("v2", "v3", "v4"),
+    "tpu-vm-v4-base": ("v4",),
+    "v2-alpha-tpuv5": ("v5p",),
+    "v2-alpha-tpuv5-lite": ("v5litepod",),
+    "v2-alpha-tpuv6e": ("v6e",),
+}
+
+
+def runtime_fits(version: str, family: str) -> bool:
+    return family in RUNTIME_FAMILIES.get(version, ())
+
+
+def runtime_versions(zone: str) -> list[str]:
+    """The runtime versions a zone offers: those of the families it has."""
+    return [v for v, families in RUNTIME_FAMILIES.items() if any(zone_offers(zone, f) for f in families)]
+
+
 FAMILIES: tuple[str, ...] = tuple(_SIZES)
 # What people call a family where Google's type names differ (v5e slices are `v5litepod-N`).
 FAMILY_ALIASES: dict[str, str] = {"v5e": "v5litepod", "v5lite": "v5litepod"}
@@ -107,3 +130,43 @@ def zone_offers(zone: str, family: str) -> bool:
 
 def all_zones() -> list[str]:
     return sorted({z for zones in ZONES.values() for z in zones})
+
+
+def topology(accel: AcceleratorType) -> str:
+    """The chips' arrangement as Google names it (`acceleratorConfig.topology`): 3-D for
+    v4 and v5p ("2x2x1" for v4-8), 2-D for the others ("2x2" for v5litepod-4). Dimensions
+    double, smallest first; a size that is three times a power of two triples the smallest."""
+    three = len(_SIZES_3D.intersection({accel.family}))
+    dims = [2, 2, 1] if three else [1, 1]
+    chips = accel.chips
+    factor = 3 if chips % 3 == 0 else 1
+    target = chips // factor
+    while _product(dims) < target:
+        i = min(range(len(dims)), key=lambda k: (dims[k], -k))
+        dims[i] *= 2
+    dims = sorted(dims)
+    dims[0] *= factor
+    dims = sorted(d for d in dims if d > 1) + [d for d in dims if d == 1]  # "2x2x1", as Google writes it
+    return "x".join(str(d) for d in dims)
+
+
+_SIZES_3D = frozenset({"v4", "v5p"})
+
+
+def _product(dims: list[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+# The Cloud TPU API's methods -> the IAM permission each needs: what a PERMISSION_DENIED is
+# about (the reconciler's one-line summary; the emulator's injected refusals).
+PERMISSIONS: dict[str, str] = {
+    "CreateNode": "tpu.nodes.create", "DeleteNode": "tpu.nodes.delete", "GetNode": "tpu.nodes.get",
+    "ListNodes": "tpu.nodes.list", "StopNode": "tpu.nodes.stop", "StartNode": "tpu.nodes.start",
+    "UpdateNode": "tpu.nodes.update", "GetGuestAttributes": "tpu.nodes.get",
+    "CreateQueuedResource": "tpu.queuedResources.create", "DeleteQueuedResource": "tpu.queuedResources.delete",
+    "GetQueuedResource": "tpu.queuedResources.get", "ListQueuedResources": "tpu.queuedResources.list",
+    "GetOperation": "tpu.operations.get",
+}

@@ -13,17 +13,19 @@ import signal
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ledger import fold
 from ledger.errors import ConflictError, LedgerError
 from ledger.events import NewEvent, actor, event_id
 from ledger.events import data as ev
+from ledger.failures import ApiFailure, status, summary
 from ledger.fold import JobState
 from ledger.placement import slice_nodes, slices_of
 from ledger.spec.placement import placed_spec
 from ledger.store import Recorder
-from reconciler import naming, slices
+from reconciler import naming, react, slices
 from reconciler.model import NODE_GONE_STATES, Action
 from reconciler.remote.errors import HostUnreachable, RemoteError
-from reconciler.tpu import CapacityError, CreateRequest, PermanentTpuError, TpuApi
+from reconciler.tpu import CreateRequest, TpuApi, TpuCallError
 
 log = logging.getLogger("tpu_ledger.reconciler")
 
@@ -39,6 +41,19 @@ def _crash_point(kind: str, point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 Events = list[ev.EventData]
+
+
+class Refused(LedgerError):
+    """The API refused the action; `events` record what that means (reconciler.react)."""
+
+    def __init__(self, failure: ApiFailure, events: Events) -> None:
+        super().__init__(summary(failure))
+        self.failure = failure
+        self.events = events
+
+
+def _pairs(events: Events) -> list[tuple[str, dict]]:
+    return [(d.event_type, d.to_builtins()) for d in events]
 
 
 class Runner(Protocol):
@@ -82,6 +97,9 @@ class Executor:
         # Host checks before every start (reconciler.doctor.Gate; wiring sets it): (store, job,
         # hosts, actor) -> (health, what cannot be repaired or None).
         self.doctor: Callable[[Any, JobState, list[Any], dict], tuple[str, str | None]] | None = None
+        # Told of every TPU API failure an action meets, with its job (the loop backs the zone,
+        # or that job's actions, off).
+        self.on_api_failure: Callable[[str, ApiFailure], None] | None = None
 
     # -- entry ----------------------------------------------------------------------------
     def execute(self, action: Action, job: JobState | None) -> str:
@@ -103,6 +121,10 @@ class Executor:
 
     # -- recording ------------------------------------------------------------------------
     def _record(self, job: JobState, events: Events) -> str:
+        if (bad := fold.illegal(job, _pairs(events))) is not None:
+            log.error("not recording %s for %s: the transition table forbids %s (a bug in the planner)",
+                      ", ".join(d.event_type for d in events), job.id, bad)
+            return f"refused to record {bad}"
         news = [NewEvent(d.event_type, d, self.actor, key=f"v{job.version}:{i}:{d.event_type}") for i, d in enumerate(events)]
         try:
             res = self.store().append(job.id, news, expected_version=job.version)
@@ -129,21 +151,39 @@ class Executor:
         if res.duplicate:
             return "skipped: this intent is already recorded"
         _crash_point(kind, "intent")
-        return self._complete(job.id, action_id, kind, effect)
+        after = job
+        for d in extra:
+            after = fold.evolve(after, d.event_type, d.to_builtins())
+        return self._complete(after, action_id, kind, effect)
 
-    def _complete(self, job_id: str, action_id: str, kind: str, effect: Callable[[], Events]) -> str:
+    def _complete(self, job: JobState, action_id: str, kind: str, effect: Callable[[], Events]) -> str:
+        """Run the effect and record its outcome and events. `job` is the state the effect
+        was decided on (after its intent): its events must be legal from there."""
+        job_id = job.id
         try:
             events, outcome = effect(), ev.ActionOutcome(action_id=action_id, action=kind, ok=True)
+        except Refused as exc:  # the API said no, and what that means is recorded
+            events, outcome = exc.events, ev.ActionOutcome(action_id=action_id, action=kind, ok=False,
+                                                           error=str(exc)[:2000], api=status(exc.failure))
+        except TpuCallError as exc:  # the API failed: the loop backs off; nothing else to record
+            self._api_failed(job_id, exc.failure)
+            events, outcome = [], ev.ActionOutcome(action_id=action_id, action=kind, ok=False,
+                                                   error=str(exc)[:2000], api=status(exc.failure))
         except LedgerError as exc:
             events, outcome = [], ev.ActionOutcome(action_id=action_id, action=kind, ok=False, error=str(exc))
         except Exception as exc:  # an adapter failed in a way we did not foresee: record it, go on
             log.exception("action %s on %s failed", kind, job_id)
             events, outcome = [], ev.ActionOutcome(action_id=action_id, action=kind, ok=False, error=f"{type(exc).__name__}: {exc}")
+        if events and (bad := fold.illegal(job, _pairs(events))) is not None:
+            log.error("not recording %s for %s: the transition table forbids %s (a bug in reconciler.react)",
+                      ", ".join(d.event_type for d in events), job_id, bad)
+            events, outcome = [], ev.ActionOutcome(action_id=action_id, action=kind, ok=False, error=f"not recorded: {bad}")
         _crash_point(kind, "effect")
         news = [NewEvent("action_outcome", outcome, self.actor, key=f"{action_id}:outcome")]
         news += [NewEvent(d.event_type, d, self.actor, key=f"{action_id}:{i}:{d.event_type}") for i, d in enumerate(events)]
         self.store().append(job_id, news)
-        return ("done " if outcome.ok else f"failed {outcome.error}") + ", ".join(d.event_type for d in events)
+        recorded = ", ".join(d.event_type for d in events)
+        return f"done {recorded}" if outcome.ok else f"failed: {outcome.error}" + (f"; recorded {recorded}" if recorded else "")
 
     # -- effects --------------------------------------------------------------------------
     def _effect(self, kind: str, job: JobState, p: dict, *, taken_up: bool = False) -> Callable[[], Events]:
@@ -176,13 +216,19 @@ class Executor:
             slices=slices_of(tpu), wait_s=p.get("wait_s"),
         )
         try:
-            how = self.tpu.create(req)
-        except CapacityError as exc:
-            return [ev.Queued(reason=str(exc))]
-        except PermanentTpuError as exc:
-            self._forget_key(job.id)  # the job ends here: its key was made for nothing
-            return [ev.ProvisionFailed(reason=str(exc), final=True)]
-        return [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how=how)]
+            answer = self.tpu.create(req)
+        except TpuCallError as exc:
+            events = react.refused(job, tpu, exc.failure)
+            if not events:  # transient: nothing to record but the outcome; the loop backs off
+                raise
+            if any(isinstance(d, ev.ProvisionFailed) for d in events):
+                self._forget_key(job.id)  # blocked with no TPU: its key was made for nothing (a resume makes another)
+            raise Refused(exc.failure, events) from None
+        return react.provisioned(job, p, answer)
+
+    def _api_failed(self, job_id: str, failure: ApiFailure) -> None:
+        if self.on_api_failure is not None:
+            self.on_api_failure(job_id, failure)
 
     def _provisioned(self, tpu: dict) -> Events:
         """The hosts of every slice, slice by slice, each with its pinned host key."""
@@ -275,14 +321,10 @@ class Executor:
 
     def _release(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
         self._stop(job, p)
-        tpu = p["tpu"]
-        self._delete(tpu, taken_up=taken_up)
+        self._delete(p["tpu"], taken_up=taken_up)
         if not p.get("next"):  # the job has ended (a retry or reapply makes a TPU with the same key)
             self._forget_key(job.id)
-        events: Events = [ev.Released(tpu=ev.tpu(tpu), reason=p.get("next") or "job ended", deleted=not tpu.get("shared"))]
-        if p.get("next") == "retry":
-            events.append(ev.Queued(reason="retrying on a new TPU"))
-        return events
+        return react.released(job, p)
 
     def _forget_key(self, job_id: str) -> None:
         if self.forget_job_key is None:
@@ -330,12 +372,12 @@ class Executor:
             exists = (self.tpu.queued_exists(tpu["zone"], tpu["name"]) if tpu["kind"] == "queued_resource"
                       else self.tpu.get_node(tpu["zone"], tpu["name"]) is not None)
             if exists:
-                return self._complete(job.id, action_id, kind, lambda: [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how="adopted")])
+                return self._complete(job, action_id, kind, lambda: [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how="adopted")])
             return self._interrupted(job.id, action_id, kind, "the TPU was never created")
         if kind == "start":
             status = self.runner.probe(job.id, job.attempt, self.hosts_of(job))
             if any(getattr(s, "state", "") in ("running", "exited") for s in status.values()):
-                return self._complete(job.id, action_id, kind, lambda: [ev.Started(
+                return self._complete(job, action_id, kind, lambda: [ev.Started(
                     attempt=job.attempt, workers=sorted(status), resume=bool(p.get("resume")),
                     spec_hash=job.spec_hash, how="found running after a restart")])
             return self._interrupted(job.id, action_id, kind, "the command never started")
@@ -347,7 +389,7 @@ class Executor:
             return self._interrupted(job.id, action_id, kind, "setup was interrupted; it runs again")
         # Releasing, cancelling and recovering: finish the action under the same intent, from
         # where it stands (taken_up: a delete under way is awaited, not started again).
-        return self._complete(job.id, action_id, kind, self._effect(kind, job, as_taken_up(kind, p), taken_up=True))
+        return self._complete(job, action_id, kind, self._effect(kind, job, as_taken_up(kind, p), taken_up=True))
 
     def _interrupted(self, job_id: str, action_id: str, kind: str, why: str) -> str:
         outcome = ev.ActionOutcome(action_id=action_id, action=kind, ok=False, interrupted=True, error=why)

@@ -13,33 +13,48 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from ledger import defaults
 from ledger.capacity import CapacityMemory
+from ledger.events import NewEvent, actor, format_time, parse_time
+from ledger.events import data as ev
+from ledger.failures import from_status, kind_of, status, summary
 from ledger.fold import JobState, LedgerState
 from ledger.placement import slice_nodes
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
+from ledger.usage.prices import POLICY_STREAM
 from ledger.usage.share import ShareMeter
 from ledger.usage.snapshot import load_usage, maybe_save_usage
 from reconciler import admission, slices
 from reconciler.executor import Executor, Runner
+from reconciler.health import Change, ZoneHealth
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
 from reconciler.plan import (
+    api_zone,
     plan,
     queued_resource_zones,
     resolutions,
     selected_workers,
     suspect,
+    unseen_creates,
     zones_in_use,
 )
 from reconciler.settle import awaiting
-from reconciler.tpu import TpuApi
+from reconciler.tpu import TpuApi, TpuCallError
 
 log = logging.getLogger("tpu_ledger.reconciler")
+
+
+def zone_of(resource: str) -> str:
+    """The zone of an API resource name (projects/P/locations/ZONE/...), or ""."""
+    parts = resource.split("/")
+    return parts[3] if len(parts) > 3 and parts[2] == "locations" else ""
 
 
 def recheck_suspects(
@@ -124,6 +139,16 @@ class Reconciler:
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
             hosts_of=hosts_of, extra_args_of=extra_args_of, forget_job_key=forget_job_key,
         )
+        # Which zones' TPU API answers, and when a failing one is tried next.
+        self.health = ZoneHealth()
+        # Jobs whose last action the API refused in a way the planner cannot answer: tried
+        # again after a jittered backoff capped at a minute (never recorded as an outage).
+        self.job_backoff = ZoneHealth(maximum=defaults.TPU_ACTION_BACKOFF_MAX_S, down_after=float("inf"))
+        self.executor.on_api_failure = self._api_failed
+        self._health_loaded = False
+        self._policy_version = -1
+        if hasattr(tpu, "on_reconnect"):  # the endpoint came back: try the zones at once
+            tpu.on_reconnect(self.health.wake)
 
     def store(self) -> Store:
         store = getattr(self._local, "store", None)
@@ -184,21 +209,82 @@ class Reconciler:
         us = int(now * 1_000_000)
         return admission.usage_at(self.meter, self.usage.open_intervals(us), us)
 
+    # -- the zones' TPU API: backoff, and one record per outage -------------------------------
+    def _load_health(self) -> None:
+        """A restart during an outage neither records it twice nor forgets to record its end."""
+        if self._health_loaded:
+            return
+        self._health_loaded = True
+        last: dict[str, Any] = {}
+        for e in self.store().read_stream(defaults.CLOUD_STREAM):
+            last[e.data.get("zone", "")] = e
+        now = time.time()
+        for zone, e in last.items():
+            if e.type == "api_unreachable":
+                since = parse_time(e.data["since"]).timestamp() if e.data.get("since") else now
+                self.health.recorded_down(zone, from_status(e.data.get("api") or {}), since, now)
+
+    def _api_failed(self, job_id: str, failure) -> None:
+        """An action met a failure of the API: a transient one backs its zone off; any other
+        (a delete refused for good, say) backs that job's actions off, so a refusal no
+        planning step can fix costs one intent and outcome a step, not one a pass."""
+        zone = zone_of(failure.resource)
+        if zone and kind_of(failure) == "transient":
+            self._record_change(self.health.failed(zone, failure, time.time()))
+        else:
+            self.job_backoff.failed(job_id, failure, time.time())
+
+    def _record_change(self, change: Change | None) -> None:
+        if change is None:
+            return
+        if change.up:
+            log.warning("TPU API of zone %s answers again after %.0f s (%d failed calls); carrying on",
+                     change.zone, change.down_s, change.calls)
+            data: ev.EventData = ev.ApiReachable(zone=change.zone, down_s=round(change.down_s, 3), calls=change.calls,
+                                                 holder=self.config.holder)
+        else:
+            assert change.failure is not None
+            log.warning("TPU API of zone %s unreachable: %s; trying again with backoff (at most every %.0f s), "
+                        "nothing is decided about its jobs meanwhile", change.zone, summary(change.failure),
+                        self.health.maximum)
+            data = ev.ApiUnreachable(zone=change.zone, api=status(change.failure), holder=self.config.holder,
+                                     since=format_time(datetime.fromtimestamp(change.since, UTC)))
+        key = f"{data.event_type}:{change.zone}:{change.since:.6f}:{self.config.holder}"
+        try:
+            self.store().append(defaults.CLOUD_STREAM, [NewEvent(data.event_type, data, actor("reconciler", self.config.holder), key=key)])
+        except Exception as exc:  # the ledger is down too: the log line says it
+            log.warning("could not record that zone %s is %s: %s", change.zone, "back" if change.up else "down", exc)
+
     def observe(self) -> Observed:
+        self._load_health()
         obs = Observed(now=time.time())
         zones = set()
         qr_zones = queued_resource_zones(self.state.jobs)
         for zone in sorted(zones_in_use(self.state.jobs)):
+            if not self.health.may_try(zone, obs.now):
+                continue  # backing off: unobserved, so nothing is decided about it
             try:
                 nodes = self.tpu.list_nodes(zone)
                 queued = self.tpu.list_queued(zone) if zone in qr_zones else []
-            except Exception as exc:  # that zone stays unobserved: nothing is concluded about it
-                log.warning("could not observe zone %s: %s", zone, exc)
+            except TpuCallError as exc:  # that zone stays unobserved: nothing is concluded about it
+                log.debug("could not list zone %s: %s", zone, exc)
+                if kind_of(exc.failure) == "permanent":
+                    obs.refused[zone] = exc.failure
+                self._record_change(self.health.failed(zone, exc.failure, time.time()))
                 continue
+            self._record_change(self.health.succeeded(zone, time.time()))
             zones.add(zone)
             obs.nodes.update({n.name: n for n in nodes})
             obs.queued.update({q.name: q for q in queued})
         obs.zones = frozenset(zones)
+        for name in unseen_creates(self.state.jobs, obs):
+            try:
+                found = self.tpu.operation(name)
+            except TpuCallError as exc:
+                log.debug("could not read operation %s: %s", name, exc)
+                continue
+            if found is not None:
+                obs.operations[name] = found
         obs.hosts = self._probe_running(obs)
         self._suspect_since = recheck_suspects(self.state.jobs, obs, self.tpu.get_node, self._suspect_since)
         return obs
@@ -225,11 +311,24 @@ class Reconciler:
                 log.warning("probe failed: %s", exc)
         return results
 
+    def _follow_policy_time(self) -> None:
+        """When the policy was last recorded (the `_policy` stream's newest event): a job the
+        TPU API blocked before then is tried again. Read only when that stream moved."""
+        store = self.store()
+        version = store.stream_version(POLICY_STREAM)
+        if version == self._policy_version:
+            return
+        self._policy_version = version
+        newest = store.read_stream(POLICY_STREAM, after_version=max(0, version - 1))
+        if newest and newest[-1].time != self.config.policy_since:
+            self.config = replace(self.config, policy_since=newest[-1].time)
+
     def step(self) -> list[Action]:
         """One pass; returns the actions it dispatched."""
         self._reap()
         if self.policy_source is not None:
             self._follow_policy(self.policy_source())
+        self._follow_policy_time()
         # Unfinished intents first, from the jobs' state alone: under a crash loop a process
         # may not live through the usage fold, the zone listing and the SSH probes.
         self._catch_up_jobs()
@@ -255,8 +354,10 @@ class Reconciler:
         unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
         if not unfinished:
             return
-        for action in resolutions(unfinished, time.time(), self.config, self._adoptable()):
-            if self._may_act(action):
+        now = time.time()
+        for action in resolutions(unfinished, now, self.config, self._adoptable()):
+            zone = api_zone(action)
+            if self._may_act(action) and (zone is None or self.health.may_try(zone, now)):
                 self._dispatch(action)
 
     def _may_act(self, action: Action) -> bool:
@@ -288,11 +389,13 @@ class Reconciler:
         job = self.state.jobs.get(action.job_id)
         job = job.copy() if job is not None else None  # the next catch-up folds in place
         key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
-        if key in self._in_flight:
+        if key in self._in_flight or not self.job_backoff.may_try(key, time.time()):
             return
 
         def run() -> str:
             result = self.executor.execute(action, job)
+            if not result.startswith("failed"):
+                self.job_backoff.succeeded(key, time.time())
             self.on_action(action, result)
             return result
 
@@ -303,6 +406,8 @@ class Reconciler:
             if fut.done():
                 del self._in_flight[key]
                 if (exc := fut.exception()) is not None:
+                    if isinstance(exc, TpuCallError):
+                        self._api_failed(key, exc.failure)
                     log.error("action on %s failed: %s", key, exc)
 
     @property
@@ -323,12 +428,12 @@ class Reconciler:
             if once:
                 self.drain(timeout=max(0.0, give_up - time.monotonic()) if give_up is not None else 600)
                 if give_up is not None and time.monotonic() >= give_up:
-                    return
+                    return self._unobserved()
                 if actions:
                     continue
                 self.catch_up()
                 if not awaiting(self.state.jobs, self.last_observed):
-                    return
+                    return self._unobserved()
                 stop.wait(min(self.interval, 0.5))
                 continue
             head = self.store().head()
@@ -337,6 +442,14 @@ class Reconciler:
             while not stop.is_set() and time.monotonic() < deadline:
                 if self.store().wait_for_append(head, min(0.25, self.interval)) > head:
                     break
+
+    def _unobserved(self) -> None:
+        """`--once` ends: one line for each zone whose API did not answer (its jobs were left
+        as they were), unless its outage is already recorded and logged."""
+        for zone, failure in sorted(self.health.failing().items()):
+            if not self.health.recorded(zone):
+                log.warning("TPU API of zone %s did not answer (%s): nothing was decided about its jobs; run again later",
+                            zone, summary(failure))
 
     def drain(self, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger import defaults
+from ledger.failures import ApiFailure
 from ledger.spec.policy import Policy
 
 # Node states as the TPU API names them (google.cloud.tpu_v2.Node.State).
@@ -35,6 +36,16 @@ class QueuedObs:
     state: str
     node_name: str = ""
     message: str = ""  # failed_data / waiting reason
+    error: ApiFailure | None = None  # why it FAILED, when the API says
+
+
+@dataclass(frozen=True, slots=True)
+class OperationObs:
+    """A create's long-running operation, looked up when its TPU never showed."""
+
+    name: str
+    done: bool
+    error: ApiFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,11 @@ class Observed:
     # job id -> when the probe first saw one of its workers gone or killed while the node
     # read READY: the planner waits for the TPU API to say why before choosing a kind.
     suspect_since: dict[str, float] = field(default_factory=dict)
+    # Operation name -> what it says (only the creates of TPUs that never showed are asked).
+    operations: dict[str, OperationObs] = field(default_factory=dict)
+    # Zone -> why the API refused to list it for good (a permission, an unknown zone): the
+    # jobs that want a TPU there are told, instead of waiting for a zone never observed.
+    refused: dict[str, ApiFailure] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +97,6 @@ class PlanConfig:
     intent_timeout_s: float = 600.0  # another reconciler's intent older than this is taken over
     policy: Policy | None = None  # quotas, priority classes, fair share (reconciler.admission); None = admit all
     lost_host_confirm_s: float = defaults.LOST_HOST_CONFIRM_S
+    # When the policy in force was last recorded (the `_policy` stream's newest event, ISO
+    # UTC): a job the TPU API blocked before that is tried again.
+    policy_since: str = ""

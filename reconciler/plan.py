@@ -15,10 +15,11 @@ from ledger import defaults, fold
 from ledger.capacity import CapacityMemory
 from ledger.events import data as ev
 from ledger.events import format_time, parse_time
+from ledger.failures import ApiFailure
 from ledger.fold import JobState
 from ledger.placement import slice_nodes
 from ledger.spec.placement import Choice, choice, failover, placements
-from reconciler import admission, naming, placement, slices
+from reconciler import admission, naming, placement, react, slices
 from reconciler.model import (
     NODE_GONE_STATES,
     NODE_READY,
@@ -68,10 +69,37 @@ def plan(
                               moved=memory is not None and job.id in memory.moved)
             if action is None and gate is not None and job.id in gate.preempt:
                 action = _record(job, admission.preemption(job, gate.preempt[job.id]))
-        if action is not None:
+        if action is not None and observed_for(action, observed):
             actions.append(action)
     actions.extend(collect_orphans(jobs, observed, config))
     return actions
+
+
+# Actions whose effect calls the TPU API (given a TPU of the job's own): a resolve of one
+# looks at reality through the API too.
+_API_KINDS = frozenset({"provision", "release", "cancel", "recover", "restart", "mark_provisioned", "collect_orphan"})
+
+
+def api_zone(action: Action) -> str | None:
+    """The zone whose TPU API `action` calls, or None when it calls none (a record, SSH steps,
+    a shared TPU handed back, a recovery on the same TPU)."""
+    kind, p = action.kind, action.params
+    if kind == "resolve":
+        intent = p.get("intent") or {}
+        kind, p = intent.get("action", ""), intent.get("params") or {}
+    if kind not in _API_KINDS:
+        return None
+    tpu = p.get("tpu") or {}
+    if not tpu or tpu.get("shared") or kind in ("recover", "restart") and not p.get("reapply"):
+        return None
+    return str(tpu.get("zone", ""))
+
+
+def observed_for(action: Action, obs: Observed) -> bool:
+    """No action is taken against a zone the loop could not observe this pass (its API is
+    down, or backing off): nothing would come of it but a failure to record."""
+    zone = api_zone(action)
+    return zone is None or zone in obs.zones
 
 
 def resolutions(
@@ -142,6 +170,12 @@ def plan_job(
     if job.terminal:
         return _release(job, "job ended")
     s = job.state
+    if s == fold.BLOCKED:  # the API refused it for good: nothing until its spec or the policy changes, or `ledger resume`
+        if job.tpu is not None:
+            return _release(job, "blocked")
+        if config.policy_since and job.times.get("provision_failed", "") < config.policy_since:
+            return _record(job, ev.Queued(reason="the policy changed since the TPU API refused this job: trying again"))
+        return None
     if s == fold.CANCELLING:
         return Action("cancel", job.id, {"tpu": job.tpu, "stop": _may_run(job)}, "cancel requested")
     if s in (fold.PENDING, fold.QUEUED) and job.tpu is None or s == fold.RECOVERING and job.tpu is None:
@@ -202,6 +236,13 @@ def _acquire(
         return _record(job, ev.Provisioning(attempt=max(job.attempt, 1), tpu=ev.tpu(want)))
     if isinstance(placing, placement.Hold):  # every choice out of capacity, or its probe not due
         return None if job.queued_reason == placing.reason else _record(job, ev.Queued(reason=placing.reason))
+    chosen = placing.choice if isinstance(placing, placement.Try) else None
+    want = tpu_request(job, chosen)
+    refusal = obs.refused.get(want["zone"])
+    if refusal is not None:  # the API will not even list the zone (a permission, an unknown zone)
+        return _record(job, *react.refused(job, want, refusal))
+    if want["zone"] not in obs.zones:
+        return None  # its API is not answering: ask nothing of it
     # The capacity memory paces a job it held, or moved on, or lets probe: no backoff of its own.
     paced = isinstance(placing, placement.Try) and (placing.reason or placing.probe) \
         or job.queued_reason.startswith(placement.HOLD)
@@ -212,8 +253,6 @@ def _acquire(
         since = _age(job, "queued", obs.now)
         if since is not None and since < delay:
             return None
-    chosen = placing.choice if isinstance(placing, placement.Try) else None
-    want = tpu_request(job, chosen)
     params: dict[str, Any] = {"attempt": want["attempt"], "tpu": want}
     if want["kind"] == "queued_resource" and (wait := queued_wait_s(job, chosen)) is not None:
         params["wait_s"] = wait
@@ -254,6 +293,10 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
     if job.tpu.get("kind") == "queued_resource":
         qr = obs.queued.get(name)
         if qr is not None and qr.state in QR_LOST_STATES:
+            if qr.state == "FAILED" and qr.error is not None:
+                # Its valid_until passed in WAITING_FOR_RESOURCES: no capacity in time (a stockout).
+                error = _out_of_time(qr.message or "its valid_until passed") if qr.error.code == "DEADLINE_EXCEEDED" else qr.error
+                return _release_refused(job, f"queued resource failed: {qr.message or qr.error.code}", error)
             if qr.state == "FAILED":
                 return _release(job, f"queued resource failed: {qr.message or 'no reason given'}", next_step="retry")
             return _record(job, ev.Preempted(tpu_state=qr.state, reason=f"queued resource {name} is {qr.state}", attempt=job.attempt))
@@ -261,8 +304,9 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
             wait = queued_wait_s(job, choice(job.spec, int(job.tpu.get("placement", 0) or 0)))
             age = _age(job, "provisioning", obs.now)
             if wait is not None and age is not None and age >= wait and qr.state in QR_WAITING_STATES:
-                # Its time for capacity is up: give it back and let the next choice be tried.
-                return _release(job, f"queued resource {name} waited {int(age)} s for capacity", next_step="failover")
+                # Its time for capacity is up: give it back, as a stockout of its choice (the next is tried).
+                why = f"queued resource {name} waited {int(age)} s for capacity"
+                return _release_refused(job, why, _out_of_time(why))
             reason = f"queued resource {name} is {qr.state}" + (f": {qr.message}" if qr.message else "")
             return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
         if qr is None and node is None:
@@ -281,16 +325,33 @@ def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, conf
     return None
 
 
+def _out_of_time(message: str) -> ApiFailure:
+    """A queued resource that got no capacity before its deadline, as the stockout it is."""
+    return ApiFailure(code="RESOURCE_EXHAUSTED", message=message, method="CreateQueuedResource", in_operation=True)
+
+
+def _release_refused(job: JobState, reason: str, failure: ApiFailure) -> Action | None:
+    """Release the TPU the API refused (in its operation, or a queued resource that failed),
+    recording what the refusal means (reconciler.react.released)."""
+    action = _release(job, reason, next_step="retry")
+    if action is None:
+        return None
+    return Action(action.kind, action.job_id, {**action.params, "refused": react.failure_params(failure)}, action.reason)
+
+
 def _vanished(job: JobState, obs: Observed, config: PlanConfig) -> Action | None:
-    # The create was accepted but nothing is there: give the API a moment, then try again.
+    """The create was accepted but nothing is there. Its operation says why, when it ended
+    in an error (a stockout, a permission, ...); else give the API a moment, then try again."""
+    assert job.tpu is not None
+    op = obs.operations.get(job.operation) if job.operation else None
+    if op is not None and op.done and op.error is not None:
+        return _record(job, *react.lost_create(job, job.tpu, op.error))
+    if op is not None and not op.done:
+        return None  # still being created (the listing raced it)
     age = _age(job, "provisioning", obs.now)
     if age is not None and age < 30:
         return None
-    assert job.tpu is not None
-    return _record(
-        job, ev.Released(tpu=ev.tpu(job.tpu), reason="vanished while provisioning"),
-        ev.Queued(reason=f"TPU {job.tpu['name']} vanished while provisioning; retrying"),
-    )
+    return _record(job, *react.lost_create(job, job.tpu, None))
 
 
 def _suspect_age(job_id: str, obs: Observed) -> float | None:
@@ -495,7 +556,7 @@ def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
     resource: only there is listing queued resources worth an API call."""
     zones = set()
     for j in jobs.values():
-        if j.terminal and j.tpu is None:
+        if (j.terminal or j.state == fold.BLOCKED) and j.tpu is None:
             continue
         tpu = j.tpu or {}
         if tpu.get("kind") == "queued_resource":
@@ -507,15 +568,26 @@ def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
 
 def zones_in_use(jobs: Mapping[str, JobState]) -> set[str]:
     """Zones worth listing: where a job holds a TPU, or a live job may ask for one (every
-    zone of its choices: the placement step may pick any)."""
+    zone of its choices: the placement step may pick any; a blocked job asks nothing until
+    it is unblocked)."""
     zones = set()
     for j in jobs.values():
         if j.tpu and j.tpu.get("zone"):
             zones.add(j.tpu["zone"])
-        elif not j.terminal:
+        elif not j.terminal and j.state != fold.BLOCKED:
             choices = placements(j.spec)
             if choices:
                 zones.update(c.zone for c in choices if c.zone)
             elif (j.spec.get("tpu") or {}).get("zone"):
                 zones.add(j.spec["tpu"]["zone"])
     return zones
+
+
+def unseen_creates(jobs: Mapping[str, JobState], obs: Observed) -> list[str]:
+    """The operations of creates whose TPU the listing of an observed zone does not show:
+    asking them says whether the create failed, and why (a stockout, a permission)."""
+    return sorted(
+        j.operation for j in jobs.values()
+        if j.state == fold.PROVISIONING and j.operation and j.tpu and not j.pending_action
+        and j.tpu.get("kind") != "queued_resource" and j.tpu.get("zone") in obs.zones and j.tpu["name"] not in obs.nodes
+    )

@@ -125,7 +125,7 @@ class DemoResult:
 
 
 def demo_store_url(workdir: Path) -> str:
-    return f"sqlite:///{workdir / 'ledger.db'}"
+    return f"sqlite:///{workdir.resolve() / 'ledger.db'}"
 
 
 def start_dashboard(workdir: Path, *, host: str = "127.0.0.1", port: int = 0) -> Background:

@@ -34,6 +34,7 @@ class Settings:
     intent_timeout_s: float = 600.0
     queued_retry_s: float = 10.0
     lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
+    api_backoff_max_s: float = defaults.TPU_BACKOFF_MAX_S  # a failing zone's API is tried at least this often
     policy: Policy | None = None  # quotas, priority classes, fair share: None = admit every job
     host_root: str | None = None  # the VMs' root for the host checks; None: the emulator's with tpu_endpoint
     host_checks: bool = True  # check (and safely repair) the hosts before every start
@@ -101,6 +102,7 @@ def build(settings: Settings, **overrides: Any):
         hosts_of=hosts_of(settings.ssh_user, job_keys), extra_args_of=extra_args_of, forget_job_key=job_keys.forget,
         interval=settings.interval, config=config, lease_ttl=settings.lease_ttl_s, **overrides,
     )
+    rec.health.maximum = settings.api_backoff_max_s
     if settings.host_checks:
         rec.executor.doctor = Gate(Doctor(runner, host_paths(settings)), settings.holder)
     return rec

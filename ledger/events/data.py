@@ -133,6 +133,39 @@ class FailureRecord(_Part):
     attempt: Count
 
 
+# What a failure of the TPU API means (ledger.failures.kind_of).
+ApiFailureKind = Literal["transient", "stockout", "quota", "permanent", "absent", "exists"]
+PricingModel = Literal["spot", "ondemand", "preemptible", "reserved"]
+
+
+class ApiStatus(_Part):
+    """An error the Cloud TPU API returned, as `ledger.failures.ApiFailure` holds it: the
+    canonical code, its message, google.rpc.ErrorInfo's reason and domain when given, the
+    method, and whether the call was accepted and its operation failed (`in_operation`)."""
+
+    code: NonEmpty
+    kind: ApiFailureKind
+    message: Opt[str] = UNSET
+    method: Opt[str] = UNSET
+    reason: Opt[str] = UNSET
+    domain: Opt[str] = UNSET
+    in_operation: Opt[bool] = UNSET
+    resource: Opt[str] = UNSET
+    permission: Opt[str] = UNSET
+
+
+class Placement(_Part):
+    """Where a TPU was asked for: what the capacity memory (ledger.capacity) folds stockouts
+    and quotas by; `index`: which of the job's choices (absent: 0, the `tpu` block)."""
+
+    zone: str
+    accelerator: str
+    pricing: Opt[PricingModel] = UNSET
+    kind: Opt[TpuKind] = UNSET
+    index: Opt[Count] = UNSET
+    slices: Opt[Annotated[int, Meta(ge=1)]] = UNSET
+
+
 class OverrideSignature(_Part):
     """An operator's override signed with an SSH key (`ledger cancel --sign-with KEY`): the
     exact statement signed and its armored OpenSSH signature, namespace
@@ -248,6 +281,10 @@ class Queued(EventData):
     limit: Opt[float] = UNSET
     needs: Opt[float] = UNSET
     victims: Opt[list[str]] = UNSET  # jobs being preempted for this one
+    # Waiting for capacity because the TPU API said so (a stockout or a quota, in the call or
+    # in the create's operation): its answer, and the placement it was about.
+    api: Opt[ApiStatus] = UNSET
+    placement: Opt[Placement] = UNSET
 
 
 class Provisioning(EventData):
@@ -257,6 +294,7 @@ class Provisioning(EventData):
     attempt: Count
     tpu: Opt[Tpu] = UNSET
     how: Opt[Literal["created", "adopted"]] = UNSET
+    operation: Opt[str] = UNSET  # the create's long-running operation, looked up if the TPU never shows
 
 
 class Provisioned(EventData):
@@ -268,11 +306,17 @@ class Provisioned(EventData):
 
 
 class ProvisionFailed(EventData):
-    """The TPU could not be created; `final` when trying again cannot help."""
+    """The TPU API refused the job's TPU in a way trying again cannot fix (permission, an
+    invalid argument, an unknown zone, runtime version or accelerator): the job is `blocked`
+    (`reason` says why in one line, `api` is the API's answer) and makes no more calls until
+    its spec or the policy changes or someone runs `ledger resume`. `final` (written by older versions)
+    ended the job instead."""
 
     event_type: ClassVar[str] = "provision_failed"
     reason: str
     final: Opt[bool] = UNSET
+    api: Opt[ApiStatus] = UNSET
+    placement: Opt[Placement] = UNSET
 
 
 class SetupStarted(EventData):
@@ -418,6 +462,8 @@ class Released(EventData):
     reason: Opt[str] = UNSET
     deleted: Opt[bool] = UNSET
     labels: Opt[dict[str, str]] = UNSET
+    # False: the create failed and Google never gave the job this TPU (usage bills none of it).
+    existed: Opt[bool] = UNSET
 
 
 class Checkpointed(EventData):
@@ -429,9 +475,6 @@ class Checkpointed(EventData):
     attempt: Count
     step: Count
     worker: Opt[Worker] = UNSET
-
-
-PricingModel = Literal["spot", "ondemand", "preemptible", "reserved"]
 
 
 class Price(_Part):
@@ -501,10 +544,33 @@ class ActionOutcome(EventData):
     result: Opt[Any] = UNSET
     error: Opt[str] = UNSET
     interrupted: Opt[bool] = UNSET
+    api: Opt[ApiStatus] = UNSET  # the TPU API's error that failed the action, if that was it
 
     def __post_init__(self) -> None:
         if self.ok is False and self.error is UNSET:
             raise ValueError("an outcome that is not ok names its `error`")
+
+
+class ApiUnreachable(EventData):
+    """The TPU API of a zone could not be reached (or refused to list it) for a while (stream
+    `_cloud`): nothing is decided about the zone's jobs until `api_reachable`. Recorded once
+    per outage, however many tries it takes; the tries back off and record nothing."""
+
+    event_type: ClassVar[str] = "api_unreachable"
+    zone: NonEmpty
+    api: ApiStatus
+    since: Opt[str] = UNSET  # when the first failed call of the outage was made
+    holder: Opt[str] = UNSET
+
+
+class ApiReachable(EventData):
+    """The zone's TPU API answers again (stream `_cloud`) after `down_s` seconds."""
+
+    event_type: ClassVar[str] = "api_reachable"
+    zone: NonEmpty
+    down_s: Opt[Annotated[float, Meta(ge=0)]] = UNSET
+    calls: Opt[Count] = UNSET  # calls tried while it was down
+    holder: Opt[str] = UNSET
 
 
 class Quarantined(EventData):
@@ -534,7 +600,7 @@ _CLASSES: tuple[type[EventData], ...] = (
     Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
     ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
     Rerun, Finished, Admitted, PolicyApplied, Cancelled, Released, HistoryRewritten, RewriteAccepted,
-    ActionIntent, ActionOutcome, Note, Quarantined, Checkpointed, PolicyChanged,
+    ActionIntent, ActionOutcome, Note, Quarantined, Checkpointed, PolicyChanged, ApiUnreachable, ApiReachable,
 )
 
 # Every type the domain knows, in the order the schema lists them.

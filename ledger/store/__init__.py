@@ -1,5 +1,13 @@
 """Open a ledger store by URL: sqlite:///path (embedded default) or postgresql://...
 
+SQLite URLs follow SQLAlchemy's rule: `sqlite:///` then the path, so four slashes make an
+absolute path (`sqlite:////var/lib/tpu-ledger/ledger.db`) and three a relative one
+(`sqlite:///ledger.db`, from the working directory); `~` is expanded (`sqlite:///~/ledger.db`).
+A relative path is resolved once, here, so every message and log line names the absolute
+file. It opens an existing ledger, but never creates one, unless it says it means the working
+directory (`sqlite:///./ledger.db`): two commands started in different directories would
+otherwise write two ledgers without a word.
+
 The one place a URL picks a backend. The interfaces are in `ledger.store.base` (Reader,
 Recorder, Snapshots, Cursors, AppendWaiter, Store) and `ledger.store.leases` (Leases,
 LeaseKeeper); each backend package (`sqlite`, `postgres`) holds its parts and SQL files.
@@ -9,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 from ledger import defaults
@@ -46,14 +55,33 @@ def _backend(url: str) -> ModuleType:
     )
 
 
+def resolve_url(url: str, *, create: bool = False) -> str:
+    """`url` with an SQLite path made absolute (see the rule above); other URLs as given.
+    Refuses to create a ledger from a path that is relative by accident."""
+    if not url.startswith(sqlite.PREFIX):
+        return url
+    path, sep, query = url.removeprefix(sqlite.PREFIX).partition("?")
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        return f"{sqlite.PREFIX}{given}{sep}{query}"
+    absolute = Path.cwd() / given
+    if create and not absolute.exists() and not path.startswith("./"):
+        raise UsageError(
+            f"{url} is a relative path (it would create {absolute}, in the working directory)",
+            hint=f"for /{path} write sqlite:////{path} (four slashes: an absolute path); "
+                 f"for the working directory write sqlite:///./{path}",
+        )
+    return f"{sqlite.PREFIX}{absolute.resolve()}{sep}{query}"
+
+
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
-    url = url or default_store_url()
+    url = resolve_url(url or default_store_url(), create=create)
     return _backend(url).open_store(url, create=create)
 
 
 def open_leases(url: str | None = None) -> Leases:
     """Leases of the ledger at `url` on a connection of their own; `close()` when done."""
-    url = url or default_store_url()
+    url = resolve_url(url or default_store_url(), create=True)
     return _backend(url).open_leases(url)
 
 
@@ -72,5 +100,5 @@ def store_errors(url: str | None = None) -> Iterator[None]:
 __all__ = [
     "DEFAULT_STORE_PATH", "AppendResult", "AppendWaiter", "Cursors", "Leases", "Reader", "Recorder",
     "Snapshot", "SnapshotReader", "Snapshots", "Store", "default_store_url",
-    "open_leases", "open_store", "store_errors",
+    "open_leases", "open_store", "resolve_url", "store_errors",
 ]

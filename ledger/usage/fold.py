@@ -425,6 +425,11 @@ class UsageFold:
         tpu = d.get("tpu")
         name = tpu.get("name") if isinstance(tpu, Mapping) else d.get("name")
         if j.tpu_name is not None and (name is None or name == j.tpu_name):
+            if _never_existed(d) and j.open is not None and j.open[0] in (PROVISIONING, RECOVERING) \
+                    and j.open[1] == j.held_key:
+                # Its create failed: Google never gave the job this TPU, so the time since it
+                # was asked for was spent waiting, not holding chips (usage bills TPUs that existed).
+                j.open = (WAITING, _want_key(j), j.want_chips)
             j.tpu_name = j.held_key = None
 
     def _checkpointed(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
@@ -435,6 +440,12 @@ class UsageFold:
 
 
 # -- small pure helpers on one job's accounting state ---------------------------------------
+def _never_existed(d: Mapping[str, Any]) -> bool:
+    """A release of a TPU whose create failed (`existed` false); ledgers written before that
+    field said it as "vanished while provisioning"."""
+    return d.get("existed") is False or d.get("reason") == "vanished while provisioning"
+
+
 def _at(j: _Job, time: str) -> int:
     """An event's time in us, never before the job's previous one."""
     t = (_parse(time) - _EPOCH) // _US

@@ -13,7 +13,7 @@ import pytest
 from google.cloud.tpu_v2.types import cloud_tpu as T
 
 from emulator import Emulator, Timings
-from ledger import defaults
+from ledger import defaults, tpu_types
 from reconciler.doctor import Context, Doctor, Paths
 from reconciler.remote import Host, RemoteRunner
 from tests.reconciler.conftest import Harness, harness  # noqa: F401 - the reconciler's harness fixture, here too
@@ -45,7 +45,7 @@ def make_pod(tmp_path: Path, emu: Emulator, accel: str = "v4-32", node_id: str =
     key.write_private_key_file(str(key_path))
     client = emu.client()
     try:
-        msg = T.Node(accelerator_type=accel, runtime_version="tpu-ubuntu2204-base",
+        msg = T.Node(accelerator_type=accel, runtime_version=tpu_types.DEFAULT_RUNTIME[tpu_types.lookup(accel).family],
                      metadata={"ssh-keys": f"{USER}:{key.get_name()} {key.get_base64()} {USER}@ledger"})
         node = client.create_node(parent=PARENT, node_id=node_id, node=msg).result(timeout=60)
         attrs = client.get_guest_attributes(request={"name": node.name, "query_path": "hostkeys/"}).guest_attributes

@@ -9,6 +9,7 @@ import pytest
 from google.cloud.tpu_v2.types import cloud_tpu as T
 
 from emulator import Emulator, Timings
+from ledger import tpu_types
 
 PROJECT = "proj"
 ZONE = "us-central2-b"  # offers v4 and v6e
@@ -61,9 +62,10 @@ def client(emu: Emulator):
 
 
 def node_msg(key: paramiko.PKey, accel: str = "v4-8", **extra: Any) -> T.Node:
+    family = tpu_types.lookup(accel).family if tpu_types.lookup(accel) else "v4"
     return T.Node(
         accelerator_type=accel,
-        runtime_version="tpu-ubuntu2204-base",
+        runtime_version=tpu_types.DEFAULT_RUNTIME[family],  # the API refuses a version of another generation
         metadata={"ssh-keys": ssh_keys_line(key)},
         **extra,
     )

@@ -27,10 +27,10 @@ def call(emu, verb: str, path: str, body: Any = None) -> tuple[int, dict[str, An
 
 
 def test_one_state_and_the_proto3_json_mapping(emu, client, user_key):
-    node = create_ready(client, user_key, "both", "v4-32")  # over gRPC
+    node = create_ready(client, user_key, "both", "v4-8")  # over gRPC (single host: it can be stopped)
     status, got = call(emu, "GET", f"/v2/{node.name}?alt=json")
     assert status == 200
-    assert got["name"] == node.name and got["acceleratorType"] == "v4-32"  # camelCase names
+    assert got["name"] == node.name and got["acceleratorType"] == "v4-8"  # camelCase names
     assert got["state"] == "READY" and got["health"] == "HEALTHY"  # enums by name
     assert got["id"] == str(node.id)  # int64 as a string
     assert got["createTime"].endswith("Z") and got["createTime"].startswith(time.strftime("%Y-", time.gmtime()))
@@ -53,7 +53,9 @@ def test_one_state_and_the_proto3_json_mapping(emu, client, user_key):
 def test_errors_are_googles_json_error_bodies(emu, client, user_key):
     create_ready(client, user_key, "taken")
     missing = f"{PARENT}/nodes/missing"
-    assert call(emu, "GET", f"/v2/{missing}") == (404, {"error": {"code": 404, "message": f"Resource '{missing}' was not found", "status": "NOT_FOUND"}})
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "NOT_FOUND", "domain": "tpu.googleapis.com"}
+    assert call(emu, "GET", f"/v2/{missing}") == (404, {"error": {"code": 404, "message": f"Resource '{missing}' was not found",
+                                                                  "status": "NOT_FOUND", "details": [info]}})
     body = {"acceleratorType": "v4-8", "runtimeVersion": "tpu-ubuntu2204-base"}
     status, err = call(emu, "POST", f"/v2/{PARENT}/nodes?nodeId=taken", body)
     assert (status, err["error"]["status"]) == (409, "ALREADY_EXISTS")
@@ -97,7 +99,8 @@ def test_paging_over_rest_and_the_v1_paths_gcloud_uses(emu, user_key):
     _, v1 = call(emu, "GET", f"/v1/projects/{PROJECT}/locations?alt=json")
     assert call(emu, "GET", f"/v2/projects/{PROJECT}/locations?alt=json")[1] == v1
     assert {"name": f"{PARENT}", "locationId": ZONE} in v1["locations"]
-    assert call(emu, "GET", f"/v1/{PARENT}/acceleratorTypes/v4-32")[1] == {"name": f"{PARENT}/acceleratorTypes/v4-32", "type": "v4-32"}
+    assert call(emu, "GET", f"/v1/{PARENT}/acceleratorTypes/v4-32")[1] == {
+        "name": f"{PARENT}/acceleratorTypes/v4-32", "type": "v4-32", "acceleratorConfigs": [{"type": "V4", "topology": "2x2x4"}]}
 
 
 def test_path_templates():

@@ -43,6 +43,7 @@ APPEND_SITES = {
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
     "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
+    "reconciler/loop.py": 1,  # api_unreachable, api_reachable: a zone's TPU API down and back (`_cloud`)
     "reconciler/doctor/records.py": 2,  # the host checks' repairs: clean intent, clean outcome
 }
 # Names an append site may pass as data, each bound to a class instance (see the site).
@@ -54,6 +55,7 @@ TYPED_NAMES = {
     ("reconciler/executor.py", "d"),  # an element of Events = list[EventData]
     ("reconciler/executor.py", "outcome"),  # ActionOutcome(...)
     ("reconciler/executor.py", "released"),  # Released(...)
+    ("reconciler/loop.py", "data"),  # ApiUnreachable(...) or ApiReachable(...)
     ("reconciler/doctor/records.py", "intent"),  # ActionIntent(...)
     ("reconciler/doctor/records.py", "outcome"),  # ActionOutcome(...)
 }
@@ -115,8 +117,12 @@ def test_the_planner_records_only_typed_data():
     assert len(calls) >= 10
     # admission.queued(...) / admission.preemption(...): builders annotated to return a data class
     builders = {f"admission.{name}" for name in _typed_builders("reconciler/admission.py")}
+    # *react.refused(...) / *react.lost_create(...): what an API answer means, as `Events`
+    reacts = {f"react.{f.name}" for f in ast.walk(ast.parse((ROOT / "reconciler" / "react.py").read_text(encoding="utf-8")))
+              if isinstance(f, ast.FunctionDef) and f.returns is not None and ast.unparse(f.returns) == "Events"}
     for call in calls:
         assert all(isinstance(a, ast.Call) and (_class_named(a.func) or ast.unparse(a.func) in builders)
+                   or isinstance(a, ast.Starred) and isinstance(a.value, ast.Call) and ast.unparse(a.value.func) in reacts
                    for a in call.args[1:]), ast.unparse(call)
 
 

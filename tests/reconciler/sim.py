@@ -13,11 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.failures import ApiFailure
 from reconciler import naming
-from reconciler.model import NodeObs, QueuedObs
+from reconciler.model import NodeObs, OperationObs, QueuedObs
 from reconciler.remote.errors import HostUnreachable
 from reconciler.remote.types import HostStatus, SetupReport
-from reconciler.tpu import CapacityError, CreateRequest
+from reconciler.tpu import Created, CreateRequest, TpuCallError
+
+# Every status the TPU API returns, as a fault the simulated cloud can answer a create with,
+# in the call or in its operation (reason: google.rpc.ErrorInfo's, where it decides the kind).
+API_FAULTS: tuple[tuple[str, str], ...] = (
+    ("UNAVAILABLE", ""), ("DEADLINE_EXCEEDED", ""), ("INTERNAL", ""), ("ABORTED", ""), ("CANCELLED", ""),
+    ("RESOURCE_EXHAUSTED", ""), ("RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED"), ("RESOURCE_EXHAUSTED", "RATE_LIMIT_EXCEEDED"),
+    ("PERMISSION_DENIED", "IAM_PERMISSION_DENIED"), ("UNAUTHENTICATED", "ACCESS_TOKEN_EXPIRED"),
+    ("INVALID_ARGUMENT", ""), ("NOT_FOUND", ""), ("ALREADY_EXISTS", ""), ("FAILED_PRECONDITION", ""),
+)
 
 ZONE = "us-central2-b"
 ALIVE = frozenset({"CREATING", "READY"})  # states in which a node is billed and held
@@ -35,6 +45,7 @@ class Node:
     create_time: float
     ready_at: float
     vanish: bool = False  # the create operation fails: the node goes away instead of READY
+    op_error: ApiFailure | None = None  # ... with this error in its operation
     health: str = "HEALTHY"
     host_alive: bool = True
     flip_at: float | None = None  # probe-first preemption: the API says PREEMPTED from then
@@ -76,6 +87,10 @@ class SimCloud:
         self.calls = 0
         self.tick_s = 10.0
         self.redeletes = 0  # deletes asked of a node already DELETING: must stay 0
+        self.refuse: tuple[str, str, bool] | None = None  # the next create: (code, reason, in its operation)
+        self.outage = False  # every call fails UNAVAILABLE
+        self.ops: dict[str, OperationObs] = {}
+        self.outage_calls = 0  # calls made while the outage lasted
 
     # -- faults ---------------------------------------------------------------------------
     def effect(self, act: Callable[[], Any]) -> Any:
@@ -112,14 +127,23 @@ class SimCloud:
                 del self.procs[key]
 
     # -- time -----------------------------------------------------------------------------
+    def _api(self, method: str, resource: str = "") -> None:
+        """Every API call: during an outage it fails, as a closed endpoint answers."""
+        self.calls += 1
+        if self.outage:
+            self.outage_calls += 1
+            raise TpuCallError(ApiFailure("UNAVAILABLE", "failed to connect to all addresses", method=method, resource=resource))
+
     def tick(self) -> None:
         self.now += self.tick_s
         for name, n in list(self.nodes.items()):
             if n.state == "CREATING" and self.now >= n.ready_at:
                 if n.vanish:
                     del self.nodes[name]
+                    self.ops[f"op-{name}"] = OperationObs(f"op-{name}", True, n.op_error)
                     continue
                 n.state = "READY"
+                self.ops[f"op-{name}"] = OperationObs(f"op-{name}", True, None)
             if n.flip_at is not None and self.now >= n.flip_at and n.state == "READY":
                 n.state, n.health, n.flip_at = "PREEMPTED", "", None
             if n.delete_at is not None and self.now >= n.delete_at:
@@ -135,16 +159,20 @@ class SimCloud:
         return NodeObs(n.name, ZONE, n.state, dict(n.labels), hosts, n.health, n.create_time)
 
     def list_nodes(self, zone: str) -> list[NodeObs]:
-        self.calls += 1
+        self._api("ListNodes", f"projects/p/locations/{zone}")
         return [self._obs(n) for n in self.nodes.values()] if zone == ZONE else []
 
     def list_queued(self, zone: str) -> list[QueuedObs]:
         return []
 
     def get_node(self, zone: str, name: str) -> NodeObs | None:
-        self.calls += 1
+        self._api("GetNode", f"projects/p/locations/{zone}/nodes/{name}")
         n = self.nodes.get(name)
         return None if n is None else self._obs(n)
+
+    def operation(self, name: str) -> OperationObs | None:
+        self._api("GetOperation", name)
+        return self.ops.get(name)
 
     def queued_exists(self, zone: str, name: str) -> bool:
         return False
@@ -152,26 +180,38 @@ class SimCloud:
     def host_keys(self, zone: str, name: str) -> list[str | None]:
         return []
 
-    def create(self, req: CreateRequest) -> str:
-        def act() -> str:
-            self.calls += 1
+    def create(self, req: CreateRequest) -> Created:
+        def act() -> Created:
+            parent = f"projects/p/locations/{req.zone}"
+            self._api("CreateNode", parent)
             if self.fail_op:  # the create operation ends in an error and changes nothing
                 self.fail_op = False
                 raise RuntimeError(f"operation create {req.name} failed: INTERNAL")
+            refuse, self.refuse = self.refuse, None
+            if refuse is not None and not refuse[2] and refuse[0] != "ALREADY_EXISTS":
+                raise TpuCallError(ApiFailure(refuse[0], f"{refuse[0]} (simulated)", method="CreateNode",
+                                              reason=refuse[1], resource=parent))
             if req.name in self.nodes:
-                return "adopted"
+                return Created("adopted")
             if not self.capacity:
-                raise CapacityError(f"no capacity for {req.accelerator} in {req.zone}")
+                raise TpuCallError(ApiFailure("RESOURCE_EXHAUSTED", f"no capacity for {req.accelerator} in {req.zone}",
+                                              method="CreateNode", resource=parent))
+            op_error = None
+            if refuse is not None and refuse[2]:
+                op_error = ApiFailure(refuse[0], f"{refuse[0]} (simulated, in the operation)", method="CreateNode",
+                                      reason=refuse[1], in_operation=True, resource=parent)
             self.nodes[req.name] = Node(req.name, "CREATING", dict(req.labels), self.now,
-                                        self.now + self.create_ticks * self.tick_s, vanish=self.fail_create)
+                                        self.now + self.create_ticks * self.tick_s,
+                                        vanish=self.fail_create or op_error is not None, op_error=op_error)
+            self.ops[f"op-{req.name}"] = OperationObs(f"op-{req.name}", False)
             self.fail_create, self.create_ticks = False, 1.0
-            return "created"
+            return Created("created", f"op-{req.name}")
 
         return self.effect(act)
 
     def delete(self, zone: str, name: str, *, queued: bool = False) -> bool:
         def act() -> bool:
-            self.calls += 1
+            self._api("DeleteNode", f"projects/p/locations/{zone}/nodes/{name}")
             if self.fail_op:
                 self.fail_op = False
                 raise RuntimeError(f"operation delete {name} failed: INTERNAL")

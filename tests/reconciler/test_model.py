@@ -7,9 +7,14 @@ a failing command (budgets run out under repeated faults), a cancel or a spec ch
 point (also in the middle of an action), and a process crash between an intent and its
 outcome (before or after the effect). Then the faults stop and the world settles.
 
-Checked: never two billed TPUs for one job (after every pass); at the end the ledger verifies,
-every job is terminal or explainably waiting, every TPU is released or held by a live job,
-and a `lost_host` failure only where a host was really lost (a preemption is `preempted`).
+Failures of the TPU API too: every status it returns (sim.API_FAULTS), in the create's call or
+in its operation, and an outage of the whole API; `ledger resume` of a blocked job.
+
+Checked: never two billed TPUs for one job, and the ledger verifies, after every pass (every
+event the reconciler writes is one the transition table allows); while the API is down the
+reconciler appends nothing; at the end every job is terminal, explainably waiting or blocked
+with its reason, every TPU is released or held by a live job, and a `lost_host` failure only
+where a host was really lost (a preemption is `preempted`).
 
 `make model` runs many more, longer sequences (MODEL_EXAMPLES, MODEL_STEPS).
 """
@@ -28,16 +33,18 @@ from hypothesis import strategies as st
 
 from ledger.events import NewEvent, actor, format_time
 from ledger.events import data as ev
-from ledger.fold import QUEUED, JobState, replay
+from ledger.failures import kind_of
+from ledger.fold import BLOCKED, QUEUED, JobState, replay
 from ledger.spec import spec_hash
 from ledger.store import open_store
 from ledger.store.sqlite import recorder
 from ledger.verify import verify_store
 from reconciler.executor import Executor
 from reconciler.loop import recheck_suspects
-from reconciler.model import NODE_READY, HostObs, Observed, PlanConfig
-from reconciler.plan import plan, selected_workers, zones_in_use
-from tests.reconciler.sim import ZONE, Crash, Hooks, SimCloud, labelled
+from reconciler.model import NODE_READY, Action, HostObs, Observed, PlanConfig
+from reconciler.plan import api_zone, plan, selected_workers, unseen_creates, zones_in_use
+from reconciler.tpu import TpuCallError
+from tests.reconciler.sim import API_FAULTS, ZONE, Crash, Hooks, SimCloud, labelled
 
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "25"))
 STEPS = int(os.environ.get("MODEL_STEPS", "20"))
@@ -65,6 +72,9 @@ FAULTS = st.one_of(
     st.tuples(st.just("cancel"), JOB_INDEX, st.booleans()),  # True: in the middle of the next action
     st.tuples(st.just("spec"), JOB_INDEX, st.booleans()),
     st.tuples(st.just("crash"), st.sampled_from(["before", "after"])),
+    st.tuples(st.just("api"), st.integers(0, len(API_FAULTS) - 1), st.booleans()),  # True: in the operation
+    st.tuples(st.just("outage"), st.booleans()),
+    st.tuples(st.just("resume"), JOB_INDEX),
 )
 
 
@@ -112,11 +122,19 @@ class World:
     def observe(self, jobs: dict[str, JobState]) -> Observed:
         """As the loop observes: list the zone, probe running jobs, re-read suspects."""
         zones = zones_in_use(jobs)
-        obs = Observed(now=self.cloud.now, zones=frozenset(zones))
+        obs = Observed(now=self.cloud.now)
         if ZONE in zones:
-            obs.nodes = {n.name: n for n in self.cloud.list_nodes(ZONE)}
+            try:
+                obs.nodes = {n.name: n for n in self.cloud.list_nodes(ZONE)}
+                obs.zones = frozenset({ZONE})
+            except TpuCallError as exc:
+                if kind_of(exc.failure) == "permanent":
+                    obs.refused[ZONE] = exc.failure
+        for name in unseen_creates(jobs, obs):
+            if (op := self.cloud.operation(name)) is not None:
+                obs.operations[name] = op
         for j in jobs.values():
-            node = obs.nodes.get((j.tpu or {}).get("name", ""))
+            node = obs.nodes.get((j.tpu or {}).get("name", "")) if ZONE in obs.zones else None
             if j.state == "running" and node is not None and node.state == NODE_READY:
                 status = self.cloud.probe(j.id, j.attempt, list(j.hosts), workers=selected_workers(j))
                 obs.hosts[j.id] = {w: HostObs(s.state, s.exit_code, tuple(sorted(set(s.kinds))), s.error)
@@ -125,8 +143,21 @@ class World:
         return obs
 
     def step(self) -> None:
-        """One reconcile pass; a crash kills the process: the rest of the pass is lost."""
+        """One reconcile pass; a crash kills the process: the rest of the pass is lost. The
+        ledger verifies after it; while the API is down it appends nothing."""
         jobs = self.jobs()
+        head = self.store.head()
+        try:
+            self._pass(jobs)
+        finally:
+            report = verify_store(self.store)
+            assert report.ok, report.problem
+            if self.cloud.outage:  # only what needs no API call (a cancel of a job holding no TPU, SSH steps)
+                acted = [(e.stream, e.data["action"]) for e in self.store.read_all() if e.seq > head and e.type == "action_intent"
+                         and api_zone(Action(e.data["action"], e.stream, e.data.get("params") or {})) is not None]
+                assert not acted, f"acted against the API while it was down: {acted}"
+
+    def _pass(self, jobs: dict[str, JobState]) -> None:
         obs = self.observe(jobs)
         assert self.executor is not None
         for action in plan(jobs, obs, config=self.config):
@@ -136,6 +167,8 @@ class World:
                 self.crashes += 1
                 self.new_process()
                 return
+            except TpuCallError:
+                pass  # a resolve met the API's failure: the loop logs it and backs off
 
     def one_tpu_per_job(self) -> None:
         for job_id in self.jobs():
@@ -182,18 +215,31 @@ def apply(world: World, fault: tuple, job_ids: list[str], specs: dict[str, dict]
             act()
     elif kind == "crash":
         cloud.hooks = Hooks(crash=fault[1])
+    elif kind == "api":
+        code, reason = API_FAULTS[fault[1]]
+        cloud.refuse = (code, reason, fault[2])
+        world.applied.append(f"api {code}{'/' + reason if reason else ''} {'in the operation' if fault[2] else 'in the call'}")
+    elif kind == "outage":
+        cloud.outage = fault[1]
+    elif kind == "resume":
+        job = world.jobs().get(job_id)
+        if job is not None and job.state == BLOCKED:  # an operator fixed the cause: `ledger resume`
+            world.append(job_id, ev.Resumed(attempt=job.attempt + 1, restarts=job.restarts, rule="manual", reapply=True))
+            world.applied.append("resume of a blocked job")
 
 
 def settle(world: World, limit: int = 200) -> None:
     """No more faults: pass and tick until every job ended and every node is gone."""
     cloud = world.cloud
     cloud.capacity, cloud.fail_create, cloud.fail_op, cloud.hooks = True, False, False, Hooks()
+    cloud.refuse, cloud.outage = None, False
     for _ in range(limit):
         cloud.tick()
         world.step()
         world.one_tpu_per_job()
         jobs = world.jobs()
-        if all(j.terminal and j.tpu is None and not j.pending_action for j in jobs.values()) and not cloud.nodes:
+        if all((j.terminal or j.state == BLOCKED) and j.tpu is None and not j.pending_action for j in jobs.values()) \
+                and not cloud.nodes:
             return
 
 
@@ -203,7 +249,8 @@ def check_end(world: World) -> None:
     assert report.ok, report.problem
     jobs = world.jobs()
     waiting = {j.id: (j.state, j.queued_reason) for j in jobs.values()
-               if not j.terminal and not (j.state == QUEUED and j.queued_reason)}
+               if not j.terminal and not (j.state == QUEUED and j.queued_reason)
+               and not (j.state == BLOCKED and (j.last_error or {}).get("message"))}
     assert not waiting, f"jobs neither ended nor explainably waiting: {waiting}"
     live = {j.tpu["name"] for j in jobs.values() if j.tpu and not j.terminal}
     leftover = [n.name for n in world.cloud.nodes.values() if n.state != "DELETING" and n.name not in live]

@@ -167,4 +167,5 @@ def test_a_queued_choice_waits_up_to_its_deadline_then_gives_way():
     assert [x.kind for x in plan({j.id: j}, obs(queued=[waiting]))] == ["record"]  # queued: waiting for resources
     late = Observed(now=NOW + 60, zones=frozenset({CENTRAL, WEST}), queued={want["name"]: waiting})
     r = plan({j.id: j}, late)[0]
-    assert r.kind == "release" and r.params["next"] == "failover"
+    # given back as the stockout it is: recorded with the API's code and its placement
+    assert r.kind == "release" and r.params["next"] == "retry" and r.params["refused"]["code"] == "RESOURCE_EXHAUSTED"

@@ -106,6 +106,6 @@ def test_a_job_whose_tpu_cannot_be_made_leaves_no_key(harness):
     keys = JobKeys(harness.settings().ssh_key.parent / "jobs")
     harness.submit("carol/bad", job_spec("true", accelerator="v4-7", workers=[0]))
     harness.start()
-    job = harness.wait("carol/bad", lambda j: j.terminal)
+    job = harness.wait("carol/bad", lambda j: j.state == "blocked")  # the API refused it: INVALID_ARGUMENT
     assert "provision_failed" in harness.types("carol/bad"), harness.types("carol/bad")
     assert job.tpu is None and not keys.path("carol/bad").exists()

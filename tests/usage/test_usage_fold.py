@@ -216,3 +216,22 @@ def test_times_that_run_backwards_count_as_the_previous_event():
 def test_unknown_grouping_is_refused():
     with pytest.raises(ValueError, match="one of owner"):
         summarize({}, "team")
+
+
+@pytest.mark.parametrize("released", [
+    {"reason": "the create failed", "existed": False},
+    {"reason": "vanished while provisioning"},  # as ledgers written before `existed` say it
+])
+def test_a_tpu_whose_create_failed_is_not_billed(released: dict) -> None:
+    """The create was accepted, its operation failed (a permission, a stockout): Google never
+    gave the TPU, so the 10 minutes it was asked for are waiting, not held chips."""
+    from tests.usage.ledger_by_hand import GPT_TPU1, submitted
+
+    f = UsageFold()
+    f.apply("bob/x", "submitted", at("10:00"), submitted("v4-8", "us-central2-b", "ondemand"), 1)
+    f.apply("bob/x", "provisioning", at("10:05"), {"attempt": 1, "tpu": GPT_TPU1}, 2)
+    f.apply("bob/x", "released", at("10:15"), {"tpu": GPT_TPU1, **released}, 3)
+    f.apply("bob/x", "queued", at("10:15"), {"reason": "retrying"}, 4)
+    (row,) = summarize(f.figures(to_us(at("10:20"))), "job").rows
+    assert row.held_us == 0
+    assert row.chip_us == chip_minutes(waiting=4 * 20)

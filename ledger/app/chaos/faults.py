@@ -9,6 +9,7 @@ undoes whatever is still in force when the fault window closes.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,10 @@ from emulator.control import ControlClient, ControlError
 from ledger.app.chaos.procs import Supervisor
 from ledger.app.chaos.sampler import Sampler
 from ledger.app.chaos.scenario import Fault
+from ledger.app.chaos.world import ledger_cmd
+from ledger.fold import BLOCKED, replay
+from ledger.store import open_store
+from reconciler.tpu import TpuCallError
 
 FAMILY = "v4"
 
@@ -38,13 +43,14 @@ class Injector:
     supervisor: Supervisor
     sampler: Sampler
     zone: str
+    store_url: str | None = None  # to find the jobs a permission fault blocked
     applied: list[Applied] = field(default_factory=list)
     _restores: list[threading.Timer] = field(default_factory=list)
 
     def apply(self, fault: Fault) -> Applied:
         try:
             ok, detail = getattr(self, f"_{fault.kind}")(fault)
-        except (ControlError, OSError) as exc:  # e.g. the node went away between list and act
+        except (ControlError, OSError, TpuCallError) as exc:  # the node went away between list and act; the API is down
             ok, detail = False, f"refused: {exc}"
         done = Applied(fault, time.time(), ok, detail)
         self.applied.append(done)
@@ -77,10 +83,7 @@ class Injector:
 
     def _capacity_drop(self, fault: Fault) -> tuple[bool, str]:
         self.control.set_capacity(self.zone, FAMILY, 0)
-        timer = threading.Timer(fault.lasts, self._restore_capacity)
-        timer.daemon = True
-        timer.start()
-        self._restores.append(timer)
+        self._later(fault.lasts, self._restore_capacity)
         return True, f"{self.zone} {FAMILY} capacity 0 for {fault.lasts:.1f} s"
 
     def _restore_capacity(self) -> None:
@@ -94,11 +97,45 @@ class Injector:
         self.control.fail_creations(1, zone=self.zone, code="INTERNAL")
         return True, "next creation fails (INTERNAL)"
 
+    def _outage(self, fault: Fault) -> tuple[bool, str]:
+        self.control.outage("refuse")
+        self._later(fault.lasts, self._end_outage)
+        return True, f"TPU API down (every call UNAVAILABLE) for {fault.lasts:.1f} s"
+
+    def _end_outage(self) -> None:
+        self.control.outage(None)
+
+    def _permission(self, fault: Fault) -> tuple[bool, str]:
+        self.control.fail_calls("CreateNode", "PERMISSION_DENIED", zone=self.zone)
+        self._later(fault.lasts, self.resume_blocked)
+        return True, f"next create refused PERMISSION_DENIED; blocked jobs resumed {fault.lasts:.1f} s later"
+
+    def resume_blocked(self) -> None:
+        """The operator granted the role: `ledger resume` each blocked job, as a person would."""
+        if self.store_url is None:
+            return
+        store = open_store(self.store_url, create=False)
+        try:
+            blocked = [j.id for j in replay(store.read_all()).jobs.values() if j.state == BLOCKED]
+        finally:
+            store.close()
+        for job_id in blocked:
+            subprocess.run(ledger_cmd(self.store_url, "resume", job_id), capture_output=True, check=False)
+
+    def _later(self, seconds: float, fn) -> None:
+        timer = threading.Timer(seconds, fn)
+        timer.daemon = True
+        timer.start()
+        self._restores.append(timer)
+
     def restore(self) -> None:
-        """The window is over: every capacity drop ends now (a later timer finds nothing to do)."""
+        """The window is over: every capacity drop and outage ends now, and blocked jobs are
+        resumed (a later timer finds nothing to do)."""
         for timer in self._restores:
             timer.cancel()
         self._restore_capacity()
+        self._end_outage()
+        self.resume_blocked()
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}

@@ -68,13 +68,17 @@ def _window(s: Scenario, p: Plan, world: World, injector: Injector, sup: Supervi
         time.sleep(0.2)
 
 
-def _settle(s: Scenario, world: World, sup: Supervisor, expected: list[str]) -> float | None:
-    """The time every job was terminal and released, or None if the settle time ran out."""
+def _settle(s: Scenario, world: World, sup: Supervisor, expected: list[str],
+            tend: Callable[[], None] = lambda: None) -> float | None:
+    """The time every job was terminal and released, or None if the settle time ran out.
+    `tend`: what the operator keeps doing meanwhile (resume the jobs a refused create blocked:
+    one armed in the window may be spent after it)."""
     store = open_store(world.store_url)
     try:
         deadline = time.time() + s.settle
         while time.time() < deadline:
             sup.revive()
+            tend()
             if rp.settled(store.read_all(), expected):
                 return time.time()
             time.sleep(1.0)
@@ -106,7 +110,7 @@ def run_chaos(s: Scenario, workdir: Path, *, pg_url: str | None = None,
         with Emulator(state_dir=workdir / "emulator") as emu:
             sup = services(s, world, emu.endpoint)
             sampler = Sampler(emu.endpoint, ZONES).start()
-            injector = Injector(ControlClient(emu.control_url), sup, sampler, ZONE)
+            injector = Injector(ControlClient(emu.control_url), sup, sampler, ZONE, world.store_url)
             say(f"ledger {world.store_url}; emulator {emu.endpoint}; logs in {workdir}")
             sup.start_all()
             t0 = time.time()
@@ -119,7 +123,7 @@ def run_chaos(s: Scenario, workdir: Path, *, pg_url: str | None = None,
                 faults = [a.t for a in injector.applied if a.ok]
                 last_fault = max(faults, default=t0)
                 say(f"{window_end - t0:6.1f}s fault window closed; settling (up to {s.settle:g} s)")
-                t_settled = _settle(s, world, sup, expected)
+                t_settled = _settle(s, world, sup, expected, tend=injector.resume_blocked)
                 if t_settled is not None:
                     result.last_fault_to_settled_s = round(max(0.0, t_settled - last_fault), 1)
                     say(f"{time.time() - t0:6.1f}s every job settled; watching {s.observe:g} s for orphans")

@@ -24,9 +24,17 @@ FAIL_CREATION = (25.0, 50.0)
 # every period (the jobs with fallbacks move to their other zone; the others wait and probe).
 SCHEDULE_PERIOD = 30.0
 SCHEDULE_OUT = 8.0
+# The whole TPU API down (every call refused UNAVAILABLE) for a while.
+OUTAGE = (30.0, 60.0)
+OUTAGE_LASTS = (4.0, 12.0)
+# The next create refused PERMISSION_DENIED (its job is blocked); an operator grants the role
+# and runs `ledger resume` on the blocked jobs `lasts` seconds later.
+PERMISSION = (25.0, 50.0)
+PERMISSION_LASTS = (3.0, 8.0)
 
 # Fault kinds, in the order a report lists them.
-KINDS = ("kill_reconciler", "kill_watcher", "preempt", "kill_host", "capacity_drop", "fail_operation", "fail_creation")
+KINDS = ("kill_reconciler", "kill_watcher", "preempt", "kill_host", "capacity_drop", "fail_operation", "fail_creation",
+         "outage", "permission")
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,7 @@ class Fault:
     at: float                      # seconds after the window opened
     kind: str
     target: int = 0                # which reconciler, for kill_reconciler
-    lasts: float = 0.0             # for capacity_drop
+    lasts: float = 0.0             # for capacity_drop and outage; permission: until the resume
     pick: float = 0.0              # a uniform draw in [0, 1) that chooses among nodes at fault time
 
     def to_dict(self) -> dict:
@@ -90,10 +98,12 @@ def plan(s: Scenario) -> Plan:
     faults: list[Fault] = []
     gaps = {"kill_reconciler": KILL_RECONCILER, "kill_watcher": KILL_WATCHER, "preempt": PREEMPT,
             "kill_host": KILL_HOST, "fail_operation": FAIL_OPERATION, "fail_creation": FAIL_CREATION}
+    lasting = {"capacity_drop": (CAPACITY_DROP, CAPACITY_DROP_LASTS), "outage": (OUTAGE, OUTAGE_LASTS),
+               "permission": (PERMISSION, PERMISSION_LASTS)}
     for kind in s.kinds:
-        if kind == "capacity_drop":
-            faults += _clock(rng, kind, CAPACITY_DROP, s.duration - CAPACITY_DROP_LASTS[1],
-                             lasts=lambda r: r.uniform(*CAPACITY_DROP_LASTS))
+        if kind in lasting:
+            gap, lasts = lasting[kind]
+            faults += _clock(rng, kind, gap, s.duration - lasts[1], lasts=lambda r, lasts=lasts: r.uniform(*lasts))
         elif kind == "kill_reconciler":
             faults += _clock(rng, kind, gaps[kind], s.duration, target=lambda r: r.randrange(s.reconcilers))
         elif kind in ("fail_operation", "fail_creation"):

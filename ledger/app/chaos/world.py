@@ -115,7 +115,7 @@ def make_world(workdir: Path, store: str, pg_url: str | None = None) -> World:
         pg_schema = f"chaos_{secrets.token_hex(5)}"
         store_url = f"{pg_admin}{'&' if '?' in pg_admin else '?'}schema={pg_schema}"
     elif store == "sqlite":
-        store_url = f"sqlite:///{workdir / 'ledger.db'}"
+        store_url = f"sqlite:///{workdir.resolve() / 'ledger.db'}"
     else:
         raise ValueError(f"store must be sqlite or postgres, not {store!r}")
     open_store(store_url, create=True).close()

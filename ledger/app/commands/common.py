@@ -37,8 +37,9 @@ def console():
 def tpu_access_options(func):
     """`--project`, `--tpu-endpoint`, `--ssh-key`, `--ssh-user`: how to reach the TPUs and their hosts."""
     for option in reversed((
-        click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
-                     help="Google Cloud project of the TPUs [env: LEDGER_PROJECT]."),
+        click.option("--project", envvar="LEDGER_PROJECT", default=None,
+                     help="Google Cloud project of the TPUs; required without --tpu-endpoint [env: LEDGER_PROJECT; "
+                          f"default with --tpu-endpoint: {defaults.PROJECT}]."),
         click.option("--tpu-endpoint", envvar="LEDGER_TPU_ENDPOINT", default=None,
                      help="host:port of a TPU API without TLS (the emulator); unset = Google Cloud [env: LEDGER_TPU_ENDPOINT]."),
         click.option("--ssh-key", envvar="LEDGER_SSH_KEY", type=click.Path(path_type=Path), default=None,

@@ -20,7 +20,7 @@ from ledger.replay import load_state
 from reconciler.doctor import Doctor, Report, clean, context
 from reconciler.keys import ensure_key
 from reconciler.remote import Host, RemoteRunner
-from reconciler.tpu import TpuApi
+from reconciler.tpu import TpuApi, project_for
 
 REPAIRS = {"kill": "kill it", "rm_lock": "remove the lockfile", "remount": "remount"}
 STYLE = {"ok": "green", "warn": "yellow", "fix": "bold yellow", "fail": "bold red"}
@@ -50,7 +50,7 @@ def _hosts_of_tpu(tpu: dict[str, Any], zone: str | None, project: str, endpoint:
     zone = zone or tpu.get("zone")
     if not zone:
         raise UsageError(f"no job of this ledger names TPU {tpu['name']}'s zone", hint="pass --zone ZONE")
-    api = TpuApi(project, endpoint)
+    api = TpuApi(project_for(project, endpoint), endpoint)
     try:
         node = api.get_node(zone, tpu["name"])
         if node is None:
@@ -107,7 +107,7 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
     try:
         jobs = load_state(store).jobs  # snapshot + tail, as `ledger list`
         job, tpu = _target(jobs, target)
-        settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint, ssh_user=ssh_user, host_root=host_root)
+        settings = Settings(store_url=store.url, project=project or defaults.PROJECT, tpu_endpoint=tpu_endpoint, ssh_user=ssh_user, host_root=host_root)
         if ssh_key:
             settings.ssh_key = ssh_key
         ensure_key(settings.ssh_key)

@@ -260,15 +260,52 @@ def fill_disk(ctx: click.Context, node: str, worker: int, free: str) -> None:
     click.echo(f"{node}: worker {worker}: {'real disk' if value is None else f'{value} bytes free'}")
 
 
+_CODE_HELP = ("Status code name: UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, ABORTED, CANCELLED, RESOURCE_EXHAUSTED, "
+              "PERMISSION_DENIED, UNAUTHENTICATED, INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION.")
+_REASON_HELP = ("google.rpc.ErrorInfo reason sent with it (e.g. QUOTA_EXCEEDED makes RESOURCE_EXHAUSTED a quota, "
+                "RATE_LIMIT_EXCEEDED a rate limit; default: the code's usual one).")
+
+
 @emulator_group.command("fail-creations")
 @click.option("-n", "count", type=int, default=1, show_default=True)
 @click.option("--zone", default=None)
-@click.option("--code", default="INTERNAL", show_default=True, help="gRPC status code name the operations end with.")
+@click.option("--code", default="INTERNAL", show_default=True, help="The code the operations end with. " + _CODE_HELP)
+@click.option("--reason", default="", help=_REASON_HELP)
 @click.pass_context
-def fail_creations(ctx: click.Context, count: int, zone: str | None, code: str) -> None:
-    """Make the next N node creations (in ZONE, or anywhere) fail."""
-    _call(ctx, "fail_creations", count, zone=zone, code=code)
-    click.echo(f"next {count} creation(s) will fail with {code}")
+def fail_creations(ctx: click.Context, count: int, zone: str | None, code: str, reason: str) -> None:
+    """Make the next N creations (in ZONE, or anywhere) fail inside their operation: the call
+    is accepted, the TPU shows CREATING, then it is gone and the operation says why."""
+    _call(ctx, "fail_creations", count, zone=zone, code=code, reason=reason)
+    click.echo(f"next {count} creation(s) will fail with {code} in their operation")
+
+
+@emulator_group.command("fail-calls")
+@click.argument("method", default="CreateNode")
+@click.option("-n", "count", type=int, default=1, show_default=True)
+@click.option("--zone", default=None)
+@click.option("--code", required=True, help=_CODE_HELP)
+@click.option("--reason", default="", help=_REASON_HELP)
+@click.pass_context
+def fail_calls(ctx: click.Context, method: str, count: int, zone: str | None, code: str, reason: str) -> None:
+    """Refuse the next N calls of METHOD (CreateNode, ListNodes, ..., or '*') with CODE.
+
+    \b
+    Examples:
+      ledger emulator fail-calls CreateNode --code PERMISSION_DENIED
+      ledger emulator fail-calls CreateNode --code RESOURCE_EXHAUSTED --reason QUOTA_EXCEEDED -n 3
+    """
+    _call(ctx, "fail_calls", method, code, n=count, zone=zone, reason=reason)
+    click.echo(f"next {count} call(s) of {method} will be refused with {code}")
+
+
+@emulator_group.command("outage")
+@click.argument("mode", type=click.Choice(["refuse", "hang", "off"]))
+@click.pass_context
+def outage(ctx: click.Context, mode: str) -> None:
+    """Take the whole TPU API down (gRPC and REST) until `outage off`: `refuse` answers every
+    call UNAVAILABLE, `hang` answers none (callers hit their deadlines)."""
+    _call(ctx, "outage", mode)
+    click.echo("the TPU API answers again" if mode == "off" else f"the TPU API is down ({mode})")
 
 
 @emulator_group.command("slow-creations")

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.errors import UsageError
+from ledger.errors import UsageError, safe_url
 from ledger.fanout import pubsub
 from ledger.fanout.notifier import Notifier, parse_smtp
 from ledger.fanout.publisher import OutboxPublisher
@@ -57,6 +57,8 @@ def fanout_cmd(ctx: click.Context, project: str | None, topic: str | None, subsc
     store = store_from(ctx)
     config = pubsub.config_from_env(project, topic)
     publisher = OutboxPublisher(store, config, subscriptions=subscriptions, batch_size=batch_size)
+    if not once:  # a long-running command says which ledger it serves (the absolute file)
+        click.echo(f"publishing {safe_url(store.url)} to {config.topic_path}", err=True)
     try:
         if once:
             stats = publisher.run(threading.Event(), until_caught_up=True, deadline=time.monotonic() + timeout)
@@ -146,6 +148,8 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
     store = store_from(ctx)
     notifier = Notifier(store, policy, webhook=webhook, smtp=parse_smtp(smtp) if smtp else None,
                         name=name, from_start=from_start)
+    if follow:
+        click.echo(f"notifying from {safe_url(store.url)}", err=True)
     try:
         report = notifier.run(_stop_on_signals()) if follow else notifier.run_once()
     finally:

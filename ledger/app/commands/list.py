@@ -7,7 +7,7 @@ import click
 from ledger.app.commands.common import console, print_json, store_from
 from ledger.app.commands.replay import jobs_table
 from ledger.app.readmodels import job_json, select_jobs
-from ledger.fold import LIVE, TERMINAL
+from ledger.fold import BLOCKED, LIVE, TERMINAL
 from ledger.replay import load_state
 
 
@@ -30,4 +30,9 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
     if as_json:
         print_json([job_json(j) for j in jobs])
         return
-    console().print(jobs_table(jobs, f"{len(jobs)} job(s) at seq {state.position}"))
+    out = console()
+    out.print(jobs_table(jobs, f"{len(jobs)} job(s) at seq {state.position}"))
+    for job in jobs:  # the TPU API refused it for good: say why, and what to do
+        if job.state == BLOCKED:
+            out.print(f"{job.id} is blocked: {(job.last_error or {}).get('message', '')} (then `ledger resume {job.id}`)",
+                      markup=False)

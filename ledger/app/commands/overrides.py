@@ -44,7 +44,7 @@ from ledger.events.data import (
     Rerun,
     Resumed,
 )
-from ledger.fold import LIVE, JobState, replay
+from ledger.fold import BLOCKED, LIVE, JobState, replay
 from ledger.overrides import NAMESPACE, SignatureRefused, Statement, recorded, verify
 from ledger.spec.layout import ALLOWED_SIGNERS_PATH
 
@@ -197,8 +197,9 @@ def cancel(ctx: click.Context, job_id: str, reason: str, **signing: object) -> N
 @signing_options
 @click.pass_context
 def resume(ctx: click.Context, job_id: str, **signing: object) -> None:
-    """Run a failed job again from its last checkpoint, with the next attempt number."""
-    append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted"}, _signing(**signing),  # type: ignore[arg-type]
+    """Run a failed job again from its last checkpoint, with the next attempt number; or try a
+    blocked job's TPU again, once what the TPU API refused is fixed (a permission, a quota)."""
+    append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted", BLOCKED}, _signing(**signing),  # type: ignore[arg-type]
                     _next_attempt(Resumed))
 
 
@@ -208,7 +209,7 @@ def resume(ctx: click.Context, job_id: str, **signing: object) -> None:
 @click.pass_context
 def rerun(ctx: click.Context, job_id: str, **signing: object) -> None:
     """Run a job again from scratch (a new attempt, clean working directory)."""
-    append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"},
+    append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled", BLOCKED},
                     _signing(**signing), _next_attempt(Rerun))  # type: ignore[arg-type]
 
 

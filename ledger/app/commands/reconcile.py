@@ -26,8 +26,10 @@ from ledger.app.commands.common import (
 )
 from ledger.app.queueview import LedgerPolicy, PolicyFile
 from ledger.app.wiring import Settings, build
+from ledger.errors import safe_url
 from reconciler.joblogs import Collector, CollectorThread, Limits, open_archive
 from reconciler.joblogs.bounds import MIB
+from reconciler.tpu import project_for
 
 
 @click.command()
@@ -59,6 +61,11 @@ from reconciler.joblogs.bounds import MIB
                    "the archive for the others [env: LEDGER_LOG_MAX_JOB_MIB].")
 @click.option("--id", "holder", envvar="LEDGER_RECONCILER_ID", default=None,
               help="This reconciler's stable id (default: the hostname); its own unfinished intents are resolved at start.")
+@click.option("--api-backoff-max", type=float, default=defaults.TPU_BACKOFF_MAX_S, show_default=True,
+              envvar="LEDGER_API_BACKOFF_MAX",
+              help="Seconds: a zone whose TPU API fails is tried again after a jittered exponential backoff capped "
+                   "at this (one call per step, nothing recorded per try); work resumes within it once the API "
+                   "answers again [env: LEDGER_API_BACKOFF_MAX].")
 @click.option("--orphan-grace", type=float, default=defaults.ORPHAN_GRACE_S, show_default=True,
               help="Seconds before a labelled node no job holds is deleted.")
 @click.option("--lease-ttl", type=float, default=15.0, show_default=True, envvar="LEDGER_LEASE_TTL",
@@ -78,7 +85,8 @@ from reconciler.joblogs.bounds import MIB
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, log_archive: str | None,
-              log_collect_every: float, log_max_file_mib: int, log_max_job_mib: int, holder: str | None, orphan_grace: float,
+              log_collect_every: float, log_max_file_mib: int, log_max_job_mib: int, holder: str | None,
+              api_backoff_max: float, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
               checkpoint_every: float, policy_path: Path | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
@@ -99,9 +107,11 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
                                                          # as it goes now, then exit
       ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
     """
+    project = project_for(project, tpu_endpoint)
     store = store_from(ctx, create=True)
     settings = Settings(store_url=store.url, project=project, tpu_endpoint=tpu_endpoint,
-                        ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl)
+                        ssh_user=ssh_user, interval=interval, orphan_grace_s=orphan_grace, lease_ttl_s=lease_ttl,
+                        api_backoff_max_s=api_backoff_max)
     # The sharing rules in force, followed at every pass: by default the ones the watcher
     # recorded from the branch's policy file; with --policy, that file's, recorded in the
     # ledger when they differ (`ledger queue` and `inspect` explain by the ledger's).
@@ -130,7 +140,8 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    click.echo(f"reconciling {settings.store_url} against {tpu_endpoint or 'Google Cloud'} as {settings.holder}")
+    click.echo(f"reconciling {safe_url(settings.store_url)} against {tpu_endpoint or 'Google Cloud'} (project {project}) "
+               f"as {settings.holder}")
     try:
         with publishing(settings.store_url, project, topic):
             rec.run(once=once, stop=stop, timeout=timeout)

@@ -13,7 +13,7 @@ from ledger.app.commands.common import console, print_json, publishing, store_fr
 from ledger.app.forgeopts import forge_options, forge_setup, listen_address, webhook_secret
 from ledger.app.queueview import would_start
 from ledger.app.webhook import WebhookServer
-from ledger.errors import LedgerError, UsageError
+from ledger.errors import LedgerError, UsageError, safe_url
 from ledger.gitops.hook import install_hook
 from ledger.gitops.plan import plan, to_markdown
 from ledger.gitops.watch import Watcher
@@ -121,7 +121,8 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
                                  forge=webhook_forge, on_ingest=lambda action: _on_delivery(action, setup, watcher))
     if not as_json:
         where = f"; webhook on {webhook_listen}" if receiver else ""
-        out.print(f"watching {source} ({branch}); poll every {interval:g} s{where}; Ctrl-C to stop")
+        out.print(f"watching {source} ({branch}) into {safe_url(store.url)}; poll every {interval:g} s{where}; Ctrl-C to stop",
+                  markup=False)
     try:
         if receiver is not None:
             receiver.start()
