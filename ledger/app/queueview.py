@@ -155,7 +155,7 @@ def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, 
         elif isinstance(got, placement.Hold):
             row["placement"] = got.detail or got.reason
             if row["wait"] in ("admitted", "cloud"):  # the cloud's capacity is why it waits
-                row["wait"], row["reason"] = "cloud", f"{got.reason}: {got.detail}" if got.detail else got.reason
+                row["wait"], row["reason"] = "cloud", f"{placement.HOLD}: {got.detail}" if got.detail else got.reason
     return rows
 
 
