@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ledger.capacity import CapacityMemory, Key, Stockouts, key_of
+from ledger import fold
 from ledger.fold import JobState
 from ledger.spec.placement import Choice, failover, placements
 
@@ -134,7 +135,7 @@ def _span(us: int) -> str:
     return f"{s // 3600} h"
 
 
-WAITING = frozenset({"pending", "queued", "recovering"})  # ledger.fold's states of a job that may ask for a TPU
+WAITING = frozenset({fold.PENDING, fold.QUEUED, fold.RECOVERING})  # the states in which a job may ask for a TPU
 
 
 def place_waiting(jobs: Mapping[str, JobState], memory: CapacityMemory, now_us: int,
