@@ -25,8 +25,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ledger.capacity import CapacityMemory, Key, Stockouts, key_of
 from ledger import fold
+from ledger.capacity import CapacityMemory, Key, Stockouts, key_of
 from ledger.fold import JobState
 from ledger.spec.placement import Choice, failover, placements
 
