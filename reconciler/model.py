@@ -27,6 +27,7 @@ class NodeObs:
     health: str = ""
     create_time: float = 0.0  # epoch seconds
     accelerator: str = ""
+    queued_resource: str = ""  # a slice of a multislice queued resource: that queued resource's id
 
 
 @dataclass(frozen=True, slots=True)

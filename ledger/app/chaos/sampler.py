@@ -68,15 +68,11 @@ class Sampler:
         self._thread.join(10)
 
     def take(self) -> Sample:
-        nodes = []
-        for zone in self.zones:
-            # the raw listing: a node's queued resource says which TPU a slice belongs to
-            for n in self.api.client.list_nodes(parent=self.api.parent(zone)):
-                labels = dict(n.labels)
-                owner = n.queued_resource.rsplit("/", 1)[-1] if n.multislice_node and n.queued_resource else n.name.rsplit("/", 1)[-1]
-                nodes.append(NodeSeen(n.name.rsplit("/", 1)[-1], n.state.name, labels.get(naming.LABEL_JOB, ""),
-                                      labels.get(naming.LABEL_JOB_HASH, ""), f"{zone}/{owner}"))
-        return Sample(time.time(), tuple(nodes))
+        nodes = tuple(
+            NodeSeen(n.name, n.state, n.labels.get(naming.LABEL_JOB, ""), n.labels.get(naming.LABEL_JOB_HASH, ""),
+                     f"{zone}/{n.queued_resource or n.name}")  # a slice is its queued resource's
+            for zone in self.zones for n in self.api.list_nodes(zone))
+        return Sample(time.time(), nodes)
 
     def _run(self) -> None:
         while not self._stop.is_set():
