@@ -168,7 +168,9 @@ class _Pass:
         self.freeing: dict[tuple[str, str], int] = {}  # chips being given back, per scope
         self.given: dict[str, list[JobState]] = {}  # family -> jobs giving their TPU back
         self.week: dict[tuple[str, str], float] = {}
-        self.kept: dict[tuple[str, str], tuple[int, str]] = {}  # (scope, family) -> (class, job) a higher class waits on
+        # (scope, family) -> class -> the chips its held-back jobs wait for (kept from lower classes)
+        self.kept: dict[tuple[str, str], dict[int, int]] = {}
+        self.kept_for: dict[tuple[str, str], str] = {}  # (scope, family) -> the first job of its highest class
 
     def scopes(self, owner: str) -> Scopes:
         """Whom the owner's chips count against: the user, their quota'd teams, the lab."""
@@ -203,35 +205,44 @@ class _Pass:
                 self.week[(scope, family)] = self.week.get((scope, family), 0.0) + hours
 
     def own(self, job: JobState, need: Need) -> Wait | None:
-        """The job's own first blocker: its user's, its teams' (and the cohort's, when over
-        its team's quota with borrowing on) and the lab's weekly quota, a limit smaller than
-        the job, or a scope kept for a higher class; None when none stops it."""
+        """The job's own first blocker, None when none stops it. The most lasting first: a
+        limit smaller than the job (it never fits), then a weekly quota spent (time frees
+        it), then chips: a quota its user or a team holds (with borrowing, when no other
+        team has chips idle either), or chips kept for the higher classes that wait on
+        them. Within each, its user's, then its teams', then the lab's. The lab's chips
+        themselves are the line's (`short`), not the job's own."""
         family, chips = need.family, need.chips
         mine = self.class_of(job.priority)
-        for scope, quota in self.scopes(job.owner):
-            if quota is None:
-                continue
+        scopes = [(s, q) for s, q in self.scopes(job.owner) if q is not None and (s == LAB or not job.admitted_by)]
+        for scope, quota in scopes:
             limit = quota.chips.get(family)
-            if scope == LAB:
-                if limit is not None and chips > limit:
-                    return Wait("quota", scope, family, held=self.held.get((scope, family), 0), limit=limit, needs=chips, detail=TOO_BIG)
-            elif not job.admitted_by:
-                if limit is not None:
-                    now = self.held.get((scope, family), 0)
-                    if chips > limit:
-                        return Wait("quota", scope, family, held=now, limit=limit, needs=chips, detail=TOO_BIG)
-                    if now + chips > limit and not self._may_borrow(scope, family, chips):
-                        return Wait("quota", scope, family, held=now, limit=limit, needs=chips,
-                                    detail=NO_IDLE if self.borrowing and scope.startswith("team ") else "")
-                    kept = self.kept.get((scope, family))
-                    if kept is not None and kept[0] > mine:
-                        return Wait("quota", scope, family, held=now, limit=limit, needs=chips, detail=KEPT, kept_for=kept[1])
-            else:
-                continue
+            if limit is not None and chips > self._most(scope, family, limit):
+                return Wait("quota", scope, family, held=self.held.get((scope, family), 0), limit=limit, needs=chips,
+                            detail=TOO_BIG)
+        for scope, quota in scopes:
             hours = quota.chip_hours_per_week.get(family)
             if hours is not None and (used := self.week.get((scope, family), 0.0)) >= hours:
                 return Wait("quota", scope, family, unit=WEEK, held=used, limit=hours, needs=chips)
+        for scope, quota in scopes:
+            limit = quota.chips.get(family)
+            if scope == LAB or limit is None:
+                continue
+            now = self.held.get((scope, family), 0)
+            if now + chips > limit and not self._may_borrow(scope, family, chips):
+                return Wait("quota", scope, family, held=now, limit=limit, needs=chips,
+                            detail=NO_IDLE if self.borrowing and scope.startswith("team ") else "")
+            kept = self.kept_above(scope, family, mine)
+            if kept and now + chips + kept > limit and not self._may_borrow(scope, family, chips + kept):
+                return Wait("quota", scope, family, held=now, limit=limit, needs=chips, detail=KEPT,
+                            kept_for=self.kept_for[(scope, family)])
         return None
+
+    def _most(self, scope: str, family: str, limit: int) -> int:
+        """The most a scope can ever hold: its limit, or for a team that may borrow, every
+        chip of the cohort (were the other teams idle)."""
+        if self.borrowing and scope.startswith("team ") and family in self.nominal:
+            return max(limit, self.nominal[family])
+        return limit
 
     def _may_borrow(self, scope: str, family: str, chips: int) -> bool:
         """A team over its own quota may use the cohort's idle chips (quotas.borrowing)."""
@@ -240,18 +251,22 @@ class _Pass:
         return self.held.get((COHORT, family), 0) + chips <= self.nominal[family]
 
     def keep(self, job: JobState, need: Need) -> None:
-        """A job that waits: the scopes whose chips it waits for are kept from lower classes."""
+        """A job held back by chips (not by its week, nor too big): what it needs is kept in
+        each of its user's and teams' quotas from every lower class, so that no lower class
+        takes chips it waits for."""
         mine = self.class_of(job.priority)
         for scope, quota in self.scopes(job.owner):
-            if quota is None or scope == LAB or job.admitted_by:
-                continue
-            limit = quota.chips.get(need.family)
-            if limit is None or need.chips > limit or self.held.get((scope, need.family), 0) + need.chips <= limit \
-                    or self._may_borrow(scope, need.family, need.chips):
+            if quota is None or scope == LAB or need.family not in quota.chips:
                 continue
             key = (scope, need.family)
-            if key not in self.kept or self.kept[key][0] < mine:
-                self.kept[key] = (mine, job.id)
+            by_class = self.kept.setdefault(key, {})
+            by_class[mine] = by_class.get(mine, 0) + need.chips
+            self.kept_for.setdefault(key, job.id)  # jobs come by priority: the first is of the highest class
+
+    def kept_above(self, scope: str, family: str, mine: int) -> int:
+        """The chips of `scope` kept for the classes above `mine`."""
+        by_class = self.kept.get((scope, family))
+        return sum(n for c, n in by_class.items() if c > mine) if by_class else 0
 
     def short(self, job: JobState, need: Need) -> dict[str, int]:
         """How many chips the lab (and the cohort, for a job within its team's quota) lacks."""
@@ -317,9 +332,10 @@ def admit(
             continue
         wait = p.own(job, need)
         if wait is not None:
-            blocked.append(job)
-            p.keep(job, need)
             decision.waits[job.id] = wait
+            if wait.unit != WEEK and wait.detail != TOO_BIG and not job.admitted_by:
+                blocked.append(job)  # held back by chips: what admissions after it take may move its blocker
+                p.keep(job, need)
             continue
         if need.family in head:  # nothing more of this family is admitted: no backfill past the head
             decision.waits[job.id] = p.capacity(need, p.short(job, need), behind=head[need.family])
@@ -334,8 +350,9 @@ def admit(
         if need.family not in unsettled:  # counted held may be a mere record in flight: decide next pass
             wait = _make_room(job, need, wait, shorts, p, taken, decision)
         decision.waits[job.id] = wait
-    # What this pass admitted counts now: each held-back job's reason is its first blocker
-    # as things stand after the pass (the same a next pass would find: one reason, kept).
+    # What this pass admitted counts now: a job held back by chips gets its first blocker as
+    # things stand after the pass (the same a next pass would find: one reason, kept). Its
+    # week and its size do not move within a pass, nor do the chips kept for higher classes.
     settled: dict[tuple[Any, ...], Wait | None] = {}
     for job in blocked:
         need = needs[job.id]
