@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ledger import fold, tpu_types
 from ledger.events import data as ev
@@ -86,8 +86,7 @@ def usage_at(meter: ShareMeter, open_now: Iterable[Interval], now_us: int) -> Us
     return Usage(decayed=meter.decayed(now_us, open_now), week=meter.week(now_us, open_now))
 
 
-@dataclass(frozen=True, slots=True)
-class Need:
+class Need(NamedTuple):
     family: str
     chips: int
 
@@ -167,10 +166,15 @@ class _Pass:
         self.held: dict[tuple[str, str], int] = {}
         self.freeing: dict[tuple[str, str], int] = {}  # chips being given back, per scope
         self.given: dict[str, list[JobState]] = {}  # family -> jobs giving their TPU back
+        self.holders: dict[str, list[JobState]] = {}  # family -> jobs holding chips of it (victims come from these)
         self.week: dict[tuple[str, str], float] = {}
         # (scope, family) -> class -> the chips its held-back jobs wait for (kept from lower classes)
         self.kept: dict[tuple[str, str], dict[int, int]] = {}
         self.kept_for: dict[tuple[str, str], str] = {}  # (scope, family) -> the first job of its highest class
+        self._keeping: dict[tuple[str, str, int], int] = {}  # (owner, family, class) -> chips to keep, not spread yet
+        self._first: dict[tuple[str, str, int], str] = {}
+        self.version = 0  # counts what was added to `held`: a remembered first blocker is good for one version
+        self._own: dict[tuple[Any, ...], Wait | None] = {}
 
     def scopes(self, owner: str) -> Scopes:
         """Whom the owner's chips count against: the user, their quota'd teams, the lab."""
@@ -193,6 +197,7 @@ class _Pass:
         return value
 
     def add(self, into: dict[tuple[str, str], int], owner: str, need: Need) -> None:
+        self.version += 1
         for scope, _ in self.scopes(owner):
             key = (scope, need.family)
             into[key] = into.get(key, 0) + need.chips
@@ -205,6 +210,18 @@ class _Pass:
                 self.week[(scope, family)] = self.week.get((scope, family), 0.0) + hours
 
     def own(self, job: JobState, need: Need) -> Wait | None:
+        """`_own`, remembered while nothing is admitted: it depends on the owner, the need,
+        the class (the chips kept for the classes above it are all known by the time a job
+        of that class is looked at: jobs come by priority) and what is held."""
+        key = (job.owner, need, self.class_of(job.priority), job.admitted_by, self.version)
+        found = self._own.get(key, self)
+        if found is self:
+            if len(self._own) > 65536:
+                self._own.clear()
+            found = self._own[key] = self._first_blocker(job, need)
+        return found  # type: ignore[return-value]
+
+    def _first_blocker(self, job: JobState, need: Need) -> Wait | None:
         """The job's own first blocker, None when none stops it. The most lasting first: a
         limit smaller than the job (it never fits), then a weekly quota spent (time frees
         it), then chips: a quota its user or a team holds (with borrowing, when no other
@@ -253,15 +270,21 @@ class _Pass:
     def keep(self, job: JobState, need: Need) -> None:
         """A job held back by chips (not by its week, nor too big): what it needs is kept in
         each of its user's and teams' quotas from every lower class, so that no lower class
-        takes chips it waits for."""
-        mine = self.class_of(job.priority)
-        for scope, quota in self.scopes(job.owner):
-            if quota is None or scope == LAB or need.family not in quota.chips:
-                continue
-            key = (scope, need.family)
-            by_class = self.kept.setdefault(key, {})
-            by_class[mine] = by_class.get(mine, 0) + need.chips
-            self.kept_for.setdefault(key, job.id)  # jobs come by priority: the first is of the highest class
+        takes chips it waits for. Counted per owner here, spread over the scopes by `flush`
+        before the first job of a lower class is looked at."""
+        key = (job.owner, need.family, self.class_of(job.priority))
+        self._keeping[key] = self._keeping.get(key, 0) + need.chips
+        self._first.setdefault(key, job.id)
+
+    def flush(self) -> None:
+        for (owner, family, cls), chips in self._keeping.items():
+            for scope, quota in self.scopes(owner):
+                if quota is None or scope == LAB or family not in quota.chips:
+                    continue
+                by_class = self.kept.setdefault((scope, family), {})
+                by_class[cls] = by_class.get(cls, 0) + chips
+                self.kept_for.setdefault((scope, family), self._first[(owner, family, cls)])
+        self._keeping.clear()
 
     def kept_above(self, scope: str, family: str, mine: int) -> int:
         """The chips of `scope` kept for the classes above `mine`."""
@@ -313,23 +336,30 @@ def admit(
             continue
         if holds and need is not None:
             p.add(p.held, job.owner, need)
+            p.holders.setdefault(need.family, []).append(job)
             if given_back(job):
                 p.add(p.freeing, job.owner, need)
                 p.given.setdefault(need.family, []).append(job)
             elif job.state == fold.RUNNING and not job.cancel_requested:
                 running.append(job)
     tree = fair_tree(policy, usage.decayed, {j.owner for j in waiting})
-    waiting.sort(key=lambda j: (-j.priority, tree.rank_of(j.owner), j.submitted_seq, j.id))
+    rank, last = tree.rank, len(tree.rank)
+    waiting.sort(key=lambda j: (-j.priority, rank.get(j.owner, last), j.submitted_seq, j.id))
     p.weekly()
     decision = Decision(order=[j.id for j in waiting], held=dict(p.held), tree=tree)
     head: dict[str, str] = {}  # family -> the first job that found the lab's (or the cohort's) chips short
+    behind: dict[tuple[Any, ...], Wait] = {}
     taken: set[str] = {v.id for vs in p.given.values() for v in vs}
     blocked: list[JobState] = []  # held back by their own quotas: their reason is settled at the end
+    current = None  # the class being looked at: jobs come by priority, so by class
     for job in waiting:
         need = needs[job.id]
         if need is None or need.chips == 0:
             decision.admitted.add(job.id)  # nothing to count: an unknown type fails at provisioning
             continue
+        if (cls := p.class_of(job.priority)) != current:
+            p.flush()  # what the higher classes wait for is kept from this one
+            current = cls
         wait = p.own(job, need)
         if wait is not None:
             decision.waits[job.id] = wait
@@ -338,7 +368,10 @@ def admit(
                 p.keep(job, need)
             continue
         if need.family in head:  # nothing more of this family is admitted: no backfill past the head
-            decision.waits[job.id] = p.capacity(need, p.short(job, need), behind=head[need.family])
+            key = (job.owner, need, head[need.family])  # nothing of the family is held anew: one Wait serves alike
+            if (wait := behind.get(key)) is None:
+                wait = behind[key] = p.capacity(need, p.short(job, need), behind=head[need.family])
+            decision.waits[job.id] = wait
             continue
         shorts = p.short(job, need)
         if not shorts:
@@ -353,19 +386,19 @@ def admit(
     # What this pass admitted counts now: a job held back by chips gets its first blocker as
     # things stand after the pass (the same a next pass would find: one reason, kept). Its
     # week and its size do not move within a pass, nor do the chips kept for higher classes.
-    settled: dict[tuple[Any, ...], Wait | None] = {}
+    p.flush()
     for job in blocked:
         need = needs[job.id]
         assert need is not None
-        key = (job.owner, need, p.class_of(job.priority), job.admitted_by)
-        if key not in settled:
-            settled[key] = p.own(job, need)
-        if (wait := settled[key]) is not None:
+        if (wait := p.own(job, need)) is not None:
             decision.waits[job.id] = wait
+    spent: dict[tuple[Any, ...], Wait | None] = {}
     for job in running:
-        spent = _spent(job, needs[job.id], p)
-        if spent is not None:
-            decision.spent[job.id] = spent
+        key = (job.owner, needs[job.id], bool(job.admitted_by))
+        if key not in spent:
+            spent[key] = _spent(job, needs[job.id], p)
+        if (wait := spent[key]) is not None:
+            decision.spent[job.id] = wait
     return decision
 
 
@@ -403,10 +436,9 @@ def _make_room(
 
     def candidates(extra: Any) -> list[JobState]:
         return [
-            j for j in p.jobs.values()
+            j for j in p.holders.get(family, ())
             if j.state in PREEMPTIBLE_STATES and j.tpu is not None and not j.pending_action and not j.cancel_requested
-            and j.id not in taken and j.id not in p.busy and (n := need_of(j)) is not None and n.family == family
-            and resumes(j) and extra(j)
+            and j.id not in taken and j.id not in p.busy and resumes(j) and extra(j)
         ]
 
     reclaimed: list[JobState] = []
