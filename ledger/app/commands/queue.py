@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.figures import chip_hours, percent
 from ledger.app.queueview import policy_at, policy_option, queue_rows, recent_usage, share_rows
 from ledger.describe import figure
 from ledger.replay import load_state
@@ -78,6 +79,9 @@ def _tree_table(levels: list[dict[str, Any]]) -> Table:
     for lv in levels:
         name = lv["name"] if lv["level"] == "lab" else f"  {lv['name']}" if lv["level"] == "team" else f"    {lv['name']}"
         factor = "-" if lv["fair_share"] is None else f"{lv['fair_share']:.2f}"
-        table.add_row(name, figure(lv["weight"]), f"{lv['share']:.0%}", figure(lv["usage"]), f"{lv['usage_share']:.0%}",
-                      "no usage" if lv["fair_share"] is None and lv["weight"] else factor)
+        if lv["level"] == "lab":
+            factor = ""
+        elif lv["fair_share"] is None and lv["weight"]:
+            factor = "no usage yet"
+        table.add_row(name, figure(lv["weight"]), percent(lv["share"]), chip_hours(lv["usage"]), percent(lv["usage_share"]), factor)
     return table
