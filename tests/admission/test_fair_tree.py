@@ -4,8 +4,9 @@ share a full lab by their weights and that no team with a weight above 0 starves
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from ledger.spec.policy import Policy, parse_policy
+from ledger.spec.policy import Policy, load_policy, parse_policy
 from ledger.usage.fairtree import NO_TEAM, fair_tree
 from tests.admission.sim import World
 
@@ -90,3 +91,12 @@ def test_no_team_with_a_weight_starves_and_weight_zero_takes_only_what_is_left()
     got = busy_lab(50, 1, 72)
     assert got["@lab/vision"] > 0, got  # a hundredth of the weight, yet it runs
     assert busy_lab(1, 0, 24)["@lab/vision"] == 0  # nothing is left for weight 0 while nlp waits
+
+
+def test_the_documented_example_policy_is_valid_and_is_the_one_shown():
+    root = Path(__file__).resolve().parents[2]
+    example = root / "docs" / "examples" / "sharing-policy.yaml"
+    p = load_policy(example)
+    assert p.quotas.borrowing and p.quotas.on_spent == "checkpoint-and-stop" and p.fair_share.users == {"alice": 2.0}
+    body = "\n".join(line for line in example.read_text().splitlines() if not line.startswith("#")).strip()
+    assert body in (root / "docs" / "sharing.md").read_text()

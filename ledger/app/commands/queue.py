@@ -23,7 +23,7 @@ from ledger.replay import load_state
               help="Print a JSON list, one object per waiting job (with --tree: one per level of the tree).")
 @click.pass_context
 def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, tree: bool, as_json: bool) -> None:
-    """List waiting jobs in admission order, with why each waits, and the fair tree.
+    """List waiting jobs in admission order, with why each waits.
 
     The order is the reconciler's: higher priority first, then the fair tree (the team owed
     the most share for its recent usage first, then within it the user owed the most; usage
