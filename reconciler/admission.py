@@ -60,7 +60,7 @@ from reconciler.waits import COHORT, KEPT, LAB, NO_IDLE, TOO_BIG, WEEK, Wait, is
 
 __all__ = ["COHORT", "LAB", "Decision", "Need", "Usage", "Wait", "active", "admit", "choose_victims", "explain",
            "checkpointed_since_spent", "given_back", "need_of", "preemption", "queued", "quota_spent", "recorded",
-           "resumes", "spent_recorded", "stopped_for_quota", "usage_at"]
+           "resumes", "spent_recorded", "stopped_for_quota", "usage_at", "when_spent"]
 
 WAITING_STATES = frozenset({fold.PENDING, fold.QUEUED, fold.RECOVERING})
 # A running job may be preempted for another only once its TPU is up and nothing is under way.
@@ -532,6 +532,13 @@ def quota_spent(job: JobState, spent: Wait, then: str) -> ev.QuotaSpent:
     """The `quota_spent` event of a running job whose weekly quota ran out."""
     return ev.QuotaSpent(scope=spent.scope, family=spent.family, used=float(spent.held), limit=float(spent.limit),
                          then=then, attempt=job.attempt)  # type: ignore[arg-type]
+
+
+def when_spent(job: JobState, on_spent: str) -> str:
+    """What a running job does once its week is spent: the policy's `on_spent`, except that a
+    job which would not come back after a preemption (its `on_preempted` rule is `pass`, or
+    its budget is spent) is never stopped for a quota: it finishes."""
+    return on_spent if on_spent == "finish" or resumes(job) else "finish"
 
 
 def spent_recorded(job: JobState) -> bool:

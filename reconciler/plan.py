@@ -58,7 +58,8 @@ def plan(
             if action is None and gate is not None and job.id in gate.preempt:
                 action = _record(job, admission.preemption(job, gate.preempt[job.id], reclaim=job.id in gate.reclaim))
             elif action is None and gate is not None and job.id in gate.spent:
-                action = _quota_spent(job, gate.spent[job.id], config.policy.quotas.on_spent)  # type: ignore[union-attr]
+                then = admission.when_spent(job, config.policy.quotas.on_spent)  # type: ignore[union-attr]
+                action = _quota_spent(job, gate.spent[job.id], then)
         if action is not None:
             actions.append(action)
     actions.extend(collect_orphans(jobs, observed, config))

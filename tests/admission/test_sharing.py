@@ -258,6 +258,20 @@ def test_a_running_job_whose_week_runs_out_stops_at_its_next_checkpoint():
     assert recover.kind == "recover" and recover.params["reapply"] and recover.params["stop"]
 
 
+def test_a_job_that_would_not_come_back_is_never_stopped_for_its_week():
+    lab = Lab()
+    lab.running("alice/train", "v4-64", started=NOW - 3600)
+    lab.jobs["alice/train"].spec["recovery"] = {"on_preempted": "pass", "max_restarts": 3}
+    config = PlanConfig(policy=policy(SPENT))
+    obs = Observed(now=NOW, zones=frozenset({ZONE}), nodes={"tl-alice-train": NodeObs("tl-alice-train", ZONE, "READY", {})})
+    spent = Usage(week={("alice", "v4"): 100.5})
+    (action,) = plan(lab.jobs, obs, config=config, usage=spent)
+    assert action.params["events"][0].then == "finish"
+    lab.event("alice/train", "quota_spent", action.params["events"][0].to_builtins(), when=NOW - 20)
+    lab.event("alice/train", "checkpointed", {"attempt": 1, "step": 11}, when=NOW - 10)
+    assert plan(lab.jobs, obs, config=config, usage=spent) == []
+
+
 def test_under_finish_a_spent_week_is_recorded_and_the_job_runs_on():
     lab = Lab()
     lab.running("alice/train", "v4-64", started=NOW - 3600)
