@@ -46,16 +46,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from ledger import fold, tpu_types
+from ledger import fold
 from ledger.events import data as ev
 from ledger.fold import JobState
 from ledger.spec.policy import Policy, Quota
 from ledger.usage.fairtree import FairTree, fair_tree
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
-from reconciler.rules import decide
+from reconciler.needs import Need, is_spot, need_of
+from reconciler.victims import choose_victims, job_chips, resumes
 from reconciler.waits import COHORT, KEPT, LAB, NO_IDLE, TOO_BIG, WEEK, Wait, is_admission_reason
 
 __all__ = ["COHORT", "LAB", "Decision", "Need", "Usage", "Wait", "active", "admit", "choose_victims", "explain",
@@ -84,34 +85,6 @@ def usage_at(meter: ShareMeter, open_now: Iterable[Interval], now_us: int) -> Us
     fold's open ones (`UsageFold.open_intervals(now_us)`)."""
     open_now = list(open_now)
     return Usage(decayed=meter.decayed(now_us, open_now), week=meter.week(now_us, open_now))
-
-
-class Need(NamedTuple):
-    family: str
-    chips: int
-
-
-_NEEDS: dict[str, Need | None] = {}
-
-
-def need_of(job: JobState) -> Need | None:
-    """The chips of which family the job holds (or its next attempt asks for), or None when
-    its type is unknown. Every chip count of admission goes through here: what a job takes
-    is said once."""
-    tpu = job.tpu or job.spec.get("tpu") or {}
-    accelerator = tpu.get("accelerator", "")
-    try:
-        return _NEEDS[accelerator]
-    except (KeyError, TypeError):
-        kind = tpu_types.lookup(str(accelerator))
-        need = Need(kind.family, kind.chips) if kind else None
-        if isinstance(accelerator, str) and len(_NEEDS) < 4096:
-            _NEEDS[accelerator] = need
-        return need
-
-
-def is_spot(job: JobState) -> bool:
-    return (job.spec.get("tpu") or {}).get("pricing") in ("spot", "preemptible")
 
 
 def given_back(job: JobState) -> bool:
@@ -210,7 +183,7 @@ class _Pass:
                 self.week[(scope, family)] = self.week.get((scope, family), 0.0) + hours
 
     def own(self, job: JobState, need: Need) -> Wait | None:
-        """`_own`, remembered while nothing is admitted: it depends on the owner, the need,
+        """`_first_blocker`, remembered while nothing is admitted: it depends on the owner, the need,
         the class (the chips kept for the classes above it are all known by the time a job
         of that class is looked at: jobs come by priority) and what is held."""
         key = (job.owner, need, self.class_of(job.priority), job.admitted_by, self.version)
@@ -447,7 +420,7 @@ def _make_room(
         mine = {s for s, _ in p.scopes(winner.owner) if s.startswith("team ")}
         reclaimed = choose_victims(candidates(lambda j: p.in_cohort(j.owner, family) and _teams_borrowing(j, family, p)
                                               and not mine & {s for s, _ in p.scopes(j.owner)}), cohort_short)
-    lab_short = shorts.get(LAB, 0) - p.freeing.get((LAB, family), 0) - sum(_chips(v) for v in reclaimed)
+    lab_short = shorts.get(LAB, 0) - p.freeing.get((LAB, family), 0) - sum(job_chips(v) for v in reclaimed)
     preempted: list[JobState] = []
     if lab_short > 0 and (cohort_short <= 0 or reclaimed):
         chosen = {v.id for v in reclaimed}
@@ -466,47 +439,6 @@ def _make_room(
     scope = COHORT if reclaimed and not preempted else wait.scope
     return Wait("preempting", scope, family, held=wait.held, limit=wait.limit, needs=need.chips,
                 victims=tuple(sorted(v.id for v in victims)))
-
-
-def _chips(job: JobState) -> int:
-    return (need_of(job) or Need("", 0)).chips
-
-
-def resumes(job: JobState) -> bool:
-    """Would the job come back after a preemption (its `on_preempted` rule, its restart
-    budget)? A job whose rule is `pass` would end for good: it is never chosen as a victim."""
-    return decide(job.spec, "preempted", job.restarts, tpu_usable=False).rule not in ("pass", "exhausted")
-
-
-def _last_save(job: JobState) -> str:
-    """When the job last saved its work: its latest checkpoint, else when it started."""
-    return max(job.times.get("checkpointed", ""), job.times.get("started", ""))
-
-
-def choose_victims(candidates: list[JobState], short: int) -> list[JobState]:
-    """The fewest chips wasted that free at least `short` chips, then the most recent
-    checkpoint first; never a victim that is not needed. [] when they cannot free enough."""
-    if short <= 0:
-        return []
-    # Most recent save first, then the later submission (it has run the least), then the id.
-    order = sorted(candidates, key=lambda j: (_last_save(j), j.submitted_seq, j.id), reverse=True)
-    singles = [j for j in order if _chips(j) >= short]
-    if singles:
-        return [min(singles, key=lambda j: (_chips(j), order.index(j)))]
-    picked: list[JobState] = []
-    total = 0
-    for j in sorted(order, key=lambda j: -_chips(j)):  # the biggest first: fewest victims
-        picked.append(j)
-        total += _chips(j)
-        if total >= short:
-            break
-    if total < short:
-        return []
-    for j in sorted(picked, key=_chips):  # then drop whoever is not needed, the smallest first
-        if total - _chips(j) >= short:
-            picked.remove(j)
-            total -= _chips(j)
-    return picked
 
 
 def recorded(job: JobState, wait: Wait) -> bool:
