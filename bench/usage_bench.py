@@ -181,14 +181,19 @@ def print_table(result: dict) -> None:
     print(f"  target: ledger usage over the ledger <= {TARGET_S:.0f} s: {verdict}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def ledger_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of a benchmark over a built ledger (`build`): its size, runs, reuse, output."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--events", type=int, default=1_000_000, help="events in the ledger (default 1,000,000)")
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs they are spread over (default 10,000)")
     parser.add_argument("--runs", type=int, default=3, help="runs; medians are reported (default 3)")
     parser.add_argument("--db", type=Path, default=None, help="keep the ledger in this file and reuse it next time")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = ledger_arguments(__doc__.split("\n\n")[0]).parse_args()
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

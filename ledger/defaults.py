@@ -20,6 +20,12 @@ def store_url() -> str:
 
 
 LOG_DIR = DATA_HOME / "logs"
+# Where reconcilers collect every attempt's logs (reconciler.joblogs): a directory they share,
+# or gs://bucket/prefix; bounded per log file and per job.
+LOG_ARCHIVE = DATA_HOME / "job-logs"
+LOG_MAX_FILE_MIB = 64
+LOG_MAX_JOB_MIB = 1024
+LOG_COLLECT_EVERY_S = 2.0
 SSH_KEY = DATA_HOME / "ssh" / "id_ecdsa"
 SSH_USER = "ledger"
 
@@ -81,3 +87,14 @@ DOCTOR_MIN_FREE_BYTES = 1 << 30
 # The fair-share half-life (hours) of the usage snapshot `ledger usage` saves when no sharing
 # policy is recorded (its accounts are the same whatever the half-life; only the meter differs).
 USAGE_HALF_LIFE_HOURS = 168.0
+
+# Redaction of the secrets a job received from its collected output (ledger.spec.redact):
+# lines of a secret shorter than this are not looked for (a 3-letter line would mask every
+# occurrence of that word); a secret file of one short line is masked whole all the same.
+REDACT_MIN_CHARS = 8
+
+# The forge (ledger.forge): a webhook delivery older than this (its `Date`, or the push's
+# own timestamp) is refused as stale; delivery ids are remembered this long to refuse replays.
+WEBHOOK_MAX_AGE_S = 300.0
+# How many pull requests' reviews a forge adapter keeps (keyed by number and head commit).
+FORGE_CACHE_SIZE = 1024

@@ -42,7 +42,11 @@ def who_asked(d: Mapping[str, Any]) -> str:
     (a ledger written before `authors`/`merger` were recorded shows what it has)."""
     authors = d.get("authors") or [_person(d.get("author_name"), d.get("author"))]
     parts = [f"asked by {', '.join(authors)}"]
-    if d.get("approvers"):
+    reviews = d.get("reviews") or []
+    if reviews:  # the forge's reviews, each with its CODEOWNERS standing
+        parts.append("approved by " + ", ".join(f"@{r['login']}" + (" (code owner)" if r.get("codeowner") else "")
+                                                for r in reviews))
+    elif d.get("approvers"):
         parts.append(f"approved by {', '.join(d['approvers'])}")
     if d.get("merger"):
         parts.append(f"merged by {d['merger']}")

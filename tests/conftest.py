@@ -7,7 +7,9 @@ test has, and its Guard fails a test that reaches a service it is not marked for
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # `ledger reconcile` collects job logs into the default archive under $HOME unless told
+    # otherwise: the tests' reconcilers collect into a folder of the session instead.
+    os.environ.setdefault("LEDGER_LOG_ARCHIVE", tempfile.mkdtemp(prefix="tests-job-logs-"))
     guard = Guard()
     guard.install()
     config.stash[GUARD] = guard

@@ -39,6 +39,7 @@ SERVICES = {
     "git": "the git binary on real repositories",
     "smtp": "a real SMTP server (aiosmtpd) in the test process",
     "webhook": "a real HTTP server in the test process",
+    "gcs": "the project's Cloud Storage JSON API emulator (emulator.gcs) for the real google-cloud-storage client, in the test process",
     "gcloud": "the real gcloud CLI (the test skips where gcloud is not installed)",
     "browser": "headless Chromium through chromedriver (Debian's chromium, chromium-driver; scripts/test-services.sh installs them)",
 }
@@ -63,11 +64,13 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/doctor", "pod"): frozenset({"tpu_emulator"}),
     ("tests/postgres/test_pg_ha.py", "pg_harness"): frozenset({"tpu_emulator"}),
     ("tests/gitops", "hub"): frozenset({"git"}),
+    ("tests/gitops/test_gitops_forge.py", "api"): frozenset({"webhook"}),  # the GitHub API double
     ("tests/gitops/test_gitops_hostile.py", "fuzz_hub"): frozenset({"git"}),
     ("tests/checkpoints", "checkpoint_hub"): frozenset({"git"}),
     ("tests/dashboard", "browser"): frozenset({"browser"}),
     ("tests/dashboard", "demo_story"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)
     ("tests/e2e/test_chaos.py", "chaos_pg"): frozenset({"postgres"}),
+    ("tests/joblogs", "gcs"): frozenset({"gcs"}),
 }
 
 # Fixtures parametrized over store backends: a test using one is a contract test, and each

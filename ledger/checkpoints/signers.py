@@ -77,6 +77,13 @@ class AllowedSigners:
             return None
         return f"its key {fingerprint(public_key)} is in {self.where} but {problems[0]}"
 
+    def principals_of(self, public_key: bytes, namespace: str) -> tuple[str, ...]:
+        """The names (not patterns) this file lets `public_key` sign as in `namespace`."""
+        names = (p for s in self.signers if s.public_key == public_key and not s.cert_authority
+                 and (s.namespaces is None or namespace in s.namespaces)
+                 for p in s.principals if not p.startswith("!") and not any(c in p for c in "*?"))
+        return tuple(dict.fromkeys(names))
+
     def line_for(self, principal: str, public_key: bytes, namespace: str) -> str:
         """The line an operator adds to trust this key, for this use only."""
         return f'{principal} namespaces="{namespace}" {public_line(public_key)}'

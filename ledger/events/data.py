@@ -112,11 +112,34 @@ class Finding(_Part):
     severity: Opt[str] = UNSET
 
 
+class ReviewRecord(_Part):
+    """An approving review of the merged pull request on its merged head commit, from the
+    forge's API: who, on which commit, and whether they may approve the path (CODEOWNERS
+    or the policy's approvers)."""
+
+    login: NonEmpty
+    codeowner: bool
+    commit: Opt[str] = UNSET
+
+
 class FailureRecord(_Part):
     """One failed attempt in a job's history."""
 
     kind: FailureKind
     attempt: Count
+
+
+class OverrideSignature(_Part):
+    """An operator's override signed with an SSH key (`ledger cancel --sign-with KEY`): the
+    exact statement signed and its armored OpenSSH signature, namespace
+    `tpu-ledger-override` (ledger.overrides), so anyone can check it again, with
+    `ssh-keygen -Y verify` too. `signer` is the principal the allowed-signers file gave the
+    key, `key` its fingerprint."""
+
+    signer: NonEmpty
+    key: NonEmpty
+    statement: NonEmpty
+    signature: NonEmpty
 
 
 def tpu(value: Mapping[str, Any]) -> Tpu:
@@ -161,6 +184,7 @@ class SpecUpdated(EventData):
     approvers: Opt[list[str]] = UNSET
     merger: Opt[str] = UNSET  # who landed it on the branch (a merge's author, a squashing committer)
     signed_by: Opt[str] = UNSET  # the allowed signer, when the policy requires signatures
+    reviews: Opt[list[ReviewRecord]] = UNSET  # the forge's approving reviews (ledger.forge)
     owner: Opt[str] = UNSET
     name: Opt[str] = UNSET
     committed_at: Opt[int] = UNSET  # committer time, seconds since the epoch
@@ -197,6 +221,7 @@ class CancelRequested(EventData):
     reason: Opt[str] = UNSET
     by: Opt[str] = UNSET
     manual: Opt[bool] = UNSET
+    signed: Opt[OverrideSignature] = UNSET
     commit: Opt[str] = UNSET
     path: Opt[str] = UNSET
     blob: Opt[str] = UNSET
@@ -326,6 +351,7 @@ class _Recovery(EventData):
     rule: Opt[RecoveryRule] = UNSET
     reapply: Opt[bool] = UNSET
     kind: Opt[RecoveryCause] = UNSET
+    signed: Opt[OverrideSignature] = UNSET  # an operator's `ledger resume` / `rerun`, signed
 
 
 class Resumed(_Recovery):
@@ -357,6 +383,7 @@ class Admitted(EventData):
     reason: NonEmpty
     by: Opt[str] = UNSET
     manual: Opt[bool] = UNSET
+    signed: Opt[OverrideSignature] = UNSET
 
 
 class PolicyApplied(EventData):

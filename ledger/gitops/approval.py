@@ -14,6 +14,18 @@ change: a message anyone can type ("Merge pull request #1") proves nothing by it
 
 Who is who: `Evidence.authors` are the people who wrote the change of the path (for a merge:
 the authors of the merged commits that touched it), `merger` is who landed it on the branch.
+
+A forge adds two kinds of evidence (`ledger.forge`): GitHub's web-flow OpenPGP signature on
+a merge GitHub made (counts as signed merge-commit evidence with `approval.web_flow:
+accepted`, never for trailers: GitHub also signs what is typed in its web editor), and the
+pull request's reviews (`Evidence.reviews`): each reviewer's latest verdict on the merged
+head commit; APPROVED ones by people who did not write the change are the approvers, each
+with their CODEOWNERS standing, and `approval.reviews: required` makes `required` of them
+from approvers of the path a condition of a merged pull request.
+
+Tenancy (`tenancy_problem`): a job under jobs/<owner>/ runs with <owner>'s secrets and quota,
+so <owner> must have written or approved the change, or be represented by a delegate the
+policy names.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from ledger.forge.reviews import PullReviews, Review
 from ledger.spec.codeowners import CodeOwnersFile
 from ledger.spec.layout import ALLOWED_SIGNERS_PATH, CODEOWNERS_PATHS, POLICY_PATH
 from ledger.spec.policy import Policy
@@ -30,6 +43,7 @@ APPROVAL_TRAILERS = ("approved-by", "reviewed-by")
 # Files that decide who may approve: a change to them must itself be approved.
 GOVERNING_PATHS = (POLICY_PATH, ALLOWED_SIGNERS_PATH, *CODEOWNERS_PATHS)
 
+NOREPLY_DOMAIN = "users.noreply.github.com"
 _IDENT = re.compile(r"^(.*?)\s*<([^>]*)>\s*$")
 _GITHUB_MERGE = re.compile(r"^Merge pull request #(\d+)\b", re.MULTILINE)
 _GITLAB_MERGE = re.compile(r"See merge request \S*!(\d+)")
@@ -47,7 +61,10 @@ class Identity:
         if self.name:
             out.add("@" + self.name.lower())
         if "@" in self.email:
-            out.add("@" + self.email.split("@", 1)[0].lower())
+            local, _, domain = self.email.lower().partition("@")
+            out.add("@" + local)
+            if domain == NOREPLY_DOMAIN:  # GitHub's `<id>+<login>@users.noreply.github.com`
+                out.add("@" + local.rpartition("+")[2])
         return out
 
     def display(self) -> str:
@@ -71,6 +88,8 @@ class Signature:
     principal: str = ""
     key: str = ""
     detail: str = ""
+    web_flow: bool = False  # made by GitHub with its web-flow OpenPGP key (ledger.forge.webflow)
+    kind: Literal["ssh", "openpgp"] = "ssh"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +102,7 @@ class Evidence:
     authors: tuple[Identity, ...]  # who wrote the change of this path (never approve it)
     merger: Identity | None = None  # who landed it: a merge's author, else a differing committer
     signature: Signature | None = None  # None: not checked (the policy does not ask)
+    reviews: PullReviews | None = None  # the forge's reviews of the merged pull request; None: no forge
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +114,10 @@ class Approval:
     would_approve: tuple[str, ...] = ()  # who may (still) approve
     via: str = ""  # "trailers" | "merge-commit"
     signer: str = ""  # the allowed signer's principal, when signatures are required
+    reviews: tuple[Review, ...] = ()  # the approving reviews on the merged head, standing set
+    # everyone who said yes in the evidence that counted, eligible or not (trailers, reviews):
+    # consent for tenancy, which asks whether the job's owner agreed, not whether they may approve
+    endorsers: tuple[str, ...] = ()
 
 
 def parse_identity(text: str) -> Identity:
@@ -150,9 +174,13 @@ def may_still_approve(policy: Policy, owners: tuple[str, ...], authors: tuple[Id
     return tuple(p for p in people(policy, owners) if not any(_is(p, a) for a in authors))
 
 
-def _signature_problem(sig: Signature | None, authors: tuple[Identity, ...]) -> str | None:
+def _signature_problem(sig: Signature | None, authors: tuple[Identity, ...], web_flow: bool) -> str | None:
+    if sig is not None and sig.status == "good" and sig.web_flow and not web_flow:
+        return "the commit is signed by GitHub's web-flow key, and approval.web_flow is not `accepted`"
     if sig is None or sig.status == "none":
         return "the commit is not signed, and approval.signatures is required"
+    if sig.status == "untrusted" and sig.kind == "openpgp":
+        return f"the commit is {sig.detail}"
     if sig.status == "untrusted":
         return f"the commit is signed by key {sig.key or '?'}, which {ALLOWED_SIGNERS_PATH} does not list" + (
             f" ({sig.detail})" if sig.detail else "")
@@ -164,34 +192,67 @@ def _signature_problem(sig: Signature | None, authors: tuple[Identity, ...]) -> 
 
 
 # -- the decision -----------------------------------------------------------------------
+def _reviewer(review: Review) -> Identity:
+    return Identity(review.login, "")
+
+
+def reviewed(reviews: PullReviews, authors: tuple[Identity, ...]) -> tuple[Review, ...]:
+    """The approving reviews that count: each reviewer's latest verdict (a later change
+    request or dismissal cancels an approval, as on GitHub), APPROVED, on the merged head
+    commit, by someone who did not write the change."""
+    latest: dict[str, Review] = {}
+    for r in sorted(reviews.reviews, key=lambda r: r.submitted_at):
+        if r.state in ("APPROVED", "CHANGES_REQUESTED", "DISMISSED"):
+            latest[r.login.lower()] = r
+    return tuple(r for r in latest.values() if r.state == "APPROVED" and (not reviews.approvals_by_commit or (reviews.head is not None and r.commit == reviews.head))
+                 and not _authored_by(_reviewer(r), authors))
+
+
 def evaluate(policy: Policy, evidence: Evidence, path: str, codeowners: CodeOwnersFile | None) -> Approval:
     """Is the change of `path` in a commit with this evidence approved?"""
     rules = policy.approval
     owners = eligible(policy, codeowners, path)
     would = may_still_approve(policy, owners, evidence.authors)
     pr = pull_request_number(evidence.message, evidence.parents)
+    sig = evidence.signature
     if rules.signatures:
-        problem = _signature_problem(evidence.signature, evidence.authors)
+        problem = _signature_problem(sig, evidence.authors, rules.web_flow)
         if problem is not None:
             return Approval(False, (), pr, f"not approved: {problem}", would)
-    signer = evidence.signature.principal if rules.signatures and evidence.signature else ""
+    signer = sig.principal if rules.signatures and sig else ""
+    # GitHub's signature vouches for GitHub's merge, never for a trailer someone typed
+    trailers_count = not (rules.signatures and sig is not None and sig.web_flow)
 
     entitled = people(policy, owners)
     approved: dict[str, str] = {}  # person -> display, in trailer order
-    for key, value in evidence.trailers:
+    endorsed: dict[str, str] = {}
+    for key, value in evidence.trailers if trailers_count else ():
         if key not in APPROVAL_TRAILERS:
             continue
         who = parse_identity(value)
-        if _authored_by(who, evidence.authors) or not any(_is(p, who) for p in entitled):
+        if _authored_by(who, evidence.authors):
             continue
-        approved.setdefault(who.key(), who.display())
+        endorsed.setdefault(who.key(), who.display())
+        if any(_is(p, who) for p in entitled):
+            approved.setdefault(who.key(), who.display())
     names = tuple(approved.values())
     if rules.mode in ("trailers", "either") and names and len(names) >= rules.required:
-        return Approval(True, names, pr, via="trailers", signer=signer)
+        return Approval(True, names, pr, via="trailers", signer=signer, endorsers=tuple(endorsed.values()))
     if rules.mode in ("merge-commit", "either") and pr is not None:
-        # The host's merge is the approval; whoever merged approved it, unless trailers say who.
+        reviews: tuple[Review, ...] = ()
+        if evidence.reviews is not None:
+            reviews = tuple(r.standing(any(_is(p, _reviewer(r)) for p in entitled))
+                            for r in reviewed(evidence.reviews, evidence.authors))
+        if rules.reviews_required:
+            problem = _review_problem(evidence.reviews, reviews, rules.required, would)
+            if problem is not None:
+                return Approval(False, names, pr, f"not approved: {problem}", would)
+        # The host's merge is the approval; whoever merged approved it, unless trailers or
+        # reviews say who.
         merger = (evidence.merger.display(),) if evidence.merger else ()
-        return Approval(True, names or merger, pr, via="merge-commit", signer=signer)
+        by_review = tuple(r.display() for r in reviews)
+        return Approval(True, names or by_review or merger, pr, via="merge-commit", signer=signer, reviews=reviews,
+                        endorsers=(*endorsed.values(), *by_review))
 
     if rules.mode == "merge-commit":
         reason = "not approved: no merged pull request recorded in the merge commit"
@@ -206,3 +267,41 @@ def evaluate(policy: Policy, evidence: Evidence, path: str, codeowners: CodeOwne
         if rules.mode == "either":
             reason += " or a merged pull request"
     return Approval(False, names, pr, reason, would)
+
+
+def _review_problem(found: PullReviews | None, reviews: tuple[Review, ...], required: int,
+                    would: tuple[str, ...]) -> str | None:
+    if found is None:
+        return ("approval.reviews is required, and the watcher has no forge to ask for the pull request's reviews "
+                "(set LEDGER_FORGE and its token)")
+    owners = [r for r in reviews if r.codeowner]
+    if len(owners) >= required:
+        return None
+    head = (found.head or "?")[:12]
+    return (f"the pull request has {len(owners)} approving review(s) on its merged head {head} from approvers of "
+            f"the path, and approval.required is {required} (who may approve: {', '.join(would) or 'nobody'})")
+
+
+# -- tenancy ------------------------------------------------------------------------------
+def is_person(owner: str, who: Identity) -> bool:
+    """Is `who` the owner named by a jobs/<owner>/ folder? By any spelling CODEOWNERS and
+    trailers use: the name, the @handle, the e-mail's local part (GitHub's noreply address
+    `123+owner@users.noreply.github.com` included)."""
+    tokens = who.tokens()
+    return owner.lower() in tokens or "@" + owner.lower() in tokens
+
+
+def tenancy_problem(policy: Policy, owner: str, authors: tuple[Identity, ...], approval: Approval) -> str | None:
+    """Why a change under jobs/<owner>/ may not act as <owner> (None: it may): <owner> wrote
+    or approved it, or one who did is a delegate of <owner> in the policy."""
+    acting = (*authors, *(parse_identity(a) for a in (*approval.approvers, *approval.endorsers)))
+    if any(is_person(owner, who) for who in acting):
+        return None
+    delegates = people(policy, policy.delegates.of(owner))
+    if any(_is(d, who) for d in delegates for who in acting):
+        return None
+    wrote = ", ".join(a.display() for a in authors) or "nobody"
+    approved = ", ".join(approval.approvers) or "nobody"
+    return (f"a job under jobs/{owner}/ runs with {owner}'s secrets and quota, and {owner} neither wrote nor "
+            f"approved this change (written by {wrote}; approved by {approved}); ask {owner} to approve it, or an "
+            f"admin to name a delegate of {owner} under `delegates:` in the policy")

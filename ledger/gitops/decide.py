@@ -2,9 +2,17 @@
 
 A job spec added or changed -> `submitted` (job absent or finished) or `spec_updated`
 (job live); deleted -> `cancel_requested`; renamed -> cancel of the old id and submit of
-the new one; invalid or unapproved -> `rejected` with the reason. Changes to the files that
-govern approval are judged by the policy in force *before* the commit, so a commit can
-never approve itself by editing CODEOWNERS or the policy.
+the new one; invalid or unapproved -> `rejected` with the reason.
+
+Every governed file (`ledger.spec.layout.is_governed`: anything under .ledger/, CODEOWNERS)
+changes only with the approval the policy in force *before* the commit asks for; an
+unapproved change is `rejected` on the branch's stream and the old file stays in force.
+The files that decide approval (policy, allowed signers, CODEOWNERS) take effect after the
+commit, so a commit can never approve itself; the others (aliases, ...) before its jobs, so
+a job may use an alias its own approved commit adds.
+
+A job under jobs/<owner>/ runs with <owner>'s secrets and quota: it is `rejected` unless
+<owner> wrote or approved the change, or a delegate the policy names did.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Any
 
 from ledger.events import NewEvent, actor
 from ledger.events import data as ev
+from ledger.forge.reviews import PullReviews, ReviewLookup
 from ledger.gitops.approval import (
     GOVERNING_PATHS,
     Approval,
@@ -23,21 +32,21 @@ from ledger.gitops.approval import (
     Identity,
     Signature,
     evaluate,
+    pull_request_number,
+    tenancy_problem,
 )
 from ledger.gitops.position import stream_for
 from ledger.gitops.repo import Change, Commit
 from ledger.spec.codeowners import CodeOwnersFile, parse_codeowners
 from ledger.spec.layout import (
-    ALIASES_PATH,
     ALLOWED_SIGNERS_PATH,
     CODEOWNERS_PATHS,
     POLICY_PATH,
+    is_governed,
     is_job_path,
 )
 from ledger.spec.names import job_id_for, safe_stream, shown
 from ledger.spec.policy import Policy, parse_policy
-
-CONFIG_PATHS = (*GOVERNING_PATHS, ALIASES_PATH)
 
 
 @dataclass(slots=True)
@@ -80,13 +89,14 @@ def _email_or_name(who: Identity) -> str:
 
 def _signature(sha: str, state: RepoState, verify: Verifier | None) -> Signature:
     """The commit's signature against the approved allowed-signers file (never one the
-    commit brings: a commit cannot vouch for itself)."""
-    signers = state.text(ALLOWED_SIGNERS_PATH)
-    if not signers or not signers.strip():
-        return Signature("untrusted", detail=f"the branch has no {ALLOWED_SIGNERS_PATH}")
+    commit brings: a commit cannot vouch for itself), or GitHub's web-flow keys."""
     if verify is None:
         return Signature("bad", detail="no signature verifier was given")
-    return verify(sha, signers)
+    signers = state.text(ALLOWED_SIGNERS_PATH) or ""
+    found = verify(sha, signers)
+    if found.kind == "ssh" and found.status != "none" and not signers.strip():
+        return Signature("untrusted", key=found.key, detail=f"the branch has no {ALLOWED_SIGNERS_PATH}")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +167,14 @@ def decide(
     validate: Callable[[bytes, str, RepoState], Any],
     spec_hash: Callable[[Any], str],
     verify: Verifier | None = None,
+    reviews: ReviewLookup | None = None,
 ) -> tuple[list[tuple[str, NewEvent]], RepoState, dict[str, bool]]:
     """Events (stream, NewEvent) for one step, the configuration after it, liveness updates.
 
     `validate(text, path, state)` returns a SpecResult; `is_live(job_id)` says whether the
     job currently runs (decides submitted vs spec_updated for a changed file); `verify` is
-    asked for the commit's signature when the policy requires signatures.
+    asked for the commit's signature when the policy requires signatures; `reviews` (a
+    forge) for a merged pull request's reviews, once per commit that needs them.
     """
     c = step.commit
     policy = state.policy()
@@ -177,8 +189,17 @@ def decide(
         # asked once, and only for a commit that changes something approval guards
         return _signature(c.sha, state, verify) if policy.approval.signatures else None
 
+    @functools.cache
+    def pull_reviews() -> PullReviews | None:
+        # asked once, only for a merged pull request under rules that let one count
+        pr = pull_request_number(c.message, len(c.parents))
+        if reviews is None or pr is None or policy.approval.mode == "trailers":
+            return None
+        return reviews(pr, c.parents[1] if len(c.parents) > 1 else None)
+
     def approval(path: str) -> Approval:
-        evidence = Evidence(c.message, len(c.parents), c.trailers, step.authors_of(path), merger, signature())
+        evidence = Evidence(c.message, len(c.parents), c.trailers, step.authors_of(path), merger, signature(),
+                            pull_reviews())
         return evaluate(policy, evidence, path, owners)
 
     def who(path: str, appr: Approval) -> dict[str, Any]:
@@ -248,6 +269,10 @@ def decide(
             reject(stream, path, blob, appr.reason, appr)
             return
         owner, _, name = (jid or "/").partition("/")
+        problem = tenancy_problem(policy, owner, step.authors_of(path), appr)
+        if problem is not None:
+            reject(stream, path, blob, f"not allowed: {problem}", appr)
+            return
         warnings = list(getattr(result, "warnings", []) or [])
         arrived = ev.SpecUpdated if current(stream) else ev.Submitted
         authors = step.authors_of(path)
@@ -259,29 +284,31 @@ def decide(
             approvers=list(appr.approvers), owner=owner, name=name, committed_at=c.time,
             pr=ev.UNSET if appr.pr is None else appr.pr, warnings=_findings(warnings) if warnings else ev.UNSET,
             signed_by=appr.signer or ev.UNSET,
+            reviews=[ev.ReviewRecord(login=r.login, commit=r.commit or ev.UNSET, codeowner=r.codeowner)
+                     for r in appr.reviews] or ev.UNSET,
         ), appr)
         live[stream] = True
 
-    governing = [ch for ch in step.changes if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS]
+    governed = [ch for ch in step.changes if is_governed(ch.path) or is_governed(ch.old_path)]
     # Trust on first use: until the branch has a policy or CODEOWNERS, nobody could approve
-    # the first one, so the first governing files are taken as they come — and govern the
+    # the first one, so the first governed files are taken as they come, and govern the
     # commit that brings them (its `ignore:` globs, its approvers), like a repo's first push.
     bootstrap = not any(p in state.files for p in GOVERNING_PATHS)
-    if bootstrap:
-        for ch in governing:
-            if ch.status != "D" and ch.path in GOVERNING_PATHS:
-                state = RepoState(dict(state.files))
-                state.files[ch.path] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
-    # Aliases decide no approval: a job may use an alias added in the same commit.
-    for ch in governing:
-        if ALIASES_PATH in (ch.path, ch.old_path):
-            state = RepoState(dict(state.files))
-            state.files.pop(ALIASES_PATH, None)
-            if ch.status != "D" and ch.path == ALIASES_PATH:
-                state.files[ALIASES_PATH] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
-    for ch in step.changes:
-        if ch in governing:
-            continue
+    accepted: list[Change] = []
+    for ch in governed:
+        if not bootstrap:
+            touched = [p for p in dict.fromkeys((ch.old_path, ch.path)) if is_governed(p)]
+            refused = next((a for a in map(approval, touched) if not a.ok), None)
+            if refused is not None:
+                reject(git_stream, ch.path, ch.new_blob,
+                       f"change to {_printable(ch.path)} {refused.reason}; the old file stays in force", refused)
+                continue
+        accepted.append(ch)
+    # The files that decide approval take effect after this commit's jobs (a commit never
+    # approves itself); the others, such as aliases, before them. On bootstrap, all before.
+    early = [ch for ch in accepted if bootstrap or not _decides_approval(ch)]
+    state = _applied(state, early, step.blobs)
+    for ch in step.changes:  # the job side of each change (a governed file is no job path)
         if ch.status == "R" or ch.status == "C":
             if ch.status == "R" and ch.old_path and is_job_path(ch.old_path):
                 removed(ch.old_path, ch.old_blob)
@@ -293,18 +320,24 @@ def decide(
         elif is_job_path(ch.path):
             added(ch.path, ch.new_blob)
 
-    new_state = RepoState(dict(state.files))
-    for ch in governing:
-        touched = [p for p in (ch.old_path, ch.path) if p in CONFIG_PATHS]
-        if not bootstrap and (ch.path in GOVERNING_PATHS or (ch.old_path or "") in GOVERNING_PATHS):
-            appr = approval(ch.path)
-            if not appr.ok:
-                reject(git_stream, ch.path, ch.new_blob, f"change to {ch.path} {appr.reason}; the old rules stay in force", appr)
-                continue
-        if ALIASES_PATH in touched:
-            continue  # applied before the jobs above
-        for p in touched:
-            new_state.files.pop(p, None)
-        if ch.status != "D" and ch.path in CONFIG_PATHS:
-            new_state.files[ch.path] = (ch.new_blob, blob_text(step.blobs, ch.new_blob))
+    new_state = _applied(state, [ch for ch in accepted if ch not in early], step.blobs)
     return out, new_state, live
+
+
+def _decides_approval(ch: Change) -> bool:
+    return ch.path in GOVERNING_PATHS or (ch.old_path or "") in GOVERNING_PATHS
+
+
+def _applied(state: RepoState, changes: list[Change], blobs: Mapping[str, bytes]) -> RepoState:
+    """`state` with the accepted changes of governed files made (a new RepoState)."""
+    if not changes:
+        return state
+    files = dict(state.files)
+    for ch in changes:
+        if ch.status == "R" and ch.old_path:
+            files.pop(ch.old_path, None)
+        if ch.status == "D":
+            files.pop(ch.path, None)
+        elif is_governed(ch.path):
+            files[ch.path] = (ch.new_blob, blob_text(blobs, ch.new_blob))
+    return RepoState(files)

@@ -10,6 +10,7 @@ version conflict, re-reads the position and carries on from there.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -31,13 +32,15 @@ from ledger.events.data import (
     RewriteAccepted,
 )
 from ledger.fold import LIVE, replay
+from ledger.forge.reviews import ReviewLookup
+from ledger.forge.webflow import WEB_FLOW_PRINCIPAL, WebFlowKeys, verdict
 from ledger.gitops.approval import Identity, Signature
-from ledger.gitops.decide import CONFIG_PATHS, Ignored, RepoState, StepInput, Verifier, decide
+from ledger.gitops.decide import Ignored, RepoState, StepInput, Verifier, decide
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
 from ledger.spec.files import secrets_check
-from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_job_path
+from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_governed, is_job_path
 from ledger.spec.policy import parse_policy, sharing_blocks
 from ledger.store import Store
 from ledger.usage.prices import POLICY_STREAM
@@ -66,6 +69,15 @@ class IngestReport:
             "counts": dict(self.counts), "paused": self.paused, "rewritten": self.rewritten,
             "seconds": round(self.seconds, 4),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Where approval evidence beyond the commit comes from: signatures (git and gpg) and
+    a forge's reviews (None: no forge)."""
+
+    verify: Verifier
+    reviews: ReviewLookup | None = None
 
 
 def read_position(store: Store, branch: str) -> Position:
@@ -155,6 +167,8 @@ def ingest(
     accepted_by: str = "operator",
     chunk: int = 200,
     validator: Validator | None = None,
+    web_flow: WebFlowKeys | None = None,
+    reviews: ReviewLookup | None = None,
 ) -> IngestReport:
     """Append the events of every commit on `branch` after the ledger's position.
 
@@ -162,11 +176,13 @@ def ingest(
     A rewritten branch appends `history_rewritten` and stops (report.paused) until a run
     with `accept_rewrite=True`, which ingests the net change old head -> new head.
     A path is opened for this run and closed after it; a GitRepo stays open (the watcher's).
+    `web_flow`: GitHub's keys for merges it signs (default: LEDGER_WEB_FLOW_KEYS or the
+    shipped ones); `reviews`: a forge's pull request reviews (`ledger.forge`), if any.
     """
     if not isinstance(repo, GitRepo):
         with GitRepo(repo) as opened:
             return ingest(opened, store, branch, accept_rewrite=accept_rewrite, accepted_by=accepted_by,
-                          chunk=chunk, validator=validator)
+                          chunk=chunk, validator=validator, web_flow=web_flow, reviews=reviews)
     started = time.perf_counter()
     report = IngestReport(branch)
     head = repo.branch_head(branch)
@@ -174,6 +190,7 @@ def ingest(
         raise GitError(f"branch {branch!r} not found in {repo.path}", hint="check --branch and --repo")
     report.head = head
     validate = validator or spec_validator()
+    sources = Sources(signature_verifier(repo, web_flow), reviews)
     stream = stream_for(branch)
     live = _Liveness(store)
     first = True
@@ -197,7 +214,7 @@ def ingest(
                 )], expected_version=pos.version)
                 continue
             if pos.accepted is not None:
-                _ingest_rewrite(repo, store, branch, pos, validate, spec_hash, live, report)
+                _ingest_rewrite(repo, store, branch, pos, validate, spec_hash, live, report, sources)
                 continue
             if pos.commit == head:
                 break
@@ -217,7 +234,7 @@ def ingest(
             backlog = commits
             size = 1 if commits[0].sha in suspects else chunk
             try:
-                _ingest_commits(repo, store, branch, pos, commits[:size], validate, spec_hash, live, report)
+                _ingest_commits(repo, store, branch, pos, commits[:size], validate, spec_hash, live, report, sources)
             except Exception as exc:
                 if not is_data_problem(exc):
                     raise  # git or the store failed: the watcher retries later, with backoff
@@ -296,11 +313,17 @@ _SIGNED_BY = re.compile(r'Good "git" signature for (.+?) with \S+ key (\S+)')
 _KEY = re.compile(r"key (SHA256:\S+)")
 
 
-def signature_verifier(repo: GitRepo) -> Verifier:
-    """git's verdict on a commit's signature, as the pure core reads it."""
+def signature_verifier(repo: GitRepo, web_flow: WebFlowKeys | None = None) -> Verifier:
+    """git's verdict on a commit's signature, as the pure core reads it: an SSH signature
+    against the allowed signers, an OpenPGP one against GitHub's web-flow keys."""
 
     def verify(sha: str, allowed_signers: str) -> Signature:
-        ok, said = repo.verify_commit(sha, allowed_signers)
+        keys = web_flow or _shipped_web_flow()
+        ok, said = repo.verify_commit(sha, allowed_signers, keys.home())
+        if "[GNUPG:]" in said:  # an OpenPGP signature: only GitHub's web-flow keys are known
+            found = verdict(said, keys.trusted)
+            return Signature(found.status, WEB_FLOW_PRINCIPAL if found.status == "good" else "", found.fingerprint,
+                             found.detail, web_flow=found.status == "good", kind="openpgp")
         key = _KEY.search(said)
         fingerprint = key.group(1) if key else ""
         if ok and (good := _SIGNED_BY.search(said)):
@@ -314,10 +337,15 @@ def signature_verifier(repo: GitRepo) -> Verifier:
     return verify
 
 
+@functools.cache
+def _shipped_web_flow() -> WebFlowKeys:
+    return WebFlowKeys.configured()
+
+
 def _needed_blobs(changes) -> list[str]:
     wanted = []
     for ch in changes:
-        if ch.new_blob != ZERO and (is_job_path(ch.path) or ch.path in CONFIG_PATHS):
+        if ch.new_blob != ZERO and (is_job_path(ch.path) or is_governed(ch.path)):
             wanted.append(ch.new_blob)
     return wanted
 
@@ -325,6 +353,7 @@ def _needed_blobs(changes) -> list[str]:
 def _ingest_commits(
     repo: GitRepo, store: Store, branch: str, pos: Position, commits: list[Commit],
     validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
+    sources: Sources | None = None,
 ) -> None:
     bases: list[str | None] = []
     prev = pos.commit
@@ -340,12 +369,13 @@ def _ingest_commits(
         StepInput(c, b, diffs.get(c.sha, []), blobs, _authors(repo, c, b), branch)
         for c, b in zip(commits, bases, strict=True)
     ]
-    _append_steps(store, branch, pos, steps, state, validate, hash_spec, live, report, signature_verifier(repo))
+    _append_steps(store, branch, pos, steps, state, validate, hash_spec, live, report,
+                  sources or Sources(signature_verifier(repo)))
 
 
 def _ingest_rewrite(
     repo: GitRepo, store: Store, branch: str, pos: Position,
-    validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
+    validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport, sources: Sources,
 ) -> None:
     """An accepted rewrite: one step with the net change from the old head's tree to the new."""
     old, new = pos.accepted["old_head"], pos.accepted["new_head"]
@@ -359,7 +389,7 @@ def _ingest_rewrite(
     blobs = repo.read_blobs(_needed_blobs(changes))
     step = StepInput(commit, old, changes, blobs, _authors(repo, commit, None), branch)
     _append_steps(store, branch, pos, [step], _load_state(repo, pos.governing), validate, hash_spec, live, report,
-                  signature_verifier(repo))
+                  sources)
 
 
 def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[str, str]) -> list[Change]:
@@ -375,7 +405,7 @@ def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[
         elif ev.type in ("submitted", "spec_updated", "rejected"):
             seen[path] = ev.data["blob"]
     tree = {p: b for p, b in repo.tree_files(new, JOBS_DIR + "/").items() if is_job_path(p)}
-    tree.update(repo.blob_ids(new, CONFIG_PATHS))
+    tree.update(repo.governed_files(new))
     before = {**seen, **governing}
     changes = [Change("D", p, None, b, ZERO) for p, b in sorted(before.items()) if p not in tree]
     for p, b in sorted(tree.items()):
@@ -403,7 +433,7 @@ def _policy_changed(step: StepInput, state: RepoState, branch: str) -> tuple[str
 def _append_steps(
     store: Store, branch: str, pos: Position, steps: list[StepInput], state: RepoState,
     validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
-    verify: Verifier,
+    sources: Sources,
 ) -> None:
     stream = stream_for(branch)
     git_version = pos.version
@@ -418,7 +448,7 @@ def _append_steps(
 
     for step in steps:
         before = state.files.get(POLICY_PATH)
-        events, state, changed = decide(step, state, is_live, validate, hash_spec, verify)
+        events, state, changed = decide(step, state, is_live, validate, hash_spec, sources.verify, sources.reviews)
         pending_live.update(changed)
         if state.files.get(POLICY_PATH) != before:
             events.append(_policy_changed(step, state, branch))

@@ -13,11 +13,11 @@ from typing import Any
 
 from ledger.fold import LIVE
 from ledger.gitops.approval import Identity, eligible, may_still_approve
-from ledger.gitops.decide import CONFIG_PATHS, RepoState, _message_dict
+from ledger.gitops.decide import RepoState, _message_dict
 from ledger.gitops.ingest import Validator, spec_validator
 from ledger.gitops.repo import ZERO, GitError, GitRepo
 from ledger.replay import load_state
-from ledger.spec.layout import is_job_path
+from ledger.spec.layout import is_governed, is_job_path
 from ledger.spec.names import job_id_for, shown
 from ledger.spec.policy import Policy
 from ledger.tpu_types import lookup
@@ -142,10 +142,10 @@ def plan(
         raise GitError(f"{ref!r} shares no history with {branch!r}", hint="check --branch")
     changes = repo.diffs([(head, base)]).get(head, [])
     # Validate against the configuration the merge would produce (aliases from REF).
-    cfg = repo.blob_ids(head, CONFIG_PATHS)
+    cfg = repo.governed_files(head)
     blobs = repo.read_blobs([*cfg.values(), *(c.new_blob for c in changes if c.new_blob != ZERO)])
     state = RepoState.of(cfg, blobs)
-    base_cfg = repo.blob_ids(target, CONFIG_PATHS)
+    base_cfg = repo.governed_files(target)
     base_state = RepoState.of(base_cfg, repo.read_blobs(base_cfg.values()))
     # Approval is judged by the rules in force on the branch, never by the ones REF brings.
     policy = base_state.policy()
@@ -163,7 +163,7 @@ def plan(
                 "approvers": list(may_still_approve(policy, owners, authors))}
 
     for ch in changes:
-        if ch.path in CONFIG_PATHS or (ch.old_path or "") in CONFIG_PATHS:
+        if is_governed(ch.path) or is_governed(ch.old_path):
             report.config_changes.append(ch.path)
             continue
         if ch.status in ("D", "R") and is_job_path(ch.old_path or ch.path):

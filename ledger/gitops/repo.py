@@ -23,7 +23,7 @@ from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathErr
 from git.refs.symbolic import SymbolicReference
 
 from ledger.errors import LedgerError
-from ledger.spec.layout import CODEOWNERS_PATHS, JOBS_DIR, LEDGER_DIR
+from ledger.spec.layout import CODEOWNERS_PATHS, JOBS_DIR, LEDGER_DIR, is_governed
 
 ZERO = "0" * 40
 # Paths whose changes the watcher looks at: job specs and the files that govern approval.
@@ -196,15 +196,18 @@ class GitRepo:
                     found[path].append((name, email))
         return found
 
-    def verify_commit(self, sha: str, allowed_signers: str) -> tuple[bool, str]:
-        """`git verify-commit` against an allowed-signers file given as text (written to a
-        temporary file for git and ssh-keygen): (verified, what git said)."""
+    def verify_commit(self, sha: str, allowed_signers: str, gnupg_home: Path | None = None) -> tuple[bool, str]:
+        """`git verify-commit --raw` against an allowed-signers file given as text (written to
+        a temporary file for git and ssh-keygen) for an SSH signature, and against the
+        keyring in `gnupg_home` for an OpenPGP one: (verified, what git and gpg said)."""
+        env = {"GNUPGHOME": str(gnupg_home)} if gnupg_home is not None else None
         with tempfile.NamedTemporaryFile("w", prefix="allowed_signers.", encoding="utf-8") as fh:
             fh.write(allowed_signers)
             fh.flush()
             status, out, err = self.repo.git.execute(
-                ["git", "-c", f"gpg.ssh.allowedSignersFile={fh.name}", "verify-commit", "--raw", sha],
-                with_extended_output=True, with_exceptions=False,
+                ["git", "-c", f"gpg.ssh.allowedSignersFile={fh.name}", "-c", "gpg.program=gpg",
+                 "verify-commit", "--raw", sha],
+                with_extended_output=True, with_exceptions=False, env=env,
             )
         return status == 0, "\n".join(x for x in (str(out).strip(), str(err).strip()) if x)
 
@@ -308,16 +311,26 @@ class GitRepo:
                 found[path] = parts[2]
         return found
 
+    def governed_files(self, commit: str) -> dict[str, str]:
+        """path -> blob of every governed file at `commit` (everything under .ledger/ and
+        each CODEOWNERS), in one `ls-tree`."""
+        out = self.run("ls-tree", "-r", "-z", commit, "--", f"{LEDGER_DIR}/", *CODEOWNERS_PATHS)
+        return {p: b for p, b in _blob_entries(out).items() if is_governed(p)}
+
     def tree_files(self, commit: str, prefix: str) -> dict[str, str]:
         """path -> blob of every file under `prefix` at `commit` (plan and rewrite diffs)."""
-        out = self.run("ls-tree", "-r", "-z", commit, "--", prefix)
-        found: dict[str, str] = {}
-        for entry in out.split("\x00"):
-            meta, _, path = entry.partition("\t")
-            parts = meta.split()
-            if len(parts) == 3 and parts[1] == "blob":
-                found[path] = parts[2]
-        return found
+        return _blob_entries(self.run("ls-tree", "-r", "-z", commit, "--", prefix))
+
+
+def _blob_entries(out: str) -> dict[str, str]:
+    """path -> blob of the blob entries of `ls-tree -z` output."""
+    found: dict[str, str] = {}
+    for entry in out.split("\x00"):
+        meta, _, path = entry.partition("\t")
+        parts = meta.split()
+        if len(parts) == 3 and parts[1] == "blob":
+            found[path] = parts[2]
+    return found
 
 
 def _parse_commit(record: str, trailer_mark: str, key_mark: str) -> Commit | None:

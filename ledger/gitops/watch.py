@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ledger import defaults
+from ledger.forge.reviews import ReviewLookup
+from ledger.forge.webflow import WebFlowKeys
 from ledger.gitops.ingest import IngestReport, ingest
 from ledger.gitops.mirror import ensure_mirror, fetch_mirror, is_remote
 from ledger.gitops.repo import GitRepo
@@ -43,6 +45,8 @@ class Watcher:
         accepted_by: str = "operator",
         on_report: Callable[[IngestReport], None] | None = None,
         on_error: Callable[[Exception], None] | None = None,
+        web_flow: WebFlowKeys | None = None,
+        reviews: ReviewLookup | None = None,
     ) -> None:
         self.source = source
         self.store = store
@@ -55,6 +59,8 @@ class Watcher:
         self.accept_rewrite = accept_rewrite
         self.accepted_by = accepted_by
         self.on_report = on_report
+        self.web_flow = web_flow  # GitHub's keys for the merges it signs (None: LEDGER_WEB_FLOW_KEYS or shipped)
+        self.reviews = reviews  # a forge's pull request reviews (ledger.forge), if any
         self.on_error = on_error or (lambda exc: print(f"ledger watch: {exc}", file=sys.stderr, flush=True))
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -75,6 +81,7 @@ class Watcher:
         report = ingest(
             self.repo, self.store, self.branch,
             accept_rewrite=self.accept_rewrite, accepted_by=self.accepted_by,
+            web_flow=self.web_flow, reviews=self.reviews,
         )
         if report.paused:
             self.accept_rewrite = False  # an acceptance covers the rewrite seen at the time only

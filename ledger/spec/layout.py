@@ -6,6 +6,10 @@
     .ledger/allowed_signers       SSH keys whose signatures count (approval.signatures)
     CODEOWNERS                    who reviews which paths (looked up in CODEOWNERS_PATHS)
 
+Every file under `.ledger/` and every CODEOWNERS is *governed* (`is_governed`): a change to
+it takes effect only with the approval the policy in force asks for, whether the ledger
+reads the file today or only a later version will.
+
 `ledger validate`, the watcher, `ledger plan` and the notifier all read these names from
 here; the checks of an owner's or a job's name are in `ledger.spec.names`.
 """
@@ -25,6 +29,13 @@ CONFIG_FILES = (ALIASES_PATH, POLICY_PATH)  # the repository's own settings, che
 # Where a host looks for CODEOWNERS; the first one present wins (GitHub: .github/, the root,
 # then docs/; GitLab also reads .gitlab/).
 CODEOWNERS_PATHS = (".github/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS", ".gitlab/CODEOWNERS")
+
+
+def is_governed(path: str | None) -> bool:
+    """True for the files that change what a job does or who may approve it: anything
+    under .ledger/ (the policy, aliases, allowed signers, schemas, whatever comes later)
+    and CODEOWNERS wherever a host looks for it."""
+    return bool(path) and (path.startswith(LEDGER_DIR + "/") or path in CODEOWNERS_PATHS)
 
 
 def is_job_path(path: str) -> bool:

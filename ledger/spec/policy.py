@@ -153,13 +153,18 @@ class ApprovalPolicy(Section):
     required: int
     approvers: tuple[str, ...] | None
     signatures: bool = False
+    # GitHub's web-flow OpenPGP signature on a merge it made counts as a signed merge
+    web_flow: bool = False
+    # a merged pull request counts only with `required` approving forge reviews on its head
+    reviews_required: bool = False
 
     @classmethod
     def from_data(cls, data: Any) -> Self:
         listed = data["approvers"]
         approvers = None if listed == "codeowners" else tuple(str(a).strip() for a in listed)
         return cls(mode=data["mode"], required=data["required"], approvers=approvers,
-                   signatures=data["signatures"] == "required")
+                   signatures=data["signatures"] == "required", web_flow=data["web_flow"] == "accepted",
+                   reviews_required=data["reviews"] == "required")
 
     @classmethod
     def fallback(cls) -> Self:
@@ -173,6 +178,36 @@ class ApprovalPolicy(Section):
         for i, handle in enumerate(self.approvers or ()):
             if policy.teams.unknown(handle):
                 yield Problem(f"/approval/approvers/{i}", *unknown_team_problem(handle))
+
+
+@dataclass(frozen=True, slots=True)
+class Delegates(Section):
+    """Who may submit jobs under another owner's folder, with that owner's secrets and quota.
+
+        delegates:
+          bob: ["@alice", carol@lab.example]     # alice and carol may submit jobs/bob/...
+          "*": ["@lab/tpu-admins"]                # the admins may submit for anyone
+
+    Without an entry only the owner may: a job under jobs/<owner>/ runs only when <owner>
+    wrote or approved the change (ledger.gitops.approval.tenancy_problem).
+    """
+
+    KEY: ClassVar[str] = "delegates"
+    of_owner: Mapping[str, tuple[str, ...]]  # owner ("*": anyone) -> people and team handles
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(of_owner=MappingProxyType({k: tuple(str(m).strip() for m in v) for k, v in data.items()}))
+
+    def of(self, owner: str) -> tuple[str, ...]:
+        """The delegates of `owner`: its own entry and the `*` entry."""
+        return tuple(dict.fromkeys((*self.of_owner.get(owner, ()), *self.of_owner.get("*", ()))))
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        for owner, entries in self.of_owner.items():
+            for i, handle in enumerate(entries):
+                if policy.teams.unknown(handle):
+                    yield Problem(f"/delegates/{_escape(owner)}/{i}", *unknown_team_problem(handle))
 
 
 # -- notify -------------------------------------------------------------------------------
@@ -510,9 +545,23 @@ class FairShare(Section):
                               f"add it to `teams:` in {POLICY_PATH} with its members")
 
 
+@dataclass(frozen=True, slots=True)
+class Overrides(Section):
+    """The admins' overrides (`ledger cancel`, `admit`, `resume`, `rerun`): `signatures`
+    required = each must be signed by a key of ALLOWED_SIGNERS_PATH (ledger.overrides)."""
+
+    KEY: ClassVar[str] = "overrides"
+    signatures: bool = False
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        return cls(signatures=data["signatures"] == "required")
+
+
 def sharing_blocks(policy: Policy) -> dict[str, Any]:
-    """The blocks admission reads, as plain data that `sharing_policy` reads back (what a
-    reconciler records in the ledger: no webhook, no address, nothing but the sharing rules)."""
+    """The blocks admission reads, and whether overrides must be signed, as plain data that
+    `sharing_policy` reads back (what the ledger records: no webhook, no address, nothing but
+    the rules every reconciler and `ledger cancel` follow)."""
     def quota(q: Quota | None) -> dict[str, Any] | None:
         return None if q is None else {"chips": dict(q.chips), "chip_hours_per_week": dict(q.chip_hours_per_week)}
 
@@ -533,6 +582,8 @@ def sharing_blocks(policy: Policy) -> dict[str, Any]:
         "priorities": {"classes": dict(p.classes), "preempt": {k: sorted(v) for k, v in p.preempt.items()},
                        "spot_for_on_demand": p.spot_for_on_demand},
         "fair_share": fair_share,
+        # Only when required, so the rules (and digests) of ledgers that never asked stay as they were.
+        **({"overrides": {"signatures": "required"}} if policy.overrides.signatures else {}),
     }
 
 
@@ -548,6 +599,7 @@ class Policy:
 
     approval: ApprovalPolicy = section(ApprovalPolicy)
     teams: Teams = section(Teams)
+    delegates: Delegates = section(Delegates)
     notify: NotifyPolicy = section(NotifyPolicy)
     defaults: Defaults = section(Defaults)
     limits: Limits = section(Limits)
@@ -556,6 +608,7 @@ class Policy:
     quotas: Quotas = section(Quotas)
     priorities: Priorities = section(Priorities)
     fair_share: FairShare = section(FairShare)
+    overrides: Overrides = section(Overrides)
 
 
 SECTIONS: dict[str, type[Section]] = {f.name: f.metadata["section"] for f in fields(Policy)}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ledger import defaults
+from ledger.spec.redact import Redactor, complete, secret_refs
 from ledger.spec.secrets import SecretError, SecretsDir
 from reconciler.remote import layout, modules, patterns, scripts
 from reconciler.remote.errors import (
@@ -70,6 +71,8 @@ class RemoteRunner:
         # until the attempt ends so the planner sees it on the pass its throttle allows
         self._checkpoint_steps: dict[tuple[str, int, int], int] = {}
         self._scan_lock = threading.Lock()
+        # (job, attempt) -> the masks of the secrets it received (ledger.spec.redact)
+        self._redactors: dict[tuple[str, int], Redactor] = {}
 
     # -- plumbing ------------------------------------------------------------------------
     def _host(self, h: Host) -> Host:
@@ -98,6 +101,29 @@ class RemoteRunner:
         owner = job_id.partition("/")[0]
         return lambda ref: self.secrets.read(owner, ref)
 
+    def _redactor(self, job_id: str, refs: list[str]) -> Redactor:
+        """The masks of the secrets `refs` name in the job owner's folder (one that cannot
+        be read now was never handed out by this runner either)."""
+        values = []
+        for ref in refs:
+            try:
+                values.append(self._reader(job_id)(ref))
+            except SecretError:
+                continue
+        return Redactor(values)
+
+    def _attempt_redactor(self, job_id: str, attempt: int) -> Redactor:
+        """The attempt's masks, from the references `start` saved (kept for the attempt)."""
+        key = (job_id, attempt)
+        with self._scan_lock:
+            found = self._redactors.get(key)
+        if found is None:
+            found = self._redactor(job_id, list(self._saved_patterns(job_id, attempt).get("secrets") or []))
+            with self._scan_lock:
+                self._redactors = {k: v for k, v in self._redactors.items() if k[0] != job_id or k[1] >= attempt}
+                self._redactors[key] = found
+        return found
+
     # -- setup ---------------------------------------------------------------------------
     def setup(
         self, job_id: str, attempt: int, hosts: list[Host], spec: Mapping, *,
@@ -116,19 +142,22 @@ class RemoteRunner:
             for h in self._select(hosts, workers):
                 report.failures.append((h.worker, "spec", f"cannot build setup steps: {exc}"))
             return report
-        results = self._parallel(self._select(hosts, workers), lambda h: self._setup_host(job_id, attempt, h, built))
+        redact = self._redactor(job_id, secret_refs(spec))
+        results = self._parallel(self._select(hosts, workers),
+                                 lambda h: self._setup_host(job_id, attempt, h, built, redact))
         for w, (outcomes, failure) in sorted(results.items()):
             report.outcomes[w] = outcomes
             if failure is not None:
                 report.failures.append((w, failure[0], failure[1]))
         return report
 
-    def _setup_host(self, job_id: str, attempt: int, host: Host, built: list[modules.Module]):
+    def _setup_host(self, job_id: str, attempt: int, host: Host, built: list[modules.Module], redact: Redactor):
         outcomes: dict[str, str] = {m.name: "not-run" for m in built}
         for mod in built:
             path = layout.setup_log(self.log_dir, job_id, attempt, mod.name, host.worker)
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as log:
+            with open(path, "a", encoding="utf-8") as raw:
+                log = _RedactedLog(raw, redact)
                 log.write(f"== {mod.name} on worker {host.worker} ({host.address}:{host.port}) {_now()}\n")
                 try:
                     if mod.check and modules.fits_one_trip(mod):
@@ -214,7 +243,10 @@ class RemoteRunner:
         adir.mkdir(parents=True, exist_ok=True)
         extra = list((spec.get("recovery") or {}).get("error_patterns") or [])
         checkpoint = ((spec.get("job") or {}).get("checkpoints") or {}).get("pattern")
-        _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra, "checkpoint_pattern": checkpoint}))
+        # the names (never the values) of the secrets the attempt received: its output is
+        # redacted of their values as it is collected, even by a reconciler started later
+        _atomic_write(adir / "patterns.json", json.dumps({"error_patterns": extra, "checkpoint_pattern": checkpoint,
+                                                          "secrets": secret_refs(spec)}))
         built = {h.worker: scripts.bash(scripts.start_script(spec, job_id, attempt, h.worker, extra_args=extra_args, resume=resume)) for h in chosen}
 
         def one(h: Host) -> int | str:
@@ -280,8 +312,8 @@ class RemoteRunner:
         except (RemoteError, ValueError) as exc:
             return HostStatus("unknown", error=str(exc))
         if ans.state != "absent":
-            with open(out, "ab") as f:
-                f.write(ans.data)
+            _collect(out, ans.data, self._attempt_redactor(job_id, attempt),
+                     final=ans.state in ("exited", "gone"))
         found = self._scan(job_id, attempt, host.worker, out, final=ans.state in ("exited", "gone"),
                            compiled=compiled, fetched_from=offset, checkpoint=checkpoint)
         state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)
@@ -363,6 +395,32 @@ class RemoteRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _collect(out: Path, data: bytes, redact: Redactor, *, final: bool) -> None:
+    """Append fetched output to the collected log, the secrets the job received masked.
+    With secrets to mask, an unfinished last line waits for its end (it is fetched again
+    next time: the log's size is where the next fetch starts), so a secret split across two
+    fetches is still recognised."""
+    if redact and not final:
+        # a line longer than a whole fetch is collected as it comes: it cannot wait forever
+        data = data[:complete(data) or (len(data) if len(data) >= MAX_FETCH else 0)]
+    if data:
+        with open(out, "ab") as f:
+            f.write(redact(data))
+
+
+class _RedactedLog:
+    """A setup log that masks the job's secrets in whatever is written to it."""
+
+    def __init__(self, raw, redact: Redactor) -> None:  # noqa: ANN001
+        self.raw, self.redact = raw, redact
+
+    def write(self, text: str) -> None:
+        self.raw.write(self.redact.text(text))
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 def _log_step(log, step: modules.Step, output: bytes, code: int) -> None:

@@ -23,6 +23,7 @@ from ledger.app.dashboard import views
 from ledger.app.dashboard.server import CSP, exposure_warning, hosts_for
 from ledger.events import NewEvent, actor
 from ledger.store.sqlite import SQLiteStore
+from reconciler.joblogs import DirArchive, LogView
 from tests.dashboard.conftest import serve
 from tests.usage.ledger_by_hand import EVENTS, at
 
@@ -149,7 +150,8 @@ def test_hostile_ids_and_queries_are_escaped_or_refused(site):
 
 
 def test_a_log_tail_never_leaves_the_log_directory(ledger, tmp_path):
-    _, logs = ledger
+    _, log_dir = ledger
+    logs = LogView([DirArchive(log_dir)])
     (tmp_path / "secret").mkdir()
     (tmp_path / "secret" / "1").mkdir()
     (tmp_path / "secret" / "1" / "output_worker_0.log").write_text("secret")

@@ -105,3 +105,19 @@ def test_demo_from_the_wheel(installed: Installed):
     done = installed.run("demo", "--no-pubsub", "--workdir", str(installed.work / "demo"), timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     print(f"\nledger demo --no-pubsub from the wheel: {time.monotonic() - started:.1f} s")
+
+
+def test_github_pieces_from_the_wheel(installed: Installed):
+    """GitHub's web-flow keys ship as package data, githubkit comes with the wheel, and the
+    webhook options are there."""
+    code = ("from ledger.forge.webflow import SHIPPED_TRUSTED, WebFlowKeys\n"
+            "keys = WebFlowKeys.shipped()\n"
+            "assert set(SHIPPED_TRUSTED) < set(keys.fingerprints()), keys.fingerprints()\n"
+            "from ledger.forge.github import GitHubForge\n"
+            "print(GitHubForge('lab/jobs', 'secret-token', base_url='http://127.0.0.1:9'))\n")
+    done = subprocess.run([str(installed.bin / "python"), "-c", code], cwd=installed.work, env=installed.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "GitHubForge(lab/jobs)"
+    done = installed.run("watch", "--help")
+    assert done.returncode == 0 and "--webhook-listen" in done.stdout and "--forge" in done.stdout

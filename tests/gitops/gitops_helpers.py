@@ -110,8 +110,10 @@ class Hub:
         return sha
 
     def fast_commits(self, n: int, *, owner: str = "bulk", approver: tuple[str, str] = ALICE,
-                     author: tuple[str, str] = BOB) -> list[str]:
-        """n commits, each adding one approved job, via git fast-import (seconds, not minutes)."""
+                     author: tuple[str, str] | None = None) -> list[str]:
+        """n commits, each adding one approved job, via git fast-import (seconds, not minutes);
+        written by the owner of the jobs (`owner@lab.org`) unless `author` says otherwise."""
+        author = author or (owner.title(), f"{owner}@lab.org")
         parent = self.head()
         lines: list[bytes] = []
         for i in range(n):

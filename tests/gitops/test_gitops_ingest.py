@@ -121,7 +121,7 @@ def test_policy_change_needs_approval_under_the_old_rules(hub, store):
     # an approved change of the file takes effect for the commits after it
     hub.commit({"CODEOWNERS": CODEOWNERS + "/jobs/alice/ @mallory @bob\n"}, "mallory joins", author=MALLORY,
                approvers=(ALICE,))
-    hub.commit({"jobs/alice/ok.yaml": spec()}, "ok", author=BOB, approvers=(MALLORY,))
+    hub.commit({"jobs/alice/ok.yaml": spec()}, "ok", author=ALICE, approvers=(MALLORY,))
     hub.push()
     ingest(hub.bare, store, "main")
     assert by_stream(store, "alice/ok")[0][0] == "submitted"

@@ -38,7 +38,7 @@ CLASSES = {cls.__name__: cls for cls in DATA_TYPES.values()}
 # Where the product appends events (NewEvent constructions), per file. A new append site
 # changes a count here: make its data a class from ledger/events/data.py, then update it.
 APPEND_SITES = {
-    "ledger/app/commands/reconcile.py": 1,  # the overrides: cancel, resume, rerun, admit
+    "ledger/app/commands/overrides.py": 1,  # the overrides: cancel, resume, rerun, admit
     "ledger/app/queueview.py": 1,  # policy_applied: the sharing policy a reconciler enforces
     "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
     "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
@@ -47,7 +47,7 @@ APPEND_SITES = {
 }
 # Names an append site may pass as data, each bound to a class instance (see the site).
 TYPED_NAMES = {
-    ("ledger/app/commands/reconcile.py", "data"),  # Callable[[JobState], EventData]
+    ("ledger/app/commands/overrides.py", "data"),  # Callable[[JobState, str, OverrideSignature | None], EventData]
     ("ledger/app/queueview.py", "data"),  # PolicyApplied(...)
     ("ledger/gitops/decide.py", "data"),  # emit(..., data: EventData, ...)
     ("ledger/gitops/ingest.py", "data"),  # HistoryRewritten(...)

@@ -28,19 +28,23 @@ def reconcile_once(harness: Harness, *extra: str) -> str:
 def test_one_call_goes_past_provisioning_to_running(harness: Harness):
     go = harness.tmp / "go"
     harness.submit("fay/once", job_spec(f"while [ ! -e {go} ]; do sleep 0.1; done; echo done"))
-    out = reconcile_once(harness, "--timeout", "120")
+    archive = harness.tmp / "job-logs"
+    out = reconcile_once(harness, "--timeout", "120", "--log-archive", str(archive))
     job = harness.job("fay/once")
     assert job.state == RUNNING, (job.state, out)
     assert harness.types("fay/once") == ["submitted", "provisioning", "provisioned", "setup_started", "setup_done", "started"]
     # Later calls pick it up where it stands: finished, then the TPU released.
     go.touch()
     for _ in range(10):  # the command ends within a moment of `go`; a call sees it or not yet
-        reconcile_once(harness)
+        reconcile_once(harness, "--log-archive", str(archive))
         job = harness.job("fay/once")
         if job.terminal:
             break
     assert job.state == FINISHED and job.tpu is None, (job.state, harness.types("fay/once"))
     harness.verify()
+    # Every call collected what its probes fetched: the output is in the archive, whole.
+    assert (archive / "fay" / "once" / "1" / "output_worker_0.log").read_text() == "done\n"
+    assert (archive / "fay" / "once" / "1" / "status_worker_0.json").exists()
 
 
 def test_a_slow_creation_is_awaited_within_the_timeout(harness: Harness):

@@ -40,7 +40,10 @@ def test_a_job_gets_its_owners_secret_and_its_own_key_never_the_reconcilers(harn
     assert reconciler_public.split()[1] not in keys
     harness.wait("alice/deploy", lambda j: j.state == FINISHED)
     out = harness.output("alice/deploy", 1)
-    assert "ALICE DEPLOY KEY" in out and out.rstrip().endswith("done")
+    # the job received its key (its command printed it), and what was collected masks it
+    assert "[redacted******]" in out and "ALICE DEPLOY KEY" not in out and out.rstrip().endswith("done")
+    logs = harness.settings().log_dir / "alice" / "deploy"
+    assert "ALICE DEPLOY KEY" not in "".join(p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file())
     body = "".join(reconciler_private.splitlines()[1:-1])
     assert body[:40] not in out.replace("\n", "")
     harness.verify()

@@ -21,6 +21,7 @@ from ledger.store import open_store
 from reconciler.keys import ensure_key
 
 OWNER = "chaos"
+OWNER_IDENTITY = ("Chaos Monkey", f"{OWNER}@lab.example")
 ZONE = "us-central2-b"
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -82,7 +83,8 @@ class World:
             (folder / f"{job.name}.yaml").write_text(JOB_SPEC.format(
                 name=job.name, zone=ZONE, bucket=bucket, seconds=job.seconds, max_restarts=max_restarts))
         _git(["add", "-A"], self.clone)
-        _git(["commit", "-q", "-m", f"{len(jobs)} spot job(s) for the chaos run"], self.clone)
+        # written by the folder's owner: a job runs as its owner only when they wrote or approved it
+        _git(["commit", "-q", "-m", f"{len(jobs)} spot job(s) for the chaos run"], self.clone, who=OWNER_IDENTITY)
         _git(["checkout", "-q", "main"], self.clone)
         _git(["merge", "-q", "--no-ff", branch, "-m",
               f"Merge {branch}\n\nApproved-by: {STEWARD[0]} <{STEWARD[1]}>"], self.clone, who=STEWARD)

@@ -19,11 +19,11 @@ COMMANDS: dict[str, str] = {
     "install-hook": "watch:install_hook_cmd",
     # events -> TPUs -> events, and the audited overrides
     "reconcile": "reconcile:reconcile",
-    "cancel": "reconcile:cancel",
-    "resume": "reconcile:resume",
-    "rerun": "reconcile:rerun",
+    "cancel": "overrides:cancel",
+    "resume": "overrides:resume",
+    "rerun": "overrides:rerun",
     "tpus": "tpus:tpus",
-    "admit": "admit:admit_cmd",
+    "admit": "overrides:admit_cmd",
     "queue": "queue:queue_cmd",
     "doctor": "doctor:doctor_cmd",
     # questions to the ledger
@@ -40,6 +40,8 @@ COMMANDS: dict[str, str] = {
     "import": "export:import_cmd",
     "migrate": "migrate:migrate_command",
     "checkpoint": "checkpoint:checkpoint_cmd",
+    "backup": "backup:backup_cmd",
+    "restore": "backup:restore_cmd",
     # fan-out
     "fanout": "fanout:fanout_cmd",
     "notify": "fanout:notify_cmd",

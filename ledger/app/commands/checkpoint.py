@@ -58,6 +58,15 @@ def checkpoint_ref_option(func):
     )(func)
 
 
+def allowed_signers_option(func):
+    return click.option(
+        "--allowed-signers", envvar="LEDGER_ALLOWED_SIGNERS", type=click.Path(path_type=Path), default=None,
+        metavar="FILE",
+        help="OpenSSH allowed-signers file of the trusted keys [env: LEDGER_ALLOWED_SIGNERS; default: "
+             f"{ALLOWED_SIGNERS_PATH} on the default branch of --checkpoint-repo].",
+    )(func)
+
+
 def default_signer() -> str:
     """The principal a checkpoint names: the reconciler's id (its default is the hostname)."""
     return os.environ.get("LEDGER_RECONCILER_ID") or socket.gethostname()
@@ -195,7 +204,7 @@ class CheckpointReport:
                 "newest": None if newest is None else newest.to_dict()}
 
 
-def _allowed_signers(path: Path | None, repo: CheckpointRepo | None) -> AllowedSigners:
+def load_allowed_signers(path: Path | None, repo: CheckpointRepo | None) -> AllowedSigners:
     try:
         if path is not None:
             try:
@@ -244,7 +253,7 @@ def verify_checkpoints(store: Reader, *, sources: tuple[str, ...], repo_url: str
             raise LedgerError(f"no checkpoint found in {', '.join(read)}: nothing vouches for this ledger",
                               hint="`ledger checkpoint` publishes one; `ledger reconcile --checkpoint-repo` does it "
                                    "regularly. A ref that vanished may have been deleted on purpose")
-        allowed = _allowed_signers(allowed_path, repo)
+        allowed = load_allowed_signers(allowed_path, repo)
         head = store.head() if head is None else head
         verdicts = check_all(published, head=head, hash_at=store.hash_at, allowed=allowed)
         return CheckpointReport(verdicts, read, head)

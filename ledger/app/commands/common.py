@@ -49,6 +49,14 @@ def tpu_access_options(func):
     return func
 
 
+def log_archive_option(func):
+    return click.option(
+        "--log-archive", envvar="LEDGER_LOG_ARCHIVE", default=None, metavar="DIR|gs://BUCKET/PREFIX",
+        help="Where every reconciler collects job logs: a directory they share, or Cloud Storage "
+             "[env: LEDGER_LOG_ARCHIVE; default: $XDG_DATA_HOME/tpu-ledger/job-logs].",
+    )(func)
+
+
 def topic_option(func):
     """`--topic`: fan every appended event out over Pub/Sub while this command runs."""
     return click.option(

@@ -8,11 +8,12 @@ from pathlib import Path
 import click
 
 from ledger import defaults
-from ledger.app.commands.common import store_from
+from ledger.app.commands.common import log_archive_option, store_from
 from ledger.app.dashboard import server
 from ledger.app.dashboard.live import LiveLedger
 from ledger.app.dashboard.views import redact
 from ledger.fanout.pubsub import DEFAULT_TOPIC
+from reconciler.joblogs import open_archive
 
 
 @click.command("dashboard")
@@ -22,16 +23,17 @@ from ledger.fanout.pubsub import DEFAULT_TOPIC
 @click.option("--port", envvar="LEDGER_DASHBOARD_PORT", type=click.IntRange(0, 65535), default=8900,
               show_default=True, help="Port to listen on; 0 = any free port [env: LEDGER_DASHBOARD_PORT].")
 @click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
-              help="Where the reconciler keeps job logs, for the job page's log tail [env: LEDGER_LOG_DIR; "
+              help="A reconciler's own log directory on this host, for the job page's log tail [env: LEDGER_LOG_DIR; "
                    "default: $XDG_DATA_HOME/tpu-ledger/logs].")
+@log_archive_option
 @click.option("--topic", envvar="LEDGER_PUBSUB_TOPIC", default=DEFAULT_TOPIC, show_default=True,
               help="The fan-out's Pub/Sub topic, whose publisher lag the health page shows [env: LEDGER_PUBSUB_TOPIC].")
 @click.option("--verify-every", type=click.FloatRange(1.0), default=600.0, show_default=True, metavar="SECONDS",
               help="Check the whole ledger (as `ledger verify`) at start, then again as it grows: at most this many "
                    "seconds apart (sooner on a small ledger: a run costs at most ~5% of a core).")
 @click.pass_context
-def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None, topic: str,
-                  verify_every: float) -> None:
+def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None, log_archive: str | None,
+                  topic: str, verify_every: float) -> None:
     """Serve a read-only web dashboard of the ledger, updated live as events are appended.
 
     Pages: jobs (filter, sort, search), one job (its timeline as a picture, who asked,
@@ -56,7 +58,8 @@ def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None
     try:
         live = LiveLedger(url, topic=topic, verify_every=verify_every)
         logs = defaults.LOG_DIR if log_dir is None else Path(os.path.expanduser(log_dir))
-        app = server.create_app(live, store_label=redact(url), log_dir=logs, allowed_hosts=server.hosts_for(host))
+        app = server.create_app(live, store_label=redact(url), log_dir=logs, allowed_hosts=server.hosts_for(host),
+                                log_archive=open_archive(log_archive or defaults.LOG_ARCHIVE))
         click.echo(f"dashboard of {redact(url)}: {server.url_of(sock)}  ({len(live.state.jobs)} job(s) at seq "
                    f"{live.position}, loaded in {live.loaded_in:.1f} s; read-only; Ctrl-C stops)")
         server.serve(app, sock)

@@ -1,14 +1,12 @@
-"""`ledger reconcile` and the audited manual overrides (`cancel`, `resume`, `rerun`).
+"""`ledger reconcile` (the overrides `cancel`, `resume`, `rerun` and `admit` are in overrides.py).
 
 A reconciler restarted in a crash loop must act within a second of starting: this module
 imports only what `reconcile` needs (no rich; `ledger tpus` is in tpus.py)."""
 
 from __future__ import annotations
 
-import getpass
 import signal
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -20,6 +18,7 @@ from ledger.app.commands.checkpoint import (
     start_checkpoints,
 )
 from ledger.app.commands.common import (
+    log_archive_option,
     publishing,
     store_from,
     topic_option,
@@ -27,10 +26,8 @@ from ledger.app.commands.common import (
 )
 from ledger.app.queueview import LedgerPolicy, PolicyFile
 from ledger.app.wiring import Settings, build
-from ledger.errors import UsageError
-from ledger.events import NewEvent, actor
-from ledger.events.data import CancelRequested, EventData, Rerun, Resumed
-from ledger.fold import LIVE, JobState, replay
+from reconciler.joblogs import Collector, CollectorThread, Limits, open_archive
+from reconciler.joblogs.bounds import MIB
 
 
 @click.command()
@@ -47,6 +44,19 @@ from ledger.fold import LIVE, JobState, replay
                    "read from: <dir>/<owner>/NAME [default: ~/.local/share/tpu-ledger/secrets; env: LEDGER_SECRETS_DIR].")
 @click.option("--log-dir", envvar="LEDGER_LOG_DIR", type=click.Path(path_type=Path), default=None,
               help="Where job and setup logs are kept [env: LEDGER_LOG_DIR].")
+@log_archive_option
+@click.option("--log-collect-every", type=click.FloatRange(0), default=defaults.LOG_COLLECT_EVERY_S, show_default=True,
+              envvar="LEDGER_LOG_COLLECT_EVERY",
+              help="Seconds between copies of new job output from --log-dir into --log-archive; 0 = do not collect "
+                   "[env: LEDGER_LOG_COLLECT_EVERY].")
+@click.option("--log-max-file-mib", type=click.IntRange(1), default=defaults.LOG_MAX_FILE_MIB, show_default=True,
+              envvar="LEDGER_LOG_MAX_FILE_MIB",
+              help="Collect at most this much of each log file (an attempt's output on one worker) "
+                   "[env: LEDGER_LOG_MAX_FILE_MIB].")
+@click.option("--log-max-job-mib", type=click.IntRange(1), default=defaults.LOG_MAX_JOB_MIB, show_default=True,
+              envvar="LEDGER_LOG_MAX_JOB_MIB",
+              help="Collect at most this much of one job, all attempts and workers together: one job cannot fill "
+                   "the archive for the others [env: LEDGER_LOG_MAX_JOB_MIB].")
 @click.option("--id", "holder", envvar="LEDGER_RECONCILER_ID", default=None,
               help="This reconciler's stable id (default: the hostname); its own unfinished intents are resolved at start.")
 @click.option("--orphan-grace", type=float, default=defaults.ORPHAN_GRACE_S, show_default=True,
@@ -67,7 +77,8 @@ from ledger.fold import LIVE, JobState, replay
                    "ledger when they differ [env: LEDGER_POLICY; unset = the ledger's: the branch's file].")
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
-              ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, holder: str | None, orphan_grace: float,
+              ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, log_archive: str | None,
+              log_collect_every: float, log_max_file_mib: int, log_max_job_mib: int, holder: str | None, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
               checkpoint_every: float, policy_path: Path | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
@@ -110,6 +121,11 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
         click.echo(f"{action.kind} {action.job_id or '-'}: {result}")
 
     rec = build(settings, on_action=report, policy_source=source)
+    collector = None
+    if log_collect_every > 0:
+        limits = Limits(file_bytes=log_max_file_mib * MIB, job_bytes=log_max_job_mib * MIB)
+        archive = open_archive(log_archive or defaults.LOG_ARCHIVE, project=project)
+        collector = CollectorThread(Collector(settings.log_dir, archive, limits), log_collect_every)
     checkpoints = start_checkpoints(settings.store_url, settings.ssh_key, settings.holder, repo=checkpoint_repo,
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
     stop = threading.Event()
@@ -123,52 +139,9 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
     finally:
         rec.drain(timeout=60)
         rec.close()
+        if collector is not None:  # after the last probes: their output is collected too
+            collector.close()
         if checkpoints is not None:  # the last one covers the last outcomes recorded above
             last = checkpoints.close()
             if last is not None:
                 click.echo(f"{last.checkpoint.label}: published to {', '.join(last.sent) or 'nowhere'}")
-
-
-def _append_override(ctx: click.Context, job_id: str, type_: str, allowed: set[str] | None,
-                     data: Callable[[JobState], EventData]) -> None:
-    """Record an operator's override on JOB, fenced by the version it was decided on."""
-    store = store_from(ctx)
-    events = store.read_stream(job_id)
-    if not events:
-        raise UsageError(f"no job {job_id!r} in {store.url}", hint="see `ledger list` for job ids")
-    job = replay(events).jobs[job_id]
-    if allowed is not None and job.state not in allowed:
-        raise UsageError(f"job {job_id} is {job.state}; {type_} applies to {', '.join(sorted(allowed))}")
-    who = actor("cli", getpass.getuser(), manual=True)
-    store.append(job_id, [NewEvent(type_, data(job), who)], expected_version=job.version)
-    click.echo(f"{type_} recorded for {job_id} by {who['name']}")
-
-
-def _next_attempt(again: type[Resumed | Rerun]) -> Callable[[JobState], EventData]:
-    # The TPU is re-created (reapply): a manual restart should not depend on a TPU that failed.
-    return lambda job: again(attempt=job.attempt + 1, restarts=job.restarts, rule="manual", reapply=True)
-
-
-@click.command()
-@click.argument("job_id")
-@click.option("--reason", required=True, help="Why: kept in the ledger for the audit trail.")
-@click.pass_context
-def cancel(ctx: click.Context, job_id: str, reason: str) -> None:
-    """Cancel a job now (emergency override; deleting its spec in git is the normal way)."""
-    _append_override(ctx, job_id, "cancel_requested", set(LIVE), lambda _: CancelRequested(reason=reason, manual=True))
-
-
-@click.command()
-@click.argument("job_id")
-@click.pass_context
-def resume(ctx: click.Context, job_id: str) -> None:
-    """Run a failed job again from its last checkpoint, with the next attempt number."""
-    _append_override(ctx, job_id, "resumed", {"failed_final", "failed", "preempted"}, _next_attempt(Resumed))
-
-
-@click.command()
-@click.argument("job_id")
-@click.pass_context
-def rerun(ctx: click.Context, job_id: str) -> None:
-    """Run a job again from scratch (a new attempt, clean working directory)."""
-    _append_override(ctx, job_id, "rerun", {"failed_final", "failed", "preempted", "finished", "cancelled"}, _next_attempt(Rerun))

@@ -16,6 +16,7 @@ from rich.progress import (
 )
 
 from ledger.app.commands.checkpoint import (
+    allowed_signers_option,
     checkpoint_ref_option,
     checkpoint_repo_option,
     verify_checkpoints,
@@ -47,11 +48,7 @@ class Unsound(LedgerError):
                    "Pub/Sub checkpoint messages). Default: --checkpoint-ref of --checkpoint-repo.")
 @checkpoint_repo_option
 @checkpoint_ref_option
-@click.option("--allowed-signers", envvar="LEDGER_ALLOWED_SIGNERS", type=click.Path(path_type=Path),
-              default=None, metavar="FILE",
-              help="OpenSSH allowed-signers file of the keys that may sign checkpoints [env: "
-                   "LEDGER_ALLOWED_SIGNERS; default: .ledger/allowed_signers on the default branch "
-                   "of --checkpoint-repo].")
+@allowed_signers_option
 @click.pass_context
 def verify_cmd(ctx: click.Context, as_json: bool, rebuild_snapshots: bool, checkpoints: bool,
                sources: tuple[str, ...], checkpoint_repo: str | None, checkpoint_ref: str,

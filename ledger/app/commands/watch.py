@@ -10,7 +10,9 @@ from rich.table import Table
 
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.forgeopts import forge_options, forge_setup, listen_address, webhook_secret
 from ledger.app.queueview import would_start
+from ledger.app.webhook import WebhookServer
 from ledger.errors import LedgerError, UsageError
 from ledger.gitops.hook import install_hook
 from ledger.gitops.plan import plan, to_markdown
@@ -52,10 +54,21 @@ def _summary(report) -> str:  # noqa: ANN001
 @click.option("--project", envvar="LEDGER_PROJECT", default=defaults.PROJECT, show_default=True,
               help="Google Cloud project of the Pub/Sub topic [env: LEDGER_PROJECT].")
 @topic_option
+@forge_options
+@click.option("--webhook-listen", envvar="LEDGER_WEBHOOK_LISTEN", default=None,
+              help="HOST:PORT to receive the forge's webhook on: a push or a merged pull request is ingested at once "
+                   "[env: LEDGER_WEBHOOK_LISTEN].")
+@click.option("--webhook-secret-file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="LEDGER_WEBHOOK_SECRET_FILE", default=None,
+              help="The webhook's shared secret [env: LEDGER_WEBHOOK_SECRET_FILE; or the secret in LEDGER_WEBHOOK_SECRET].")
+@click.option("--webhook-forge", type=click.Choice(["github", "gitlab"]), envvar="LEDGER_WEBHOOK_FORGE",
+              default="github", show_default=True, help="Who sends the webhook [env: LEDGER_WEBHOOK_FORGE].")
 @click.pass_context
 def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval: float,
               accept_rewrite: bool, cache_dir: Path | None, no_watchdog: bool, as_json: bool,
-              project: str, topic: str | None) -> None:
+              project: str, topic: str | None, forge: str | None, forge_repo: str | None, forge_url: str | None,
+              forge_token_file: Path | None, web_flow_keys: Path | None, webhook_listen: str | None,
+              webhook_secret_file: Path | None, webhook_forge: str) -> None:
     """Turn every new commit on BRANCH into ledger events, exactly once.
 
     Each commit's diff of jobs/ against its first parent becomes events: an added spec is
@@ -66,11 +79,17 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
     A force-pushed branch pauses ingestion (`history_rewritten`) until you run
     `ledger watch --repo R --accept-rewrite --once`.
 
+    On GitHub: `--forge github` records each merged pull request's approving reviews
+    (and can require them: `approval.reviews` in the policy), and `--webhook-listen`
+    ingests a push or a merged pull request as soon as GitHub delivers it.
+
     \b
     Examples:
       ledger watch --repo /srv/git/jobs.git
       ledger watch --repo git@github.com:lab/jobs.git --interval 30
       ledger watch --repo /srv/git/jobs.git --once --json
+      LEDGER_FORGE_TOKEN=... ledger watch --repo https://github.com/lab/jobs.git --forge github \\
+          --forge-repo lab/jobs --webhook-listen 0.0.0.0:8731 --webhook-secret-file /etc/tpu-ledger/hook
     """
     if interval <= 0:
         raise UsageError("--interval must be positive", hint="e.g. --interval 5")
@@ -83,9 +102,11 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
         else:
             out.print(_summary(report))
 
+    setup = forge_setup(forge, forge_repo, forge_url, forge_token_file, web_flow_keys)
     watcher = Watcher(source, store, branch, interval=interval, cache_dir=cache_dir,
                       use_watchdog=not no_watchdog, accept_rewrite=accept_rewrite,
-                      accepted_by=getpass.getuser(), on_report=show)
+                      accepted_by=getpass.getuser(), on_report=show, web_flow=setup.web_flow,
+                      reviews=setup.forge.reviews if setup.forge else None)
     if once:
         report = watcher.run_once()
         show(report)
@@ -93,13 +114,30 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
             raise LedgerError("ingestion is paused by a rewritten branch",
                               hint="check the new history, then rerun with --accept-rewrite")
         return
+    receiver = None
+    if webhook_listen:
+        host, port = listen_address(webhook_listen)
+        receiver = WebhookServer(host, port, secret=webhook_secret(webhook_secret_file), branch=branch,
+                                 forge=webhook_forge, on_ingest=lambda action: _on_delivery(action, setup, watcher))
     if not as_json:
-        out.print(f"watching {source} ({branch}); poll every {interval:g} s; Ctrl-C to stop")
+        where = f"; webhook on {webhook_listen}" if receiver else ""
+        out.print(f"watching {source} ({branch}); poll every {interval:g} s{where}; Ctrl-C to stop")
     try:
+        if receiver is not None:
+            receiver.start()
         with publishing(store.url, project, topic):
             watcher.run()
     finally:
         watcher.stop()
+        if receiver is not None:
+            receiver.stop()
+
+
+def _on_delivery(action, setup, watcher: Watcher) -> None:  # noqa: ANN001
+    """A verified delivery: remember a merged pull request's head (saves the forge a call), wake."""
+    if action.merged is not None and setup.forge is not None:
+        setup.forge.note_merged(*action.merged)
+    watcher.wake()
 
 
 @click.command("ingest")
@@ -108,15 +146,20 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Mirror cache for remote URLs.")
 @click.option("--quiet", is_flag=True, help="Print nothing unless something goes wrong (hooks).")
 @click.option("--json", "as_json", is_flag=True, help="The ingest report as JSON.")
+@forge_options
 @click.pass_context
-def ingest_cmd(ctx: click.Context, source: str, branch: str, cache_dir: Path | None, quiet: bool, as_json: bool) -> None:
+def ingest_cmd(ctx: click.Context, source: str, branch: str, cache_dir: Path | None, quiet: bool, as_json: bool,
+               forge: str | None, forge_repo: str | None, forge_url: str | None, forge_token_file: Path | None,
+               web_flow_keys: Path | None) -> None:
     """Ingest the new commits on BRANCH once (what a post-receive hook runs).
 
     Same work as one turn of `ledger watch`; safe to run at any time and concurrently with
     a running watcher. `ledger install-hook` wires it into a hub repository.
     """
     store = store_from(ctx, create=True)
-    report = Watcher(source, store, branch, cache_dir=cache_dir, use_watchdog=False).run_once()
+    setup = forge_setup(forge, forge_repo, forge_url, forge_token_file, web_flow_keys)
+    report = Watcher(source, store, branch, cache_dir=cache_dir, use_watchdog=False, web_flow=setup.web_flow,
+                     reviews=setup.forge.reviews if setup.forge else None).run_once()
     if as_json:
         print_json(report.to_dict())
     elif not quiet or report.paused:

@@ -46,6 +46,7 @@ from ledger.app.dashboard.live import LiveLedger, StorePool
 from ledger.app.figures import USAGE_HEADERS, chip_hours, percent, usage_cells
 from ledger.describe import figure
 from ledger.errors import LedgerError, UsageError
+from reconciler.joblogs import DirArchive, LogArchive, LogView
 
 PACKAGE = "ledger.app.dashboard"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -149,10 +150,10 @@ def _int_param(request: Request, name: str) -> int | None:
 class Dashboard:
     """The routes, bound to one live ledger."""
 
-    def __init__(self, live: LiveLedger, *, store_label: str, log_dir: Path | None) -> None:
+    def __init__(self, live: LiveLedger, *, store_label: str, logs: LogView | None) -> None:
         self.live = live
         self.store_label = store_label
-        self.log_dir = log_dir
+        self.logs = logs
         self.pool = StorePool(live.store_url)
         self.env = templates()
         self.broadcast: Broadcast | None = None
@@ -205,7 +206,7 @@ class Dashboard:
 
     def _job_data(self, job_id: str, events_page: int | None) -> dict[str, Any]:
         with self.pool.store() as store:
-            return views.job_page(self.live, store, job_id, events_page=events_page, log_dir=self.log_dir)
+            return views.job_page(self.live, store, job_id, events_page=events_page, logs=self.logs)
 
     async def tpus(self, request: Request) -> Response:
         return self.render("tpus.html", title="TPUs", nav="tpus", d=views.tpus_page(self.live))
@@ -268,7 +269,7 @@ class Dashboard:
         job_id = self.job_id(request)
         views.require_job(self.live, job_id)
         worker = _int_param(request, "worker") or 0
-        data = await run_in_threadpool(views.log_tail, self.log_dir, job_id, _int_param(request, "attempt"), worker)
+        data = await run_in_threadpool(views.log_tail, self.logs, job_id, _int_param(request, "attempt"), worker)
         return JSONResponse({"job": job_id, **data})
 
     async def api_tpus(self, request: Request) -> Response:
@@ -391,9 +392,12 @@ class Dashboard:
         return app
 
 
-def create_app(live: LiveLedger, *, store_label: str, log_dir: Path | None = None,
+def create_app(live: LiveLedger, *, store_label: str, log_dir: Path | None = None, log_archive: LogArchive | None = None,
                allowed_hosts: list[str] | None = None) -> Starlette:
-    return Dashboard(live, store_label=store_label, log_dir=log_dir).app(allowed_hosts)
+    """`log_archive`: where reconcilers collect job logs; `log_dir`: a reconciler's own log
+    directory on this host. The job page reads both (reconciler.joblogs.LogView)."""
+    sources = [*([log_archive] if log_archive is not None else []), *([DirArchive(log_dir)] if log_dir else [])]
+    return Dashboard(live, store_label=store_label, logs=LogView(sources) if sources else None).app(allowed_hosts)
 
 
 def hosts_for(host: str) -> list[str] | None:

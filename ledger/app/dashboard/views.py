@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -38,8 +37,9 @@ from ledger.store import Store
 from ledger.usage import GROUPINGS, chips_of, from_us
 from ledger.usage import summarize as usage_summary
 from reconciler import admission
+from reconciler.joblogs import LogView
+from reconciler.joblogs.view import output_name
 from reconciler.plan import shared_line
-from reconciler.remote import layout
 
 PER_PAGE = 100
 MAX_PER_PAGE = 500
@@ -218,30 +218,26 @@ def chain_status(e: Event, verified: VerifyRun | None) -> tuple[str, str]:
     return "sealed", f"its hash matches its content; appended after the last verify (up to seq {verified.verified_head})"
 
 
-def log_tail(log_dir: Path | None, job_id: str, attempt: int | None = None, worker: int = 0) -> dict[str, Any]:
+def log_tail(logs: LogView | None, job_id: str, attempt: int | None = None, worker: int = 0) -> dict[str, Any]:
     """The end of worker `worker`'s output in the latest attempt with logs (`ledger logs`'
-    files: the reconciler fetches them into the log directory). Ids are escaped into path
-    segments by `layout`, so no id reaches outside the log directory."""
+    files: the collected archive and the log directory, whichever reconciler fetched them).
+    Ids are escaped into path segments by `layout`, so no id reaches outside them."""
     out: dict[str, Any] = {"worker": worker, "attempt": None, "attempts": [], "path": None, "text": "", "truncated": False}
-    if log_dir is None:
+    if logs is None:
         return out
-    job_dir = layout.local_job_dir(log_dir, job_id)
-    if not job_dir.resolve().is_relative_to(log_dir.resolve()) or not job_dir.is_dir():
+    found = logs.files(job_id)
+    out["attempts"] = list(found)
+    if not found:
         return out
-    attempts = sorted(int(p.name) for p in job_dir.iterdir() if p.is_dir() and p.name.isdigit() and len(p.name) < 9)
-    out["attempts"] = attempts
-    if not attempts:
+    chosen = attempt if attempt in found else max(found)
+    log = found[chosen].get(output_name(worker))
+    out["attempt"] = chosen
+    if log is None:
         return out
-    chosen = attempt if attempt in attempts else attempts[-1]
-    path = layout.output_log(log_dir, job_id, chosen, worker)
-    out.update(attempt=chosen, path=str(path))
-    if not path.is_file():
-        return out
-    with open(path, "rb") as f:
-        size = f.seek(0, 2)
-        f.seek(max(0, size - LOG_TAIL_BYTES))
-        data = f.read(LOG_TAIL_BYTES)
-    if size > LOG_TAIL_BYTES:
+    out["path"] = f"{log.source.where}/{log.key}"
+    start = max(0, log.size - LOG_TAIL_BYTES)
+    data = log.read(start, LOG_TAIL_BYTES)
+    if start > 0:
         data = data.split(b"\n", 1)[-1]  # from the first whole line
         out["truncated"] = True
     out["text"] = data.decode("utf-8", errors="replace")
@@ -249,7 +245,7 @@ def log_tail(log_dir: Path | None, job_id: str, attempt: int | None = None, work
 
 
 def job_page(live: LiveLedger, store: Store, job_id: str, *, events_page: int | None = None,
-             log_dir: Path | None = None) -> dict[str, Any]:
+             logs: LogView | None = None) -> dict[str, Any]:
     """Everything the job page shows: state, who, spec, timeline picture, events (a page of
     them, the latest by default) with their chain status, the log's tail."""
     state, accelerator = _job_json(live, job_id)
@@ -274,7 +270,7 @@ def job_page(live: LiveLedger, store: Store, job_id: str, *, events_page: int | 
         "spec_yaml": yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100) if spec else "",
         "timeline": line, "picture": timeline.draw(line), "events": rows, "count": len(events),
         "events_page": page, "events_pages": pages, "verify": verified,
-        "log": log_tail(log_dir, job_id), "accelerator": accelerator,
+        "log": log_tail(logs, job_id), "accelerator": accelerator,
     }
 
 

@@ -6,7 +6,7 @@ Importing this package imports psycopg: `ledger.store` does so only when such a 
 
 from __future__ import annotations
 
-from ledger.store.postgres.database import WRITER_ROLE, PgDatabase, split_url
+from ledger.store.postgres.database import READER_ROLE, WRITER_ROLE, PgDatabase, split_url
 from ledger.store.postgres.leases import PostgresLeases
 from ledger.store.postgres.store import PostgresStore
 
@@ -22,4 +22,4 @@ def open_leases(url: str) -> PostgresLeases:
     return PostgresLeases(PgDatabase(url), owns_db=True)
 
 
-__all__ = ["PREFIXES", "WRITER_ROLE", "PostgresLeases", "PostgresStore", "open_leases", "open_store", "split_url"]
+__all__ = ["PREFIXES", "READER_ROLE", "WRITER_ROLE", "PostgresLeases", "PostgresStore", "open_leases", "open_store", "split_url"]

@@ -20,8 +20,9 @@ from ledger.store import sqlfiles
 from ledger.store.base import FORMAT_VERSION, check_format
 
 PACKAGE = __package__
-# The role that may append but never rewrite (roles.sql).
+# The role that may append but never rewrite, and the one that may only read (roles.sql).
 WRITER_ROLE = "ledger_writer"
+READER_ROLE = "ledger_reader"
 
 
 def split_url(url: str, schema: str | None) -> tuple[str, str]:
@@ -104,6 +105,8 @@ class PgDatabase:
         role_names = {
             "role": sql.Literal(WRITER_ROLE).as_string(self.conn),
             "role_id": sql.Identifier(WRITER_ROLE).as_string(self.conn),
+            "reader": sql.Literal(READER_ROLE).as_string(self.conn),
+            "reader_id": sql.Identifier(READER_ROLE).as_string(self.conn),
         }
         conn = self.conn
         try:

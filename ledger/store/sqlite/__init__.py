@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ledger.errors import UsageError
 from ledger.store.sqlite.leases import SQLiteLeases
 from ledger.store.sqlite.store import SQLiteStore
@@ -23,6 +25,11 @@ def _parse(url: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
+def path_of(url: str) -> Path:
+    """The ledger file an sqlite:/// URL names."""
+    return Path(_parse(url)[0])
+
+
 def open_store(url: str, *, create: bool = True) -> SQLiteStore:
     path, options = _parse(url)
     return SQLiteStore(path, create=create, synchronous=options.get("synchronous", "FULL").upper())
@@ -34,4 +41,4 @@ def open_leases(url: str) -> SQLiteLeases:
         return store.leases()
 
 
-__all__ = ["PREFIX", "SQLiteLeases", "SQLiteStore", "open_leases", "open_store"]
+__all__ = ["PREFIX", "SQLiteLeases", "SQLiteStore", "open_leases", "open_store", "path_of"]
