@@ -23,13 +23,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "(unit or (contract and sqlite)) and not slow"
 
-# The reconciler's property-based model test, many more and longer fault sequences than CI's
-# (tests/reconciler/test_model.py; a few minutes). MODEL_EXAMPLES / MODEL_STEPS override.
+# The property-based model tests, many more and longer sequences than CI's: the reconciler
+# under faults (tests/reconciler/test_model.py) and sharing under any order of events
+# (tests/admission/test_model.py); a few minutes. MODEL_EXAMPLES / MODEL_STEPS override.
 MODEL_EXAMPLES ?= 500
 MODEL_STEPS ?= 40
 model: $(STAMP)
 	MODEL_EXAMPLES=$(MODEL_EXAMPLES) MODEL_STEPS=$(MODEL_STEPS) $(BIN)/python -m pytest -q -p no:logging \
-		tests/reconciler/test_model.py --hypothesis-show-statistics
+		tests/reconciler/test_model.py tests/admission/test_model.py --hypothesis-show-statistics
 
 demo: $(STAMP)
 	$(BIN)/ledger demo

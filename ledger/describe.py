@@ -3,8 +3,28 @@ demo's progress, notifications). Pure: no I/O."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
+
+
+def figure(value: float, like: float | None = None) -> str:
+    """A chip or chip-hour figure for people: a whole number as such, else three significant
+    digits but never fewer decimals than `like` (the quota it is read against) has, and never
+    rounded onto it, so a small quota never reads as "used 0 of 0.01" nor 99.97 as "100 of
+    100": 0.004 of 0.01, 12.3 of 100, 99.97 of 100."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value):
+        return str(int(value))
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    if like is not None and math.isfinite(like):
+        if like != int(like):
+            digits = max(digits, len(repr(float(like)).split(".")[1]))
+        while digits < 9 and round(value, digits) == like:  # just under (or over) reads as under
+            digits += 1
+    text = f"{value:.{min(digits, 9)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _tpu(d: Mapping[str, Any]) -> str:
@@ -68,6 +88,12 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
                    f"{len(q.get('users', {}))} user, {len(q.get('teams', {}))} team quota(s)" + (", a lab quota" if q.get("lab") else "")
         case "admitted":
             return f"past its quotas by {g('by', '?')}: {g('reason', '')}"
+        case "quota_spent":
+            used, limit = g("used"), g("limit")
+            if not isinstance(used, int | float) or not isinstance(limit, int | float):
+                return ", ".join(sorted(d))
+            return (f"{g('scope', '?')} used {figure(used, limit)} of its {figure(limit)} {g('family', '')} chip-hours "
+                    f"this week: {'stops at its next checkpoint' if g('then') == 'checkpoint-and-stop' else 'runs to its end'}")
         case "queued" | "cancel_requested" | "cancelled":
             return str(g("reason", ""))
         case "provisioning":
@@ -90,8 +116,10 @@ def summarize(type_: str, d: Mapping[str, Any]) -> str:
             health = f" (hosts {g('health')})" if g("health") else ""
             return (f"attempt {g('attempt')}" if "attempt" in d else "") + health
         case "preempted":
-            if g("cause") == "priority":
-                return f"for {g('winner', '?')} (priority): {g('reason', '')}"
+            if g("cause") in ("priority", "reclaim"):
+                return f"for {g('winner', '?')} ({g('cause')}): {g('reason', '')}"
+            if g("cause") == "quota":
+                return f"at its checkpoint (quota): {g('reason', '')}"
             return _slice(d) + " ".join(str(x) for x in (g("tpu_state"), g("reason")) if x)
         case "failed":
             code = f" exit {g('exit_code')}" if g("exit_code") is not None else ""

@@ -68,6 +68,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     "finished": frozenset({RUNNING, *_IN_FLIGHT}),
     "cancelled": frozenset({CANCELLING, *_ANY_LIVE}),
     "admitted": _ANY_LIVE,
+    "quota_spent": frozenset({RUNNING, *_IN_FLIGHT}),  # no handler: its time says when (admission)
     "released": frozenset({*_ANY_LIVE, *TERMINAL}),
     "checkpointed": frozenset({RUNNING, *_IN_FLIGHT}),
 }

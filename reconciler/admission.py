@@ -4,16 +4,25 @@
 recovering without one) and decides, in one pass over them in **admission order**:
 
 1. higher priority first (the job spec's 0-1000 priority);
-2. then fair share: the owner with the least decayed recent usage first (chip-hours held,
-   halved every `fair_share.half_life_hours`, as Slurm's fair-share factor);
+2. then the fair tree (ledger.usage.fairtree): the team owed the most share for its decayed
+   recent usage first, then within it the user owed the most;
 3. then submission order (the ledger's seq), then the job id.
 
 A job is admitted when the chips it needs fit, next to what is held already and what this
 pass admitted before it, under its owner's quota, each quota'd team's and the lab's
 (`policy.quotas`: concurrent chips per accelerator family, chip-hours per rolling week).
-Over its own (or its team's) quota it waits and the jobs after it go on; when the lab's
-chips of a family are used up, every later job of that family waits behind it (no
-backfilling past the head of the line: a big job is never starved by small ones).
+Each job that waits gets one reason, its **own first blocker**, looked for in this order:
+its user's quota, its teams' quotas, the lab's weekly quota, then the lab's chips. So a job
+over its own quota says so even behind the head of the line. Over its own (or its team's)
+quota it waits and the jobs after it go on, except that a lower class never takes chips of a
+scope a higher class waits for (`held back`). When the lab's chips of a family are used up,
+every later job of that family waits behind the first (no backfilling past the head of the
+line: a big job is never starved by small ones).
+
+With `quotas.borrowing`, the teams with a quota for a family form a cohort (as Kueue's): a
+team over its own quota may use what the others leave idle, and a team within its own quota
+that finds its chips lent out reclaims them by preempting the borrowers' jobs, whatever their
+class (`preempted`, cause `reclaim`).
 
 When the head of the line cannot get the lab's chips and `policy.priorities` lets its class
 preempt some lower class, running jobs of those classes are chosen as victims: as few chips
@@ -23,6 +32,10 @@ recovery rule and wait again like any job; the winner waits (`preempting`) until
 chips are free. A job never preempts one of its own or a higher class, never more jobs than
 it needs, and never one that would not come back (its `on_preempted` rule is `pass`, or its
 restart budget is spent).
+
+A running job whose weekly chip-hours quota runs out is reported in `Decision.spent`; the
+planner records it (`quota_spent`) and, under `quotas.on_spent: checkpoint-and-stop`, takes
+its TPU back at its next reported checkpoint (`preempted`, cause `quota`).
 
 Chips are counted held from the intent to provision until the TPU is released, so what is
 held never exceeds a quota at any moment (an operator's `ledger admit` excepted: it lets
@@ -38,13 +51,18 @@ from typing import Any
 from ledger import fold
 from ledger.events import data as ev
 from ledger.fold import JobState
-from ledger.placement import Footprint, takes
 from ledger.spec.policy import Policy, Quota
+from ledger.usage.fairtree import FairTree, fair_tree
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
-from reconciler.rules import decide
+from reconciler.needs import Need, is_spot, need_of
+from reconciler.victims import choose_victims, job_chips, resumes
+from reconciler.waits import COHORT, KEPT, LAB, NO_IDLE, TOO_BIG, WEEK, Wait, is_admission_reason
 
-LAB = "lab"
+__all__ = ["COHORT", "LAB", "Decision", "Need", "Usage", "Wait", "active", "admit", "choose_victims", "explain",
+           "checkpointed_since_spent", "given_back", "need_of", "preemption", "queued", "quota_spent", "recorded",
+           "resumes", "spent_recorded", "stopped_for_quota", "usage_at", "when_spent"]
+
 WAITING_STATES = frozenset({fold.PENDING, fold.QUEUED, fold.RECOVERING})
 # A running job may be preempted for another only once its TPU is up and nothing is under way.
 PREEMPTIBLE_STATES = frozenset({fold.PROVISIONED, fold.SETTING_UP, fold.READY, fold.RUNNING})
@@ -69,83 +87,15 @@ def usage_at(meter: ShareMeter, open_now: Iterable[Interval], now_us: int) -> Us
     return Usage(decayed=meter.decayed(now_us, open_now), week=meter.week(now_us, open_now))
 
 
-@dataclass(frozen=True, slots=True)
-class Need:
-    family: str
-    chips: int
-
-
-def need_of(job: JobState, choice: int | None = None) -> Need | None:
-    """The chips the job holds (what was placed, every slice), or else those its next
-    attempt asks for (choice `choice` of its placements, as the placement step picked it;
-    the first by default); None when its type is unknown (ledger.placement.takes)."""
-    found = takes(job, choice)
-    if found is None:
-        return None
-    need = _NEEDS.get(id(found))  # footprints are made once per (type, slices): so are needs
-    if need is None or need[0] is not found:
-        need = _NEEDS[id(found)] = (found, Need(found.family, found.chips))
-    return need[1]
-
-
-_NEEDS: dict[int, tuple[Footprint, Need]] = {}
-
-
-def is_spot(job: JobState) -> bool:
-    return (job.spec.get("tpu") or {}).get("pricing") in ("spot", "preemptible")
-
-
-def preempted_for_another(job: JobState) -> bool:
-    """Preempted by admission for a higher-priority job: its TPU is up and must be given back."""
-    return (job.last_error or {}).get("cause") == "priority"
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Why a job waits. `scope` is whose limit: "user alice", "team @lab/nlp" or "lab"."""
-
-    cause: str  # quota | capacity | preempting
-    scope: str
-    family: str
-    unit: str = "chips"  # or chip_hours_per_week
-    held: float = 0
-    limit: float = 0
-    needs: float = 0
-    victims: tuple[str, ...] = ()
-    behind: str = ""  # capacity: the job at the head of the line for these chips
-    # The reason recorded in the ledger: it changes only when the reason does (not at every
-    # chip another job takes), so a waiting job gets one `queued` per change.
-    recorded: str = field(default="", compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "recorded", self._text())
-
-    def _text(self) -> str:
-        if self.cause == "preempting":
-            return f"preempting {', '.join(self.victims)} for {self.family} chips"
-        if self.cause == "capacity":
-            return f"waiting for the lab's {self.family} chips"
-        if self.unit == "chip_hours_per_week":
-            return f"over quota: {self.scope} used {self.held:g} of {self.limit:g} {self.family} chip-hours this week"
-        return f"over quota: {self.scope} holds {self.held:g} of {self.limit:g} {self.family} chips, needs {self.needs:g}"
-
-    def explain(self, ahead: int = 0) -> str:
-        """The reason in words, with the live figures (`ledger queue`, `ledger inspect`)."""
-        if self.cause == "capacity":
-            text = (f"capacity: the lab holds {self.held:g} of {self.limit:g} {self.family} chips, "
-                    f"this job needs {self.needs:g}")
-            if self.behind:
-                text += f"; behind {self.behind}"
-        else:
-            text = self.recorded
-        if ahead:
-            text += f" (behind {ahead} higher-priority job{'s' if ahead > 1 else ''})"
-        return text
-
-    def event(self) -> ev.Queued:
-        extra: dict[str, Any] = {"victims": list(self.victims)} if self.victims else {}
-        return ev.Queued(reason=self.recorded, wait=self.cause, scope=self.scope, family=self.family,  # type: ignore[arg-type]
-                         unit=self.unit, held=self.held, limit=self.limit, needs=self.needs, **extra)  # type: ignore[arg-type]
+def given_back(job: JobState) -> bool:
+    """Admission took the job's TPU back in its current attempt (for a higher class, for the
+    team that lent the chips, or at a checkpoint after its weekly quota ran out): its TPU is
+    up and must be given back. A former victim that runs again (a later attempt) is not one."""
+    err = job.last_error or {}
+    if err.get("kind") != "preempted" or not err.get("cause"):
+        return False
+    last = job.failures[-1] if job.failures else {}
+    return last.get("kind") == "preempted" and last.get("attempt") == job.attempt
 
 
 @dataclass(slots=True)
@@ -156,7 +106,10 @@ class Decision:
     admitted: set[str] = field(default_factory=set)
     waits: dict[str, Wait] = field(default_factory=dict)
     preempt: dict[str, str] = field(default_factory=dict)  # victim -> the job it makes room for
+    reclaim: set[str] = field(default_factory=set)  # the victims taken back by a lending team
+    spent: dict[str, Wait] = field(default_factory=dict)  # running job -> the weekly quota it ran out of
     held: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, family) -> chips, before this pass
+    tree: FairTree | None = None
 
 
 def active(policy: Policy | None) -> bool:
@@ -165,21 +118,172 @@ def active(policy: Policy | None) -> bool:
     return policy is not None and (policy.quotas.any or policy.priorities.preempts)
 
 
-class _Scopes:
-    """Who a job's chips count against: its owner, its quota'd teams, the lab."""
+Scopes = tuple[tuple[str, Quota | None], ...]
 
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self.cache: dict[str, tuple[tuple[str, Quota | None], ...]] = {}
 
-    def of(self, owner: str) -> tuple[tuple[str, Quota | None], ...]:
-        found = self.cache.get(owner)
+class _Pass:
+    """One admission pass: what is held, per scope and family, as it goes."""
+
+    def __init__(self, jobs: Mapping[str, JobState], policy: Policy, usage: Usage, busy: set[str]) -> None:
+        self.jobs, self.policy, self.usage, self.busy = jobs, policy, usage, busy
+        q = policy.quotas
+        self.lab = q.lab
+        self.borrowing = q.borrowing
+        self.nominal: dict[str, int] = {}  # family -> the cohort's chips: every team quota's, summed
+        if self.borrowing:
+            for quota in q.teams.values():
+                for family, chips in quota.chips.items():
+                    self.nominal[family] = self.nominal.get(family, 0) + chips
+        self._scopes: dict[str, Scopes] = {}
+        self._classes: dict[int, int] = {}
+        self.held: dict[tuple[str, str], int] = {}
+        self.freeing: dict[tuple[str, str], int] = {}  # chips being given back, per scope
+        self.given: dict[str, list[JobState]] = {}  # family -> jobs giving their TPU back
+        self.holders: dict[str, list[JobState]] = {}  # family -> jobs holding chips of it (victims come from these)
+        self.week: dict[tuple[str, str], float] = {}
+        # (scope, family) -> class -> the chips its held-back jobs wait for (kept from lower classes)
+        self.kept: dict[tuple[str, str], dict[int, int]] = {}
+        self.kept_for: dict[tuple[str, str], str] = {}  # (scope, family) -> the first job of its highest class
+        self._keeping: dict[tuple[str, str, int], int] = {}  # (owner, family, class) -> chips to keep, not spread yet
+        self._first: dict[tuple[str, str, int], str] = {}
+        self.version = 0  # counts what was added to `held`: a remembered first blocker is good for one version
+        self._own: dict[tuple[Any, ...], Wait | None] = {}
+
+    def scopes(self, owner: str) -> Scopes:
+        """Whom the owner's chips count against: the user, their quota'd teams, the lab."""
+        found = self._scopes.get(owner)
         if found is None:
             q = self.policy.quotas
             teams = q.teams_of(owner, self.policy.teams)
-            found = ((f"user {owner}", q.of_user(owner)), *((f"team {t}", q.teams[t]) for t in teams), (LAB, q.lab))
-            self.cache[owner] = found
+            found = self._scopes[owner] = ((f"user {owner}", q.of_user(owner)), *((f"team {t}", q.teams[t]) for t in teams),
+                                           (LAB, q.lab))
         return found
+
+    def in_cohort(self, owner: str, family: str) -> bool:
+        return family in self.nominal and any(
+            quota is not None and family in quota.chips for scope, quota in self.scopes(owner) if scope.startswith("team "))
+
+    def class_of(self, priority: int) -> int:
+        value = self._classes.get(priority)
+        if value is None:
+            value = self._classes[priority] = self.policy.priorities.class_of(priority)[1]
+        return value
+
+    def add(self, into: dict[tuple[str, str], int], owner: str, need: Need) -> None:
+        self.version += 1
+        for scope, _ in self.scopes(owner):
+            key = (scope, need.family)
+            into[key] = into.get(key, 0) + need.chips
+        if self.borrowing and self.in_cohort(owner, need.family):
+            into[(COHORT, need.family)] = into.get((COHORT, need.family), 0) + need.chips
+
+    def weekly(self) -> None:
+        for (owner, family), hours in self.usage.week.items():
+            for scope, _ in self.scopes(owner):
+                self.week[(scope, family)] = self.week.get((scope, family), 0.0) + hours
+
+    def own(self, job: JobState, need: Need) -> Wait | None:
+        """`_first_blocker`, remembered while nothing is admitted: it depends on the owner, the need,
+        the class (the chips kept for the classes above it are all known by the time a job
+        of that class is looked at: jobs come by priority) and what is held."""
+        key = (job.owner, need, self.class_of(job.priority), job.admitted_by, self.version)
+        found = self._own.get(key, self)
+        if found is self:
+            if len(self._own) > 65536:
+                self._own.clear()
+            found = self._own[key] = self._first_blocker(job, need)
+        return found  # type: ignore[return-value]
+
+    def _first_blocker(self, job: JobState, need: Need) -> Wait | None:
+        """The job's own first blocker, None when none stops it. The most lasting first: a
+        limit smaller than the job (it never fits), then a weekly quota spent (time frees
+        it), then chips: a quota its user or a team holds (with borrowing, when no other
+        team has chips idle either), or chips kept for the higher classes that wait on
+        them. Within each, its user's, then its teams', then the lab's. The lab's chips
+        themselves are the line's (`short`), not the job's own."""
+        family, chips = need.family, need.chips
+        mine = self.class_of(job.priority)
+        scopes = [(s, q) for s, q in self.scopes(job.owner) if q is not None and (s == LAB or not job.admitted_by)]
+        for scope, quota in scopes:
+            limit = quota.chips.get(family)
+            if limit is not None and chips > self._most(scope, family, limit):
+                return Wait("quota", scope, family, held=self.held.get((scope, family), 0), limit=limit, needs=chips,
+                            detail=TOO_BIG)
+        for scope, quota in scopes:
+            hours = quota.chip_hours_per_week.get(family)
+            if hours is not None and (used := self.week.get((scope, family), 0.0)) >= hours:
+                return Wait("quota", scope, family, unit=WEEK, held=used, limit=hours, needs=chips)
+        for scope, quota in scopes:
+            limit = quota.chips.get(family)
+            if scope == LAB or limit is None:
+                continue
+            now = self.held.get((scope, family), 0)
+            if now + chips > limit and not self._may_borrow(scope, family, chips):
+                return Wait("quota", scope, family, held=now, limit=limit, needs=chips,
+                            detail=NO_IDLE if self.borrowing and scope.startswith("team ") else "")
+            kept = self.kept_above(scope, family, mine)
+            if kept and now + chips + kept > limit and not self._may_borrow(scope, family, chips + kept):
+                return Wait("quota", scope, family, held=now, limit=limit, needs=chips, detail=KEPT,
+                            kept_for=self.kept_for[(scope, family)])
+        return None
+
+    def _most(self, scope: str, family: str, limit: int) -> int:
+        """The most a scope can ever hold: its limit, or for a team that may borrow, every
+        chip of the cohort (were the other teams idle)."""
+        if self.borrowing and scope.startswith("team ") and family in self.nominal:
+            return max(limit, self.nominal[family])
+        return limit
+
+    def _may_borrow(self, scope: str, family: str, chips: int) -> bool:
+        """A team over its own quota may use the cohort's idle chips (quotas.borrowing)."""
+        if not self.borrowing or not scope.startswith("team ") or family not in self.nominal:
+            return False
+        return self.held.get((COHORT, family), 0) + chips <= self.nominal[family]
+
+    def keep(self, job: JobState, need: Need) -> None:
+        """A job held back by chips (not by its week, nor too big): what it needs is kept in
+        each of its user's and teams' quotas from every lower class, so that no lower class
+        takes chips it waits for. Counted per owner here, spread over the scopes by `flush`
+        before the first job of a lower class is looked at."""
+        key = (job.owner, need.family, self.class_of(job.priority))
+        self._keeping[key] = self._keeping.get(key, 0) + need.chips
+        self._first.setdefault(key, job.id)
+
+    def flush(self) -> None:
+        for (owner, family, cls), chips in self._keeping.items():
+            for scope, quota in self.scopes(owner):
+                if quota is None or scope == LAB or family not in quota.chips:
+                    continue
+                by_class = self.kept.setdefault((scope, family), {})
+                by_class[cls] = by_class.get(cls, 0) + chips
+                self.kept_for.setdefault((scope, family), self._first[(owner, family, cls)])
+        self._keeping.clear()
+
+    def kept_above(self, scope: str, family: str, mine: int) -> int:
+        """The chips of `scope` kept for the classes above `mine`."""
+        by_class = self.kept.get((scope, family))
+        return sum(n for c, n in by_class.items() if c > mine) if by_class else 0
+
+    def short(self, job: JobState, need: Need) -> dict[str, int]:
+        """How many chips the lab (and the cohort, for a job within its team's quota) lacks."""
+        out: dict[str, int] = {}
+        limit = self.lab.chips.get(need.family) if self.lab else None
+        if limit is not None and (s := self.held.get((LAB, need.family), 0) + need.chips - limit) > 0:
+            out[LAB] = s
+        if self.borrowing and not job.admitted_by and self.in_cohort(job.owner, need.family):
+            s = self.held.get((COHORT, need.family), 0) + need.chips - self.nominal[need.family]
+            if s > 0:
+                out[COHORT] = s
+        return out
+
+    def capacity(self, need: Need, shorts: Mapping[str, int], behind: str = "") -> Wait:
+        scope = COHORT if COHORT in shorts else LAB
+        if scope == COHORT:
+            limit: float = self.nominal[need.family]
+        else:
+            limit = self.lab.chips.get(need.family, 0) if self.lab else 0
+        return Wait("capacity", scope, need.family, held=self.held.get((scope, need.family), 0), limit=limit,
+                    needs=need.chips, behind=behind)
 
 
 def admit(
@@ -190,12 +294,10 @@ def admit(
     `asks`: the placement choice each waiting job would try (reconciler.placement), charged
     for its chips (else its first choice)."""
     asks = asks or {}
-    scopes = _Scopes(policy)
-    in_flight = set(busy)
-    held: dict[tuple[str, str], int] = {}
+    p = _Pass(jobs, policy, usage, set(busy))
     waiting: list[JobState] = []
+    running: list[JobState] = []
     needs: dict[str, Need | None] = {}
-    freeing: dict[str, list[JobState]] = {}  # family -> jobs preempted for others, still holding chips
     unsettled: set[str] = set()  # families with a waiting job's action in flight: no preemption now
     for job in jobs.values():
         if job.terminal and job.tpu is None:
@@ -203,154 +305,148 @@ def admit(
         need = needs[job.id] = need_of(job, asks.get(job.id))
         holds = job.tpu is not None or bool(job.pending_action and (job.pending_action.get("params") or {}).get("tpu"))
         if not holds and not job.terminal and job.state in WAITING_STATES and not job.cancel_requested:
-            if job.id in in_flight and need is not None:
-                _add(held, scopes.of(job.owner), need)  # what it asks for may be under way
+            if job.id in p.busy and need is not None:
+                p.add(p.held, job.owner, need)  # what it asks for may be under way
                 unsettled.add(need.family)
             elif not job.pending_action:
                 waiting.append(job)
             continue
         if holds and need is not None:
-            _add(held, scopes.of(job.owner), need)
-            if preempted_for_another(job):
-                freeing.setdefault(need.family, []).append(job)
-    decayed = usage.decayed
-    keyed = [((-j.priority, decayed.get(j.owner, 0.0), j.submitted_seq, j.id), j) for j in waiting]
-    keyed.sort(key=lambda kv: kv[0])
-    waiting = [j for _, j in keyed]
-    week: dict[tuple[str, str], float] = {}  # (scope, family) -> chip-hours over the last 7 days
-    for (owner, family), hours in usage.week.items():
-        for scope, _ in scopes.of(owner):
-            week[(scope, family)] = week.get((scope, family), 0.0) + hours
-    decision = Decision(order=[j.id for j in waiting], held=dict(held))
-    head: dict[str, str] = {}  # family -> the first job that found the lab's chips used up
-    behind: dict[tuple[str, int], Wait] = {}  # (family, chips) -> the wait of every job behind the head
-    taken: set[str] = {v.id for vs in freeing.values() for v in vs}
-    lab = policy.quotas.lab
+            p.add(p.held, job.owner, need)
+            p.holders.setdefault(need.family, []).append(job)
+            if given_back(job):
+                p.add(p.freeing, job.owner, need)
+                p.given.setdefault(need.family, []).append(job)
+            elif job.state == fold.RUNNING and not job.cancel_requested:
+                running.append(job)
+    tree = fair_tree(policy, usage.decayed, {j.owner for j in waiting})
+    rank, last = tree.rank, len(tree.rank)
+    waiting.sort(key=lambda j: (-j.priority, rank.get(j.owner, last), j.submitted_seq, j.id))
+    p.weekly()
+    decision = Decision(order=[j.id for j in waiting], held=dict(p.held), tree=tree)
+    head: dict[str, str] = {}  # family -> the first job that found the lab's (or the cohort's) chips short
+    behind: dict[tuple[Any, ...], Wait] = {}
+    taken: set[str] = {v.id for vs in p.given.values() for v in vs}
+    blocked: list[JobState] = []  # held back by their own quotas: their reason is settled at the end
+    current = None  # the class being looked at: jobs come by priority, so by class
     for job in waiting:
         need = needs[job.id]
         if need is None or need.chips == 0:
             decision.admitted.add(job.id)  # nothing to count: an unknown type fails at provisioning
             continue
-        if need.family in head:  # nothing more of this family is admitted: one Wait serves all alike
-            wait = behind.get((need.family, need.chips))
-            if wait is None:
-                limit = lab.chips.get(need.family, 0) if lab else 0
-                wait = behind[(need.family, need.chips)] = Wait(
-                    "capacity", LAB, need.family, held=held.get((LAB, need.family), 0), limit=limit,
-                    needs=need.chips, behind=head[need.family])
+        if (cls := p.class_of(job.priority)) != current:
+            p.flush()  # what the higher classes wait for is kept from this one
+            current = cls
+        wait = p.own(job, need)
+        if wait is not None:
+            decision.waits[job.id] = wait
+            if wait.unit != WEEK and wait.detail != TOO_BIG and not job.admitted_by:
+                blocked.append(job)  # held back by chips: what admissions after it take may move its blocker
+                p.keep(job, need)
+            continue
+        if need.family in head:  # nothing more of this family is admitted: no backfill past the head
+            key = (job.owner, need, head[need.family])  # nothing of the family is held anew: one Wait serves alike
+            if (wait := behind.get(key)) is None:
+                wait = behind[key] = p.capacity(need, p.short(job, need), behind=head[need.family])
             decision.waits[job.id] = wait
             continue
-        wait = _over(job, need, scopes.of(job.owner), held, week)
-        if wait is None:
+        shorts = p.short(job, need)
+        if not shorts:
             decision.admitted.add(job.id)
-            _add(held, scopes.of(job.owner), need)
+            p.add(p.held, job.owner, need)
             continue
-        if wait.cause == "capacity":
-            head[need.family] = job.id
-            if need.family not in unsettled:  # counted held may be a mere record in flight: decide next pass
-                wait = _make_room(job, need, wait, jobs, policy, freeing.get(need.family, []), taken, in_flight, decision)
+        head[need.family] = job.id
+        wait = p.capacity(need, shorts)
+        if need.family not in unsettled:  # counted held may be a mere record in flight: decide next pass
+            wait = _make_room(job, need, wait, shorts, p, taken, decision)
         decision.waits[job.id] = wait
+    # What this pass admitted counts now: a job held back by chips gets its first blocker as
+    # things stand after the pass (the same a next pass would find: one reason, kept). Its
+    # week and its size do not move within a pass, nor do the chips kept for higher classes.
+    p.flush()
+    for job in blocked:
+        need = needs[job.id]
+        assert need is not None
+        if (wait := p.own(job, need)) is not None:
+            decision.waits[job.id] = wait
+    spent: dict[tuple[Any, ...], Wait | None] = {}
+    for job in running:
+        key = (job.owner, needs[job.id], bool(job.admitted_by))
+        if key not in spent:
+            spent[key] = _spent(job, needs[job.id], p)
+        if (wait := spent[key]) is not None:
+            decision.spent[job.id] = wait
     return decision
 
 
-def _add(held: dict[tuple[str, str], int], scopes: Iterable[tuple[str, Quota | None]], need: Need) -> None:
-    for scope, _ in scopes:
-        key = (scope, need.family)
-        held[key] = held.get(key, 0) + need.chips
-
-
-def _over(job: JobState, need: Need, scopes: Iterable[tuple[str, Quota | None]],
-          held: Mapping[tuple[str, str], int], week: Mapping[tuple[str, str], float]) -> Wait | None:
-    """The first limit the job would go over, or None when it fits under all of them."""
-    for scope, quota in scopes:
-        if quota is None or scope != LAB and job.admitted_by:
+def _spent(job: JobState, need: Need | None, p: _Pass) -> Wait | None:
+    """The first weekly quota the running job counts against that has run out."""
+    if need is None:
+        return None
+    for scope, quota in p.scopes(job.owner):
+        if quota is None or job.admitted_by and scope != LAB:
             continue
-        cause = "capacity" if scope == LAB else "quota"
-        limit = quota.chips.get(need.family)
-        now = held.get((scope, need.family), 0)
-        if limit is not None and now + need.chips > limit:
-            # More than the limit itself can never fit: that is no place at the head of the line.
-            return Wait("quota" if need.chips > limit else cause, scope, need.family, held=now, limit=limit, needs=need.chips)
         hours = quota.chip_hours_per_week.get(need.family)
-        if hours is not None:
-            used = week.get((scope, need.family), 0.0)
-            if used >= hours:
-                return Wait("quota", scope, need.family, unit="chip_hours_per_week", held=round(used, 1), limit=hours,
-                            needs=need.chips)
+        if hours is not None and (used := p.week.get((scope, need.family), 0.0)) >= hours:
+            return Wait("quota", scope, need.family, unit=WEEK, held=used, limit=hours, needs=need.chips)
     return None
 
 
+def _teams_borrowing(job: JobState, family: str, p: _Pass) -> bool:
+    """Does one of the job's teams hold more of `family` than its own quota (it borrows)?"""
+    for scope, quota in p.scopes(job.owner):
+        if scope.startswith("team ") and quota is not None and (limit := quota.chips.get(family)) is not None \
+                and p.held.get((scope, family), 0) > limit:
+            return True
+    return False
+
+
 def _make_room(
-    winner: JobState, need: Need, wait: Wait, jobs: Mapping[str, JobState], policy: Policy,
-    freeing: list[JobState], taken: set[str], busy: set[str], decision: Decision,
+    winner: JobState, need: Need, wait: Wait, shorts: Mapping[str, int], p: _Pass, taken: set[str], decision: Decision,
 ) -> Wait:
-    """Choose victims for `winner`, the head of its family's line, blocked by the lab's chips;
-    chips already being given back by earlier victims count first. Or keep waiting."""
-    short = wait.held + need.chips - wait.limit
-    already = sum((need_of(v) or Need("", 0)).chips for v in freeing)
-    victims: list[JobState] = []
-    prio = policy.priorities
-    if already < short and prio.preempts:
-        candidates = [
-            j for j in jobs.values()
+    """Choose victims for `winner`, the head of its family's line: borrowers' jobs when its
+    team's lent chips are short (reclaim), then lower classes when the lab's are (priority).
+    Chips already being given back count first. Or keep waiting."""
+    family = need.family
+    prio = p.policy.priorities
+    freeing = p.given.get(family, [])
+
+    def candidates(extra: Any) -> list[JobState]:
+        return [
+            j for j in p.holders.get(family, ())
             if j.state in PREEMPTIBLE_STATES and j.tpu is not None and not j.pending_action and not j.cancel_requested
-            and j.id not in taken and j.id not in busy and (n := need_of(j)) is not None and n.family == need.family
-            and prio.may_preempt(winner.priority, j.priority, victim_spot=is_spot(j), winner_spot=is_spot(winner))
-            and resumes(j)
+            and j.id not in taken and j.id not in p.busy and resumes(j) and extra(j)
         ]
-        victims = choose_victims(candidates, short - already)
-        for v in victims:
-            decision.preempt[v.id] = winner.id
-            taken.add(v.id)
-    if not victims and not already:
+
+    reclaimed: list[JobState] = []
+    cohort_short = shorts.get(COHORT, 0) - p.freeing.get((COHORT, family), 0)
+    if cohort_short > 0:
+        mine = {s for s, _ in p.scopes(winner.owner) if s.startswith("team ")}
+        reclaimed = choose_victims(candidates(lambda j: p.in_cohort(j.owner, family) and _teams_borrowing(j, family, p)
+                                              and not mine & {s for s, _ in p.scopes(j.owner)}), cohort_short)
+    lab_short = shorts.get(LAB, 0) - p.freeing.get((LAB, family), 0) - sum(job_chips(v) for v in reclaimed)
+    preempted: list[JobState] = []
+    if lab_short > 0 and (cohort_short <= 0 or reclaimed):
+        chosen = {v.id for v in reclaimed}
+        if prio.preempts:
+            preempted = choose_victims(candidates(lambda j: j.id not in chosen and prio.may_preempt(
+                winner.priority, j.priority, victim_spot=is_spot(j), winner_spot=is_spot(winner))), lab_short)
+        if not preempted:
+            reclaimed = []  # the lab would still be short: take nothing back for nothing
+    for v in (*reclaimed, *preempted):
+        decision.preempt[v.id] = winner.id
+        taken.add(v.id)
+    decision.reclaim.update(v.id for v in reclaimed)
+    victims = [*freeing, *reclaimed, *preempted]
+    if not victims:
         return wait
-    names = tuple(sorted(v.id for v in [*freeing, *victims]))
-    return Wait("preempting", wait.scope, need.family, held=wait.held, limit=wait.limit, needs=need.chips, victims=names)
-
-
-def resumes(job: JobState) -> bool:
-    """Would the job come back after a preemption (its `on_preempted` rule, its restart
-    budget)? A job whose rule is `pass` would end for good: it is never chosen as a victim."""
-    return decide(job.spec, "preempted", job.restarts, tpu_usable=False).rule not in ("pass", "exhausted")
-
-
-def _last_save(job: JobState) -> str:
-    """When the job last saved its work: its latest checkpoint, else when it started."""
-    return max(job.times.get("checkpointed", ""), job.times.get("started", ""))
-
-
-def choose_victims(candidates: list[JobState], short: int) -> list[JobState]:
-    """The fewest chips wasted that free at least `short` chips, then the most recent
-    checkpoint first; never a victim that is not needed. [] when they cannot free enough."""
-    if short <= 0:
-        return []
-
-    def chips(j: JobState) -> int:
-        return (need_of(j) or Need("", 0)).chips
-
-    # Most recent save first, then the later submission (it has run the least), then the id.
-    order = sorted(candidates, key=lambda j: (_last_save(j), j.submitted_seq, j.id), reverse=True)
-    singles = [j for j in order if chips(j) >= short]
-    if singles:
-        return [min(singles, key=lambda j: (chips(j), order.index(j)))]
-    picked: list[JobState] = []
-    total = 0
-    for j in sorted(order, key=lambda j: -chips(j)):  # the biggest first: fewest victims
-        picked.append(j)
-        total += chips(j)
-        if total >= short:
-            break
-    if total < short:
-        return []
-    for j in sorted(picked, key=chips):  # then drop whoever is not needed, the smallest first
-        if total - chips(j) >= short:
-            picked.remove(j)
-            total -= chips(j)
-    return picked
+    scope = COHORT if reclaimed and not preempted else wait.scope
+    return Wait("preempting", scope, family, held=wait.held, limit=wait.limit, needs=need.chips,
+                victims=tuple(sorted(v.id for v in victims)))
 
 
 def recorded(job: JobState, wait: Wait) -> bool:
-    """Is this already the job's recorded reason? (One `queued` per change, not per pass.)"""
+    """Is this already the job's recorded reason? (One `queued` per change of cause.)"""
     return job.queued_reason == wait.recorded
 
 
@@ -359,9 +455,43 @@ def queued(wait: Wait) -> ev.Queued:
     return wait.event()
 
 
-def preemption(victim: JobState, winner: str) -> ev.Preempted:
+def preemption(victim: JobState, winner: str, *, reclaim: bool = False) -> ev.Preempted:
+    """The `preempted` event of a victim admission chose for `winner`."""
+    if reclaim:
+        return ev.Preempted(reason=f"reclaimed for {winner}: its team lent these chips", tpu_state="READY",
+                            attempt=victim.attempt, cause="reclaim", winner=winner)
     return ev.Preempted(reason=f"preempted for {winner}, a job of a higher priority class", tpu_state="READY",
                         attempt=victim.attempt, cause="priority", winner=winner)
+
+
+def quota_spent(job: JobState, spent: Wait, then: str) -> ev.QuotaSpent:
+    """The `quota_spent` event of a running job whose weekly quota ran out."""
+    return ev.QuotaSpent(scope=spent.scope, family=spent.family, used=float(spent.held), limit=float(spent.limit),
+                         then=then, attempt=job.attempt)  # type: ignore[arg-type]
+
+
+def when_spent(job: JobState, on_spent: str) -> str:
+    """What a running job does once its week is spent: the policy's `on_spent`, except that a
+    job which would not come back after a preemption (its `on_preempted` rule is `pass`, or
+    its budget is spent) is never stopped for a quota: it finishes."""
+    return on_spent if on_spent == "finish" or resumes(job) else "finish"
+
+
+def spent_recorded(job: JobState) -> bool:
+    """Is the running attempt's `quota_spent` recorded (after its start)?"""
+    return job.times.get("quota_spent", "") > job.times.get("started", "")
+
+
+def checkpointed_since_spent(job: JobState) -> bool:
+    """Has the job reported a checkpoint of this attempt since its quota ran out?"""
+    return (job.checkpoint or {}).get("attempt") == job.attempt and \
+        job.times.get("checkpointed", "") > job.times.get("quota_spent", "\uffff")
+
+
+def stopped_for_quota(job: JobState, spent: Wait) -> ev.Preempted:
+    """The `preempted` event of a job stopped at its checkpoint, its weekly quota spent."""
+    return ev.Preempted(reason=f"stopped at its checkpoint: {spent.scope} has used its weekly {spent.family} chip-hours",
+                        tpu_state="READY", attempt=job.attempt, cause="quota")
 
 
 def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = NO_USAGE,
@@ -380,6 +510,7 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
              and not j.cancel_requested), key=lambda j: (-j.priority, j.submitted_seq, j.id))])
         decision.admitted = set(decision.order)
         prio = Policy().priorities
+    tree = decision.tree
     shared = {j.tpu["name"]: j.id for j in jobs.values() if j.tpu and j.tpu.get("shared") and not j.terminal}
     rows = []
     higher: dict[str, dict[int, int]] = {}  # family -> priority -> waiting jobs seen so far
@@ -393,10 +524,9 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
             cause, reason = wait.cause, wait.explain(ahead)
         else:
             cause = "admitted"
-            reason = job.queued_reason or "admitted: its TPU is asked for at the next pass"
-            if job.queued_reason and job.queued_reason.startswith(("over quota", "waiting for the lab", "preempting")):
-                reason = "admitted: its TPU is asked for at the next pass"
-            elif job.queued_reason:
+            reason = "admitted: its TPU is asked for at the next pass"
+            if job.queued_reason and not is_admission_reason(job.queued_reason):
+                reason = job.queued_reason
                 cause = "shared" if "shared TPU" in job.queued_reason else "cloud"
             want = job.spec.get("tpu") or {}
             holder = shared.get(want.get("name", "")) if want.get("shared") else None
@@ -409,9 +539,16 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
             "position": position, "job": job_id, "owner": job.owner, "state": job.state,
             "priority": job.priority, "class": prio.class_of(job.priority)[0],
             "family": family, "chips": need.chips if need else None,
-            "fair_share_usage": round(usage.decayed.get(job.owner, 0.0), 3),
+            "team": tree.team.get(job.owner) if tree else None,
+            "fair_share_rank": tree.rank_of(job.owner) + 1 if tree else None,
+            "fair_share_usage": usage.decayed.get(job.owner, 0.0),
             "wait": cause, "reason": reason, "ahead": ahead,
-            "admitted_by": job.admitted_by or None,
+            "since": waiting_since(job), "admitted_by": job.admitted_by or None,
             "victims": list(wait.victims) if wait else [],
         })
     return rows
+
+
+def waiting_since(job: JobState) -> str:
+    """When the job began waiting this time: submitted, or sent back to wait by a recovery."""
+    return max(job.times.get("submitted", ""), job.times.get("resumed", ""), job.times.get("rerun", ""))

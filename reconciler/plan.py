@@ -68,7 +68,10 @@ def plan(
             action = plan_job(job, observed, holders, jobs, config, adopted, placing.get(job.id),
                               moved=memory is not None and job.id in memory.moved)
             if action is None and gate is not None and job.id in gate.preempt:
-                action = _record(job, admission.preemption(job, gate.preempt[job.id]))
+                action = _record(job, admission.preemption(job, gate.preempt[job.id], reclaim=job.id in gate.reclaim))
+            elif action is None and gate is not None and job.id in gate.spent:
+                then = admission.when_spent(job, config.policy.quotas.on_spent)  # type: ignore[union-attr]
+                action = _quota_spent(job, gate.spent[job.id], then)
         if action is not None and observed_for(action, observed):
             actions.append(action)
     actions.extend(collect_orphans(jobs, observed, config))
@@ -100,6 +103,16 @@ def observed_for(action: Action, obs: Observed) -> bool:
     down, or backing off): nothing would come of it but a failure to record."""
     zone = api_zone(action)
     return zone is None or zone in obs.zones
+
+
+def _quota_spent(job: JobState, spent: admission.Wait, then: str) -> Action | None:
+    """A running job whose weekly quota ran out: recorded once per attempt; under
+    `checkpoint-and-stop`, its TPU is taken back once it reports a checkpoint after that."""
+    if not admission.spent_recorded(job):
+        return _record(job, admission.quota_spent(job, spent, then))
+    if then == "checkpoint-and-stop" and admission.checkpointed_since_spent(job):
+        return _record(job, admission.stopped_for_quota(job, spent))
+    return None
 
 
 def resolutions(
@@ -209,7 +222,7 @@ def plan_job(
         return (_watch_running(job, node, obs.hosts.get(job.id), _suspect_age(job.id, obs), config)
                 or _checkpointed(job, obs.hosts.get(job.id), obs.now))
     if s in (fold.PREEMPTED, fold.FAILED):  # preempted for another job: its TPU is given back
-        return _recover(job, tpu_usable=not admission.preempted_for_another(job), obs=obs)
+        return _recover(job, tpu_usable=not admission.given_back(job), obs=obs)
     return None
 
 
@@ -469,7 +482,7 @@ def _recover(job: JobState, *, tpu_usable: bool, cause: str | None = None, obs: 
     params = {
         "kind": kind, "rule": d.rule, "reapply": d.reapply, "resume": d.resume,
         "attempt": job.attempt + 1, "restarts": job.restarts + 1, "tpu": job.tpu,
-        "stop": (tpu_usable or admission.preempted_for_another(job) or slices.multislice(job)) and _may_run(job),
+        "stop": (tpu_usable or admission.given_back(job) or slices.multislice(job)) and _may_run(job),
     }
     return Action("recover", job.id, _surviving(job, params, obs), d.message)
 
@@ -494,7 +507,7 @@ def _may_run(job: JobState) -> bool:
     slice preempted has its other slices still running."""
     if not job.hosts or job.state == fold.FINISHED:
         return False
-    return (job.last_error or {}).get("kind") != "preempted" or admission.preempted_for_another(job) \
+    return (job.last_error or {}).get("kind") != "preempted" or admission.given_back(job) \
         or slices.multislice(job)
 
 

@@ -20,7 +20,7 @@ import click
 from ledger.capacity import CapacityMemory
 from ledger.defaults import USAGE_HALF_LIFE_HOURS
 from ledger.errors import ConflictError, LedgerError
-from ledger.events import Event, NewEvent, actor, format_time
+from ledger.events import Event, NewEvent, actor, format_time, parse_time
 from ledger.events.data import PolicyApplied
 from ledger.fold import JobState, evolve, initial
 from ledger.replay import load_state
@@ -28,6 +28,7 @@ from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
 from ledger.store import Reader, SnapshotReader, Store, open_store
 from ledger.usage import POLICY_STREAM, to_us
+from ledger.usage.fairtree import fair_tree
 from ledger.usage.snapshot import load_usage, save_usage, usage_due
 from reconciler import admission, placement
 
@@ -157,6 +158,30 @@ def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, 
             if row["wait"] in ("admitted", "cloud"):  # the cloud's capacity is why it waits
                 row["wait"], row["reason"] = "cloud", f"{placement.HOLD}: {got.detail}" if got.detail else got.reason
     return rows
+
+
+def share_rows(policy: Policy | None, jobs: Mapping[str, JobState], usage: admission.Usage) -> list[dict[str, Any]]:
+    """The fair tree as admission orders by it: the lab, then each team and its users in rank
+    order, each with its weight, its share among its siblings, its decayed usage (chip-hours)
+    and that usage's share, and share / usage (None: no usage yet). `ledger queue --tree`,
+    the dashboard's Queue page. Empty without a sharing policy."""
+    if policy is None or not admission.active(policy):
+        return []
+    owners = {j.owner for j in jobs.values() if not j.terminal}
+    return [level.to_json() for level in fair_tree(policy, usage.decayed, owners).levels]
+
+
+def queue_summary(rows: list[dict[str, Any]], now: datetime | None = None) -> dict[str, Any]:
+    """What metrics want of the queue (`queue_rows`): waiting jobs by what they wait for, and
+    the oldest wait in seconds (None: nobody waits). Jobs admitted at the next pass count as
+    waiting until their TPU is asked for."""
+    by_wait: dict[str, int] = {}
+    for r in rows:
+        by_wait[r["wait"]] = by_wait.get(r["wait"], 0) + 1
+    oldest = min((r["since"] for r in rows if r.get("since")), default=None)
+    moment = now or datetime.now(UTC)
+    age = None if oldest is None else max(0.0, (moment - parse_time(oldest)).total_seconds())
+    return {"waiting": len(rows), "by_wait": by_wait, "oldest_since": oldest, "oldest_wait_s": age}
 
 
 class _Stream:

@@ -60,6 +60,11 @@ TpuKind = Literal["node", "queued_resource"]
 # Why admission holds a job back: over a quota (user, team, lab), its chip-hours of the
 # week spent, behind others for the lab's chips, or waiting for preempted jobs to let go.
 WaitCause = Literal["quota", "capacity", "preempting"]
+# Why admission took a running job's TPU back: for a higher class, for the team that lent
+# the chips, or at a checkpoint once its weekly chip-hours quota ran out.
+PreemptCause = Literal["priority", "reclaim", "quota"]
+# What a running job does when a weekly chip-hours quota it counts against runs out.
+SpentAction = Literal["finish", "checkpoint-and-stop"]
 # Before the fix of failure kinds, a final failure recorded its rule as its kind, and the
 # first schema listed "budget". Ledgers hold such events forever: they are read, never written.
 LegacyFailureKind = Literal["pass", "exhausted", "budget"]
@@ -366,7 +371,10 @@ class Preempted(EventData):
     reason: Opt[str] = UNSET
     tpu_state: Opt[str] = UNSET
     attempt: Opt[Count] = UNSET
-    cause: Opt[Literal["priority"]] = UNSET  # set when the planner preempted it for `winner`
+    # Set when admission took the TPU back (reconciler.admission): for `winner`, a job of a
+    # higher class (`priority`) or of a team reclaiming the chips it lent (`reclaim`); or at a
+    # checkpoint after its weekly chip-hours quota ran out (`quota`).
+    cause: Opt[PreemptCause] = UNSET
     winner: Opt[str] = UNSET
     slice: Opt[Count] = UNSET  # of a multislice TPU: the slice that was lost (the whole attempt is)
 
@@ -445,6 +453,22 @@ class PolicyApplied(EventData):
     blocks: dict[str, Any]
     source: Opt[str] = UNSET  # the file it was read from
     holder: Opt[str] = UNSET  # the reconciler that enforces it
+
+
+class QuotaSpent(EventData):
+    """A weekly chip-hours quota this running job counts against ran out (`scope` used `used`
+    of its `limit` chip-hours of `family` over the last 7 days): by the policy's
+    `quotas.on_spent`, the job runs to its end (`finish`) or is stopped at its next reported
+    checkpoint (`checkpoint-and-stop`: a `preempted` event with cause `quota` follows) and
+    waits for the quota. Recorded once per attempt."""
+
+    event_type: ClassVar[str] = "quota_spent"
+    scope: NonEmpty  # "user alice", "team @lab/nlp", "lab"
+    family: NonEmpty
+    used: Annotated[float, Meta(ge=0)]
+    limit: Annotated[float, Meta(ge=0)]
+    then: SpentAction
+    attempt: Opt[Count] = UNSET
 
 
 class Cancelled(EventData):
@@ -599,7 +623,7 @@ class Note(EventData):
 _CLASSES: tuple[type[EventData], ...] = (
     Submitted, Rejected, SpecUpdated, CancelRequested, Queued, Provisioning, Provisioned,
     ProvisionFailed, SetupStarted, SetupDone, SetupFailed, Started, Preempted, Failed, Resumed,
-    Rerun, Finished, Admitted, PolicyApplied, Cancelled, Released, HistoryRewritten, RewriteAccepted,
+    Rerun, Finished, Admitted, QuotaSpent, PolicyApplied, Cancelled, Released, HistoryRewritten, RewriteAccepted,
     ActionIntent, ActionOutcome, Note, Quarantined, Checkpointed, PolicyChanged, ApiUnreachable, ApiReachable,
 )
 

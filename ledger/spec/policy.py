@@ -386,6 +386,8 @@ class Quotas(Section):
     teams: Mapping[str, Quota] = field(default_factory=dict)  # team_key(handle) -> quota
     users: Mapping[str, Quota] = field(default_factory=dict)
     default_user: Quota | None = None
+    borrowing: bool = False  # teams lend each other their idle chips (a cohort, as Kueue's)
+    on_spent: str = "finish"  # a running job whose weekly quota runs out: finish | checkpoint-and-stop
     _raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -397,7 +399,8 @@ class Quotas(Section):
             lab=one(data.get("lab")),
             teams=MappingProxyType({team_key(k): Quota.from_data(v) for k, v in (data.get("teams") or {}).items()}),
             users=MappingProxyType({k: Quota.from_data(v) for k, v in (data.get("users") or {}).items()}),
-            default_user=one(data.get("default_user")), _raw=MappingProxyType(dict(data)),
+            default_user=one(data.get("default_user")), borrowing=bool(data.get("borrowing", False)),
+            on_spent=str(data.get("on_spent", "finish")), _raw=MappingProxyType(dict(data)),
         )
 
     @property
@@ -495,14 +498,51 @@ class Priorities(Section):
 
 @dataclass(frozen=True, slots=True)
 class FairShare(Section):
-    """How fast past usage is forgotten in the fair-share order (Slurm's decay half-life)."""
+    """The fair tree's weights (lab -> team -> user, as Slurm's fair tree) and how fast past
+    usage is forgotten (Slurm's decay half-life).
+
+        fair_share:
+          half_life_hours: 168
+          teams: {"@lab/nlp": 2, "@lab/vision": 1}   # unset: every team of `teams`, weight 1
+          users: {alice: 2}                         # within her team; default 1
+          no_team: 1                                # the users in no team, as one group
+    """
 
     KEY: ClassVar[str] = "fair_share"
     half_life_hours: float
+    teams: Mapping[str, float] | None = None  # team_key(handle) -> weight; None: every team, weight 1
+    users: Mapping[str, float] = field(default_factory=dict)
+    no_team: float = 1.0
 
     @classmethod
     def from_data(cls, data: Any) -> Self:
-        return cls(half_life_hours=float(data["half_life_hours"]))
+        teams = data.get("teams")
+        return cls(half_life_hours=float(data["half_life_hours"]),
+                   teams=None if teams is None else MappingProxyType({team_key(k): float(v) for k, v in teams.items()}),
+                   users=MappingProxyType({k: float(v) for k, v in (data.get("users") or {}).items()}),
+                   no_team=float(data.get("no_team", 1)))
+
+    def weights(self, teams: Teams) -> dict[str, float]:
+        """Team -> its weight in the tree: the listed teams, or every team of `teams`."""
+        if self.teams is None:
+            return {t: 1.0 for t in teams.members}
+        return dict(self.teams)
+
+    def team_by_member(self, teams: Teams) -> dict[str, str]:
+        """Member (a name or @handle, lowercased, without its @) -> their team in the tree:
+        the first by name of the weighted teams that list them. An owner is looked up by
+        their name, lowercased."""
+        found: dict[str, str] = {}
+        for t in sorted(self.weights(teams), reverse=True):  # the first by name wins: written last
+            for m in teams.members.get(t, ()):
+                found[m.lower().removeprefix("@")] = t
+        return found
+
+    def problems(self, policy: Policy) -> Iterable[Problem]:
+        for handle in self.teams or {}:
+            if team_key(handle) not in policy.teams.members:
+                yield Problem(f"/fair_share/teams/{_escape(handle)}", f"a weight for {handle}, a team the policy does not define",
+                              f"add it to `teams:` in {POLICY_PATH} with its members")
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,15 +566,22 @@ def sharing_blocks(policy: Policy) -> dict[str, Any]:
         return None if q is None else {"chips": dict(q.chips), "chip_hours_per_week": dict(q.chip_hours_per_week)}
 
     q = policy.quotas
-    quotas = {"teams": {k: quota(v) for k, v in q.teams.items()}, "users": {k: quota(v) for k, v in q.users.items()}}
+    quotas: dict[str, Any] = {"teams": {k: quota(v) for k, v in q.teams.items()},
+                              "users": {k: quota(v) for k, v in q.users.items()},
+                              "borrowing": q.borrowing, "on_spent": q.on_spent}
     quotas.update({k: v for k, v in (("lab", quota(q.lab)), ("default_user", quota(q.default_user))) if v is not None})
     p = policy.priorities
+    fs = policy.fair_share
+    fair_share: dict[str, Any] = {"half_life_hours": fs.half_life_hours, "users": dict(fs.users), "no_team": fs.no_team}
+    if fs.teams is not None:
+        fair_share["teams"] = dict(fs.teams)
+    named = q.teams.keys() | fs.weights(policy.teams).keys()
     return {
-        "teams": {k: list(v) for k, v in policy.teams.members.items() if k in q.teams},
+        "teams": {k: list(v) for k, v in policy.teams.members.items() if k in named},
         "quotas": quotas,
         "priorities": {"classes": dict(p.classes), "preempt": {k: sorted(v) for k, v in p.preempt.items()},
                        "spot_for_on_demand": p.spot_for_on_demand},
-        "fair_share": {"half_life_hours": policy.fair_share.half_life_hours},
+        "fair_share": fair_share,
         # Only when required, so the rules (and digests) of ledgers that never asked stay as they were.
         **({"overrides": {"signatures": "required"}} if policy.overrides.signatures else {}),
     }

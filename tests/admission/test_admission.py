@@ -17,7 +17,8 @@ def test_a_user_over_quota_waits_with_the_numbers_while_others_go_on():
     assert d.admitted == {"carol/d"}
     wait = d.waits["alice/c"]
     assert (wait.cause, wait.scope, wait.family, wait.held, wait.limit, wait.needs) == ("quota", "user alice", "v4", 64, 64, 32)
-    assert wait.recorded == "over quota: user alice holds 64 of 64 v4 chips, needs 32"
+    assert wait.recorded == "over quota: user alice may hold 64 v4 chips, needs 32"  # no live figure
+    assert wait.explain() == "over quota: user alice holds 64 of 64 v4 chips, needs 32"
 
 
 def test_team_quota_counts_every_member():
@@ -67,7 +68,8 @@ def test_weekly_chip_hours_quota():
     d = admit(lab.jobs, policy(text), Usage(week={("alice", "v4"): 120.0, ("bob", "v4"): 500.0}))
     assert d.admitted == {"bob/b"}
     assert d.waits["alice/a"].unit == "chip_hours_per_week"
-    assert "used 120 of 100 v4 chip-hours" in d.waits["alice/a"].recorded
+    assert d.waits["alice/a"].recorded == "over quota: user alice has used its 100 v4 chip-hours of the week"
+    assert "used 120 of 100 v4 chip-hours this week" in d.waits["alice/a"].explain()
 
 
 def test_an_operator_admit_passes_the_user_quota_but_not_the_lab():

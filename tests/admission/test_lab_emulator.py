@@ -57,7 +57,7 @@ def test_a_user_over_quota_waits_while_others_run(lab_harness: LabHarness):
     h.submit("carol/four", spec("sleep 1; echo four", "v4-16"))  # 8 chips: the lab's 16 are all taken
     h.start()
     two = h.wait("alice/two", lambda j: j.state == "queued")
-    assert two.queued_reason == "over quota: user alice holds 4 of 4 v4 chips, needs 4"
+    assert two.queued_reason == "over quota: user alice may hold 4 v4 chips, needs 4"
     h.wait("bob/three", lambda j: j.state in (RUNNING, FINISHED))
     h.wait("carol/four", lambda j: j.state in (RUNNING, FINISHED))
     assert h.job("alice/two").tpu is None
@@ -175,3 +175,27 @@ def h_policy(text: str):
     parsed, errors = parse_policy(text)
     assert errors == ()
     return parsed
+
+
+def test_a_running_job_whose_week_runs_out_stops_at_its_next_checkpoint_and_waits(lab_harness: LabHarness):
+    h = lab_harness
+    h.use("quotas:\n  users:\n    alice: {chip_hours_per_week: {v4: 0.002}}\n  on_spent: checkpoint-and-stop\n")
+    loop = 'for i in $(seq 1 200); do echo "LEDGER_CHECKPOINT step=$i"; sleep 0.3; done'
+    h.submit("alice/train", {**spec(loop, pricing="spot"), "job": {"name": "t", "env_type": "none", "loop": False,
+                                                                    "checkpoints": {"every_s": 1}}})  # 4 chips: 1.8 s spend the week
+    h.start()
+    waiting = h.wait("alice/train", lambda j: j.state == "queued" and j.tpu is None, timeout=90)
+    assert waiting.queued_reason == "over quota: user alice has used its 0.002 v4 chip-hours of the week"
+    store = open_store(h.store_url)
+    try:
+        events = [e for e in store.read_stream("alice/train") if e.type not in ("action_intent", "action_outcome")]
+    finally:
+        store.close()
+    types = [e.type for e in events]
+    spent, stop = types.index("quota_spent"), types.index("preempted")
+    assert types.index("started") < spent < stop and "checkpointed" in types[spent:stop]
+    assert events[spent].data["then"] == "checkpoint-and-stop" and events[spent].data["used"] >= 0.002
+    assert events[stop].data["cause"] == "quota"
+    assert types[stop:] == ["preempted", "released", "resumed", "queued"]  # it gave its TPU back and waits
+    never_over_quota(h)
+    h.verify()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,13 @@ from ledger.app.cli import cli
 from ledger.app.queueview import (
     LedgerPolicy,
     PolicyFile,
+    queue_rows,
+    queue_summary,
     record_policy,
     recorded_policy,
     would_start,
 )
-from ledger.events import NewEvent, actor
+from ledger.events import NewEvent, actor, parse_time
 from ledger.events.data import PolicyChanged
 from ledger.fold import replay
 from ledger.spec.policy import sharing_blocks
@@ -70,6 +73,37 @@ def test_queue_lists_waiting_jobs_in_order_with_why(tmp_path: Path):
     # without the policy nobody is held back
     rows = json.loads(run(url, "queue", "--json").output)
     assert {r["wait"] for r in rows} == {"admitted"}
+
+
+def test_queue_shows_the_fair_tree_below_the_jobs_and_alone_with_tree(tmp_path: Path):
+    url, policy = lab(tmp_path)
+    table = run(url, "queue", "--policy", policy)
+    assert "fair tree" in table.output and "@lab/nlp" in table.output
+    levels = json.loads(run(url, "queue", "--policy", policy, "--tree", "--json").output)
+    assert [(lv["level"], lv["name"], lv["parent"]) for lv in levels] == [
+        ("lab", "lab", ""), ("team", "(no team)", "lab"), ("user", "carol", "(no team)"),
+        ("team", "@lab/nlp", "lab"), ("user", "alice", "@lab/nlp")]
+    nlp = levels[3]
+    assert nlp["weight"] == 1 and nlp["share"] == 0.5 and nlp["usage"] > 0 and nlp["usage_share"] == 1.0
+    assert levels[1]["fair_share"] is None  # no usage yet: owed the most
+    assert json.loads(run(url, "queue", "--tree", "--json").output) == []  # no sharing rules recorded: no tree
+    assert "no sharing policy" in run(url, "queue", "--tree").output
+
+
+def test_queue_summary_counts_the_waiting_and_their_oldest_wait(tmp_path: Path):
+    url, policy_path = lab(tmp_path)
+    store = open_store(url)
+    try:
+        rows = queue_rows(store, policy())
+        submitted = {e.stream: e.time for e in store.read_all() if e.type == "submitted"}
+    finally:
+        store.close()
+    later = parse_time(max(submitted.values())) + timedelta(seconds=90)
+    summary = queue_summary(rows, later)
+    assert (summary["waiting"], summary["by_wait"]) == (2, {"admitted": 1, "quota": 1})
+    assert summary["oldest_since"] == min(submitted[j] for j in ("alice/b", "carol/c"))
+    assert 90 <= summary["oldest_wait_s"] < 100
+    assert queue_summary([]) == {"waiting": 0, "by_wait": {}, "oldest_since": None, "oldest_wait_s": None}
 
 
 def test_inspect_says_why_a_job_waits(tmp_path: Path):

@@ -50,12 +50,19 @@ def test_the_queue_page_and_api_answer_as_ledger_queue(lab):
     url, _ = lab
     with serve(url) as site:
         api = get_json(site.url, "/api/queue")
+        tree = get_json(site.url, "/api/queue/tree")
         status, _, page = get(site.url, "/queue")
     cli_rows = json.loads(CliRunner().invoke(cli, ["--store", url, "queue", "--json"]).output)
     assert without_usage(api) == without_usage(cli_rows)
     assert [(r["job"], r["wait"]) for r in api] == [("carol/c", "admitted"), ("alice/b", "quota")]
     assert status == 200 and 'data-job="alice/b" data-wait="quota"' in page
     assert "user alice holds 64 of 64 v4 chips, needs 32" in page and 'aria-current="page">Queue' in page
+    # the fair tree: `ledger queue --tree --json`'s levels, shown under the queue
+    cli_tree = json.loads(CliRunner().invoke(cli, ["--store", url, "queue", "--tree", "--json"]).output)
+    assert [(lv["level"], lv["name"], lv["parent"]) for lv in tree] == [(lv["level"], lv["name"], lv["parent"]) for lv in cli_tree]
+    assert [(lv["level"], lv["name"]) for lv in tree] == [
+        ("lab", "lab"), ("team", "(no team)"), ("user", "carol"), ("team", "@lab/nlp"), ("user", "alice")]
+    assert 'data-level="team" data-name="@lab/nlp"' in page and 'id="fair-tree"' in page
 
 
 def test_the_live_meter_keeps_up_with_the_tail(lab):

@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger.app.dashboard import timeline, views
 from ledger.app.dashboard.live import LiveLedger, StorePool
 from ledger.app.figures import USAGE_HEADERS, chip_hours, percent, usage_cells
+from ledger.describe import figure
 from ledger.errors import LedgerError, UsageError
 from reconciler.joblogs import DirArchive, LogArchive, LogView
 
@@ -129,7 +130,7 @@ class Broadcast:
 def templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader(PACKAGE, "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(chip_hours=chip_hours, percent=percent, span=timeline.span_text,
+    env.filters.update(chip_hours=chip_hours, percent=percent, figure=figure, span=timeline.span_text,
                        clock=lambda iso: iso[11:19] if iso else "", day=lambda iso: iso[:10] if iso else "",
                        short=lambda text, n=12: text if len(text) <= n else text[:n] + "…")
     env.globals.update(kinds=timeline.KINDS, job_href=views.job_href, usage_cells=usage_cells,
@@ -237,7 +238,7 @@ class Dashboard:
         return JSONResponse({"endpoints": [
             "/api/jobs?owner=&state=&accelerator=&q=&sort=&order=&page=&per_page=",
             "/api/jobs/{owner}/{name}", "/api/jobs/{owner}/{name}/events", "/api/jobs/{owner}/{name}/timeline",
-            "/api/jobs/{owner}/{name}/log?attempt=&worker=", "/api/tpus", "/api/queue", "/api/usage?by=owner", "/api/usage/weeks",
+            "/api/jobs/{owner}/{name}/log?attempt=&worker=", "/api/tpus", "/api/queue", "/api/queue/tree", "/api/usage?by=owner", "/api/usage/weeks",
             "/api/health", "/api/stream (text/event-stream)",
         ]})
 
@@ -276,6 +277,9 @@ class Dashboard:
 
     async def api_queue(self, request: Request) -> Response:
         return JSONResponse((await run_in_threadpool(self._queue))["rows"])  # `ledger queue --json`
+
+    async def api_queue_tree(self, request: Request) -> Response:
+        return JSONResponse((await run_in_threadpool(self._queue))["tree"])  # `ledger queue --tree --json`
 
     async def api_usage(self, request: Request) -> Response:
         data = await run_in_threadpool(views.usage_page, self.live, request.query_params.get("by", "owner"))
@@ -363,6 +367,7 @@ class Dashboard:
             Route("/api/jobs/{owner}/{name}/log", p(self.api_log), methods=get),
             Route("/api/tpus", p(self.api_tpus), methods=get),
             Route("/api/queue", p(self.api_queue), methods=get),
+            Route("/api/queue/tree", p(self.api_queue_tree), methods=get),
             Route("/api/usage", p(self.api_usage), methods=get),
             Route("/api/usage/weeks", p(self.api_weeks), methods=get),
             Route("/api/health", p(self.api_health), methods=get),

@@ -19,7 +19,7 @@ import yaml
 
 from ledger.app.dashboard import charts, timeline
 from ledger.app.dashboard.live import LiveLedger, VerifyRun
-from ledger.app.queueview import queue_rows, recorded_policy
+from ledger.app.queueview import queue_rows, queue_summary, recorded_policy, share_rows
 from ledger.app.readmodels import (
     SORTS,
     accelerator_of,
@@ -296,18 +296,18 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
 
 
 def queue_page(live: LiveLedger, store: Store) -> dict[str, Any]:
-    """`ledger queue --json`'s rows (waiting jobs in admission order, why each waits) under the
-    sharing rules the ledger records, from the live state and its usage."""
+    """`ledger queue --json`'s rows (waiting jobs in admission order, why each waits) and
+    `ledger queue --tree --json`'s fair tree, under the sharing rules the ledger records,
+    from the live state and its usage."""
     policy = recorded_policy(store)
     usage = live.recent_usage(policy, store)
     with live.lock:
         rows = queue_rows(store, policy, live.state.jobs, usage, live.capacity)
+        tree = share_rows(policy, live.state.jobs, usage)
         position = live.position
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["wait"]] = counts.get(r["wait"], 0) + 1
-    return {"position": position, "rows": rows, "counts": sorted(counts.items()),
-            "policy": policy is not None and admission.active(policy)}
+    summary = queue_summary(rows)
+    return {"position": position, "rows": rows, "counts": sorted(summary["by_wait"].items()), "tree": tree,
+            "oldest": summary["oldest_since"], "policy": policy is not None and admission.active(policy)}
 
 
 def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
