@@ -34,7 +34,9 @@ _US = 1_000_000
 
 @dataclass(slots=True)
 class Stockouts:
-    """Stockouts in a row of one (zone, accelerator, pricing), since a TPU was last created there."""
+    """Stockouts in a row of one (zone, accelerator, pricing), since a TPU was last created there.
+    `steps`: how many of them were probes when one was due (the backoff's exponent); the
+    creates asked at once before anyone knew (a burst of jobs) count once."""
 
     count: int
     first_us: int
@@ -43,6 +45,7 @@ class Stockouts:
     code: str = ""
     message: str = ""
     kind: str = "stockout"  # or quota
+    steps: int = 0
 
 
 @dataclass(slots=True)
@@ -138,7 +141,9 @@ class CapacityMemory:
             found = self.keys[key] = Stockouts(0, t, t, t)
         found.count += 1
         found.last_us = max(found.last_us, t)
-        found.next_us = found.last_us + min(self.backoff_us * 2 ** min(found.count - 1, 30), self.backoff_max_us)
+        if t >= found.next_us:  # a probe that was due (or the first): the next waits longer
+            found.steps += 1
+            found.next_us = t + min(self.backoff_us * 2 ** min(found.steps - 1, 30), self.backoff_max_us)
         found.code, found.message, found.kind = str(api.get("code", "")), str(api.get("message", ""))[:300], str(api.get("kind"))
         index = where.get("index", 0)
         index = index if type(index) is int else 0

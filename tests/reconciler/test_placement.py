@@ -35,15 +35,22 @@ def created(mem: CapacityMemory, job: str, where: dict, index: int, t: int) -> N
 
 def test_stockouts_back_off_per_key_and_a_created_tpu_clears_them():
     mem = CapacityMemory()
-    for i in range(4):
-        stockout(mem, "alice/a", V4, 0, T0 + i * S)
+    for i in range(50):  # a burst of creates asked before anyone knew: one step
+        stockout(mem, f"u{i}/j", V4, 0, T0 + i * 1000)
     found = mem.stockouts(("us-central2-b", "v4-32", "spot"))
-    assert (found.count, found.next_us - found.last_us) == (4, 80 * S)  # 10 s doubling
-    for i in range(10):
-        stockout(mem, "alice/a", V4, 0, T0 + (10 + i) * S)
-    assert mem.stockouts(("us-central2-b", "v4-32", "spot")).next_us - T0 == 19 * S + 300 * S  # capped
-    assert mem.tally("alice/a")[0].count == 14
-    created(mem, "bob/b", V4, 0, T0 + 60 * S)
+    assert (found.count, found.steps, found.next_us - T0) == (50, 1, 10 * S)
+    t = T0
+    for _ in range(3):  # probes when due: 10 s doubling
+        t = mem.next_probe(("us-central2-b", "v4-32", "spot"))
+        stockout(mem, "u0/j", V4, 0, t)
+    found = mem.stockouts(("us-central2-b", "v4-32", "spot"))
+    assert (found.steps, found.next_us - t) == (4, 80 * S)
+    for _ in range(10):
+        t = mem.next_probe(("us-central2-b", "v4-32", "spot"))
+        stockout(mem, "u0/j", V4, 0, t)
+    assert mem.next_probe(("us-central2-b", "v4-32", "spot")) - t == 300 * S  # capped
+    assert mem.tally("u0/j")[0].count == 14
+    created(mem, "bob/b", V4, 0, t + 60 * S)
     assert mem.stockouts(("us-central2-b", "v4-32", "spot")) is None and mem.ran_on["bob/b"] == 0
     # another pricing of the same type is another key
     stockout(mem, "alice/a", {**V4, "pricing": "ondemand"}, 2, T0)
