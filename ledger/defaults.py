@@ -133,3 +133,16 @@ TPU_RECONNECT_MAX_S = 2.0
 TPU_ACTION_BACKOFF_MAX_S = 60.0
 # The stream of facts about the cloud rather than one job (job folds skip `_` streams).
 CLOUD_STREAM = "_cloud"
+
+# Operating the services (ledger/app/observability): every long-running command writes a
+# heartbeat to the store this often; `ledger status` and the dashboard call an instance dead
+# when its last beat is older than HEARTBEAT_DEAD_S, and rows silent for HEARTBEAT_FORGET_S
+# are dropped when a service starts.
+HEARTBEAT_EVERY_S = 5.0
+HEARTBEAT_DEAD_S = 30.0
+HEARTBEAT_FORGET_S = 7 * 24 * 3600.0
+# /readyz: a reconciler is ready while its last complete pass is at most this many intervals
+# old (and at least READY_PASS_MIN_S: a pass that observes many zones and hosts takes time);
+# a watcher while its last successful poll is at most this many intervals old.
+READY_PASS_INTERVALS = 10
+READY_PASS_MIN_S = 60.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import msgspec
@@ -242,6 +242,44 @@ def _check_range(rows: Iterable[tuple], after: int) -> tuple[Problem | None, str
         prev_hash = hash_
         expected_seq += 1
     return None, first_prev, count
+
+
+class TailCheck:
+    """The events appended since the last call, checked as `verify` checks each row (seq
+    contiguous, linked to the row before, hash, schema): the cheap soundness signal a
+    running service gives (/readyz, metrics). It starts at the head it first sees (the
+    events before are `ledger verify`'s), and each call reads only what is new; a head
+    that went back (events removed) is a problem too."""
+
+    def __init__(self) -> None:
+        self.after: int | None = None  # the seq checked up to
+        self.last_hash: str | None = None  # that row's hash
+        self.problem: Problem | None = None  # once found, kept: the ledger does not heal
+
+    def check(self, store: Reader) -> Problem | None:
+        if self.problem is not None:
+            return self.problem
+        head = store.head()
+        if self.after is None:
+            self.after = max(0, head - 1)
+        if head < self.after:
+            self.problem = Problem(head + 1, f"the head went back from seq {self.after} to {head}: events were removed")
+            return self.problem
+        last: list[tuple] = []
+
+        def remember(rows: Iterable[tuple]) -> Iterator[tuple]:
+            for row in rows:
+                last[:] = [row]
+                yield row
+
+        problem, first_prev, count = _check_range(remember(store.raw_rows(self.after)), self.after)
+        if problem is None and count and self.last_hash is not None and first_prev != self.last_hash:
+            problem = Problem(self.after + 1, f"prev_hash does not match the hash of seq {self.after}: the chain is broken")
+        if problem is not None:
+            self.problem = problem
+        elif last:
+            self.after, self.last_hash = last[0][0], last[0][10]
+        return self.problem
 
 
 # -- snapshots -----------------------------------------------------------------------------

@@ -135,6 +135,8 @@ class Reconciler:
         self._suspect_since: dict[str, float] = {}
         self.last_observed = Observed(now=0.0)
         self.passes = 0
+        # Told after every complete pass: (seconds it took, actions it planned). Metrics hook in here.
+        self.pass_observers: list[Callable[[float, list[Action]], None]] = []
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
             hosts_of=hosts_of, extra_args_of=extra_args_of, forget_job_key=forget_job_key,
@@ -325,6 +327,7 @@ class Reconciler:
 
     def step(self) -> list[Action]:
         """One pass; returns the actions it dispatched."""
+        started = time.monotonic()
         self._reap()
         if self.policy_source is not None:
             self._follow_policy(self.policy_source())
@@ -345,6 +348,8 @@ class Reconciler:
         self._let_go_of_ended_jobs()
         self._keep_snapshots()
         self.passes += 1
+        for observe in self.pass_observers:
+            observe(time.monotonic() - started, actions)
         return actions
 
     def _take_up_unfinished(self) -> None:

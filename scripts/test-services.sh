@@ -21,3 +21,10 @@ if { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/nu
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) || \
     echo "warning: could not install chromium and chromium-driver; the dashboard's browser tests will be skipped" >&2
 fi
+
+# promtool (Debian's prometheus package) checks the shipped alert rules: `promtool check rules`
+# and `promtool test rules` in tests/observability.
+if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) || \
+    echo "warning: could not install prometheus (promtool); the alert-rule tests will be skipped" >&2
+fi

@@ -42,6 +42,7 @@ SERVICES = {
     "gcs": "the project's Cloud Storage JSON API emulator (emulator.gcs) for the real google-cloud-storage client, in the test process",
     "gcloud": "the real gcloud CLI (the test skips where gcloud is not installed)",
     "browser": "headless Chromium through chromedriver (Debian's chromium, chromium-driver; scripts/test-services.sh installs them)",
+    "promtool": "Prometheus's promtool checking the shipped alert rules (Debian's prometheus package; scripts/test-services.sh installs it)",
 }
 
 BACKENDS = {
@@ -71,6 +72,7 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/dashboard", "demo_story"): frozenset({"tpu_emulator", "git"}),  # the demo's story (ledger.app.demo)
     ("tests/e2e/test_chaos.py", "chaos_pg"): frozenset({"postgres"}),
     ("tests/joblogs", "gcs"): frozenset({"gcs"}),
+    ("tests/observability", "promtool"): frozenset({"promtool"}),
 }
 
 # Fixtures parametrized over store backends: a test using one is a contract test, and each
@@ -92,6 +94,7 @@ PLACES: dict[str, frozenset[str]] = {
     "tests/test_demo_e2e.py": frozenset({"tpu_emulator", "pubsub", "git"}),
     "tests/e2e/test_wheel.py": frozenset({"tpu_emulator", "git"}),  # `ledger init`, `ledger demo --no-pubsub`
     "tests/e2e/test_chaos.py": frozenset({"tpu_emulator", "git"}),  # `ledger chaos`'s run, in the test process
+    "tests/observability/test_watch_metrics.py": frozenset({"git"}),  # `ledger init`, `ledger watch`
 }
 
 E2E_PLACES = ("tests/e2e/",)
@@ -138,7 +141,7 @@ class ServiceNotMarked(RuntimeError):
 
 SERVICE_BINARIES = {"git": "git", "sshd": "sshd", "cloud-pubsub-emulator": "pubsub",
                     "psql": "postgres", "pg_ctl": "postgres", "pg_ctlcluster": "postgres",
-                    "chromedriver": "browser", "chromium": "browser"}
+                    "chromedriver": "browser", "chromium": "browser", "promtool": "promtool"}
 # Child processes cannot be watched from here: these stand-ins come first on PATH in a test
 # without the marker, so a `ledger` process it starts cannot reach the binary either.
 PATH_SHIMS = {"git": "git"}

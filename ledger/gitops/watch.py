@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,6 +67,8 @@ class Watcher:
         self._stop = threading.Event()
         self.wakeups = 0  # file system hints received (tests and the benchmark read it)
         self.backoff = 0.0  # seconds waited after the last failure (0 when the last run worked)
+        self.last_success: float | None = None  # when an ingest last ran through (Unix time; metrics, /readyz)
+        self.errors = 0  # ingests that failed (metrics)
 
     # -- control --------------------------------------------------------------------------
     def wake(self) -> None:
@@ -102,6 +105,7 @@ class Watcher:
                     # ingest): retry with exponential backoff, hints ignored meanwhile, and
                     # report an error when it changes or at each doubling, never per retry.
                     failures += 1
+                    self.errors += 1
                     text = f"{type(exc).__name__}: {exc}"
                     if text != last_error or failures & (failures - 1) == 0:
                         self.on_error(exc)
@@ -110,6 +114,7 @@ class Watcher:
                     self._stop.wait(self.backoff)
                     continue
                 failures, last_error, self.backoff = 0, "", 0.0
+                self.last_success = time.time()
                 self.accept_rewrite = False
                 # a pause is reported when it starts, not again at every poll
                 news = report.commits or (report.paused and not was_paused)

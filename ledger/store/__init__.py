@@ -10,7 +10,7 @@ otherwise write two ledgers without a word.
 
 The one place a URL picks a backend. The interfaces are in `ledger.store.base` (Reader,
 Recorder, Snapshots, Cursors, AppendWaiter, Store) and `ledger.store.leases` (Leases,
-LeaseKeeper); each backend package (`sqlite`, `postgres`) holds its parts and SQL files.
+LeaseKeeper), `ledger.store.heartbeats` (Heartbeats); each backend package (`sqlite`, `postgres`) holds its parts and SQL files.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ledger.store.base import (
     Snapshots,
     Store,
 )
+from ledger.store.heartbeats import Heartbeats
 from ledger.store.leases import Leases
 
 DEFAULT_STORE_PATH = defaults.STORE_PATH
@@ -85,6 +86,13 @@ def open_leases(url: str | None = None) -> Leases:
     return _backend(url).open_leases(url)
 
 
+def open_heartbeats(url: str | None = None, *, create: bool = True) -> Heartbeats:
+    """Heartbeats of the ledger at `url` on a connection of their own (`ledger.store.heartbeats`);
+    `create=False` for readers (`ledger status`): the ledger must exist. `close()` when done."""
+    url = resolve_url(url or default_store_url(), create=create)
+    return _backend(url).open_heartbeats(url, create=create)
+
+
 @contextlib.contextmanager
 def store_errors(url: str | None = None) -> Iterator[None]:
     """Turn a database failure in the middle of a read or write into a one-line StoreError."""
@@ -98,7 +106,7 @@ def store_errors(url: str | None = None) -> Iterator[None]:
 
 
 __all__ = [
-    "DEFAULT_STORE_PATH", "AppendResult", "AppendWaiter", "Cursors", "Leases", "Reader", "Recorder",
+    "DEFAULT_STORE_PATH", "AppendResult", "AppendWaiter", "Cursors", "Heartbeats", "Leases", "Reader", "Recorder",
     "Snapshot", "SnapshotReader", "Snapshots", "Store", "default_store_url",
-    "open_leases", "open_store", "resolve_url", "store_errors",
+    "open_heartbeats", "open_leases", "open_store", "resolve_url", "store_errors",
 ]

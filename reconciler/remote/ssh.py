@@ -18,6 +18,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from reconciler.remote.errors import (
     CommandTimeout,
     HostKeyMismatch,
     HostUnreachable,
+    RemoteError,
 )
 from reconciler.remote.types import CommandResult, Host
 
@@ -158,6 +160,8 @@ class SSHPool:
         self._clients: dict[tuple, paramiko.SSHClient] = {}
         self._locks: dict[tuple, threading.Lock] = {}
         self._guard = threading.Lock()
+        # Told the class name of every error a command ends with (HostUnreachable, ...). Metrics hook in here.
+        self.observers: list[Callable[[str], None]] = []
 
     # -- connections ---------------------------------------------------------------------
     def _slot(self, host: Host) -> tuple:
@@ -287,11 +291,16 @@ class SSHPool:
         """Run one exec request. A connection that died since its last use is reopened once;
         a command whose channel was lost is sent again once only when `idempotent`."""
         try:
-            return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
-        except ChannelLost:
-            if not idempotent:
-                raise
-            return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
+            try:
+                return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
+            except ChannelLost:
+                if not idempotent:
+                    raise
+                return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
+        except RemoteError as exc:
+            for observe in self.observers:
+                observe(type(exc).__name__)
+            raise
 
     def _run(self, host: Host, command: str, *, timeout: float, stdin: bytes | None, retries: int | None) -> CommandResult:
         for reuse in (True, False):

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "tail": "fanout:tail_cmd",
     "usage": "usage:usage_cmd",
     "dashboard": "dashboard:dashboard_cmd",
+    "status": "status:status_cmd",
     # the ledger's integrity and portability
     "verify": "verify:verify_cmd",
     "export": "export:export_cmd",

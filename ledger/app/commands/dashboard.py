@@ -11,7 +11,9 @@ from ledger import defaults
 from ledger.app.commands.common import log_archive_option, store_from
 from ledger.app.dashboard import server
 from ledger.app.dashboard.live import LiveLedger
+from ledger.app.dashboard.observe import observe_dashboard
 from ledger.app.dashboard.views import redact
+from ledger.app.observability.service import Service, metrics_option
 from ledger.fanout.pubsub import DEFAULT_TOPIC
 from reconciler.joblogs import open_archive
 
@@ -31,17 +33,19 @@ from reconciler.joblogs import open_archive
 @click.option("--verify-every", type=click.FloatRange(1.0), default=600.0, show_default=True, metavar="SECONDS",
               help="Check the whole ledger (as `ledger verify`) at start, then again as it grows: at most this many "
                    "seconds apart (sooner on a small ledger: a run costs at most ~5% of a core).")
+@metrics_option
 @click.pass_context
 def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None, log_archive: str | None,
-                  topic: str, verify_every: float) -> None:
+                  topic: str, verify_every: float, metrics_address: str | None) -> None:
     """Serve a read-only web dashboard of the ledger, updated live as events are appended.
 
     Pages: jobs (filter, sort, search), one job (its timeline as a picture, who asked,
     approved and merged, the spec, the events with their hash chain status, the tail of
     worker 0's log), TPUs (who holds what, shared TPUs and their line), usage (chip-hours
     by owner and by week, goodput) and the ledger's health (head, last verify, publisher
-    lag). /api/ answers the same in the shapes of the CLI's --json. Nothing can be
-    changed from it: every route is GET.
+    lag, the services' heartbeats). /api/ answers the same in the shapes of the CLI's
+    --json. Nothing can be changed from it: every route is GET. /metrics, /healthz and
+    /readyz are served on its port (and on --metrics-address too, if given).
 
     \b
     ledger dashboard                        # http://127.0.0.1:8900/
@@ -55,13 +59,17 @@ def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None
     warning = server.exposure_warning(host)
     if warning:
         click.echo(warning, err=True)
+    service = None
     try:
         live = LiveLedger(url, topic=topic, verify_every=verify_every)
+        service = observe_dashboard(Service("dashboard", url, metrics_address), live).start()
         logs = defaults.LOG_DIR if log_dir is None else Path(os.path.expanduser(log_dir))
         app = server.create_app(live, store_label=redact(url), log_dir=logs, allowed_hosts=server.hosts_for(host),
-                                log_archive=open_archive(log_archive or defaults.LOG_ARCHIVE))
+                                log_archive=open_archive(log_archive or defaults.LOG_ARCHIVE), service=service)
         click.echo(f"dashboard of {redact(url)}: {server.url_of(sock)}  ({len(live.state.jobs)} job(s) at seq "
                    f"{live.position}, loaded in {live.loaded_in:.1f} s; read-only; Ctrl-C stops)")
         server.serve(app, sock)
     finally:
         sock.close()
+        if service is not None:
+            service.close()

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.observability.service import Service, metrics_option
 from ledger.errors import UsageError, safe_url
 from ledger.fanout import pubsub
 from ledger.fanout.notifier import Notifier, parse_smtp
@@ -41,9 +42,10 @@ def _stop_on_signals() -> threading.Event:
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=1000, show_default=True,
               help="Events per Publish request (Pub/Sub allows at most 1000).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@metrics_option
 @click.pass_context
 def fanout_cmd(ctx: click.Context, project: str | None, topic: str | None, subscriptions: tuple[str, ...],
-               once: bool, timeout: float, batch_size: int, as_json: bool) -> None:
+               once: bool, timeout: float, batch_size: int, as_json: bool, metrics_address: str | None) -> None:
     """Publish every ledger event to a Pub/Sub topic (the outbox).
 
     Reads the ledger from the cursor `fanout:<topic>` stored beside the events, publishes
@@ -59,11 +61,20 @@ def fanout_cmd(ctx: click.Context, project: str | None, topic: str | None, subsc
     publisher = OutboxPublisher(store, config, subscriptions=subscriptions, batch_size=batch_size)
     if not once:  # a long-running command says which ledger it serves (the absolute file)
         click.echo(f"publishing {safe_url(store.url)} to {config.topic_path}", err=True)
+    service = Service("fanout", store.url, metrics_address, heartbeat=not once)
+
+    def lag() -> dict[str, Any]:
+        events, seconds = service.follower.outbox_lag(publisher.cursor)
+        return {"tpu_ledger_fanout_lag_events": [((config.topic_path,), events)],
+                "tpu_ledger_fanout_lag_seconds": [((config.topic_path,), seconds)]}
+
+    service.gauges(lag)
     try:
-        if once:
-            stats = publisher.run(threading.Event(), until_caught_up=True, deadline=time.monotonic() + timeout)
-        else:
-            stats = publisher.run(_stop_on_signals())
+        with service:
+            if once:
+                stats = publisher.run(threading.Event(), until_caught_up=True, deadline=time.monotonic() + timeout)
+            else:
+                stats = publisher.run(_stop_on_signals())
     finally:
         publisher.close()
         store.close()
@@ -131,9 +142,10 @@ def tail_cmd(ctx: click.Context, follow: bool, types: tuple[str, ...], jobs: tup
 @click.option("--follow", "-f", is_flag=True, help="Keep running and notify as events arrive.")
 @click.option("--from-start", is_flag=True, help="On a notifier's first run, go through all history (default: from now).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was sent as JSON.")
+@metrics_option
 @click.pass_context
 def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy_path: str | None, name: str,
-               follow: bool, from_start: bool, as_json: bool) -> None:
+               follow: bool, from_start: bool, as_json: bool, metrics_address: str | None) -> None:
     """Tell people when a job is rejected, preempted, failed, finished or cancelled.
 
     Posts Slack-compatible JSON to a webhook and/or emails the job's owner (addresses and
@@ -150,8 +162,10 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
                         name=name, from_start=from_start)
     if follow:
         click.echo(f"notifying from {safe_url(store.url)}", err=True)
+    service = Service("notify", store.url, metrics_address, heartbeat=follow)
     try:
-        report = notifier.run(_stop_on_signals()) if follow else notifier.run_once()
+        with service:
+            report = notifier.run(_stop_on_signals()) if follow else notifier.run_once()
     finally:
         store.close()
     if as_json:

@@ -24,6 +24,8 @@ from ledger.app.commands.common import (
     topic_option,
     tpu_access_options,
 )
+from ledger.app.observability.reconciler import member_lease, observe_reconciler
+from ledger.app.observability.service import Service, metrics_option
 from ledger.app.queueview import LedgerPolicy, PolicyFile
 from ledger.app.wiring import Settings, build
 from ledger.errors import safe_url
@@ -82,13 +84,14 @@ from reconciler.tpu import project_for
               help="A .ledger/policy.yaml to enforce (quotas, priority classes, fair share) instead of the one the "
                    "watcher recorded from the branch; read again when it changes, its rules recorded in the "
                    "ledger when they differ [env: LEDGER_POLICY; unset = the ledger's: the branch's file].")
+@metrics_option
 @click.pass_context
 def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: float, project: str, tpu_endpoint: str | None,
               ssh_key: Path | None, ssh_user: str, secrets_dir: Path | None, log_dir: Path | None, log_archive: str | None,
               log_collect_every: float, log_max_file_mib: int, log_max_job_mib: int, holder: str | None,
               api_backoff_max: float, orphan_grace: float,
               lease_ttl: float, topic: str | None, checkpoint_repo: str | None, checkpoint_ref: str,
-              checkpoint_every: float, policy_path: Path | None) -> None:
+              checkpoint_every: float, policy_path: Path | None, metrics_address: str | None) -> None:
     """Replay the ledger, observe TPUs and hosts, and act on every job.
 
     Creates TPU VMs or queued resources, sets hosts up over SSH, starts commands, and
@@ -106,6 +109,8 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
       ledger reconcile --once --timeout 300              # cron/CI: carry every job as far
                                                          # as it goes now, then exit
       ledger reconcile --interval 2 --policy jobs/.ledger/policy.yaml
+      ledger reconcile --metrics-address 0.0.0.0:9464    # Prometheus scrapes /metrics;
+                                                         # probes ask /healthz and /readyz
     """
     project = project_for(project, tpu_endpoint)
     store = store_from(ctx, create=True)
@@ -138,6 +143,9 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
         collector = CollectorThread(Collector(settings.log_dir, archive, limits), log_collect_every)
     checkpoints = start_checkpoints(settings.store_url, settings.ssh_key, settings.holder, repo=checkpoint_repo,
                                     ref=checkpoint_ref, project=project, topic=topic, every=checkpoint_every)
+    service = Service("reconcile", settings.store_url, metrics_address, lease_held=lambda: member_lease(rec))
+    observe_reconciler(service, rec, interval)
+    service.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     click.echo(f"reconciling {safe_url(settings.store_url)} against {tpu_endpoint or 'Google Cloud'} (project {project}) "
@@ -150,6 +158,7 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
     finally:
         rec.drain(timeout=60)
         rec.close()
+        service.close()
         if collector is not None:  # after the last probes: their output is collected too
             collector.close()
         if checkpoints is not None:  # the last one covers the last outcomes recorded above

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import time
 from pathlib import Path
 
 import click
@@ -11,6 +12,8 @@ from rich.table import Table
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
 from ledger.app.forgeopts import forge_options, forge_setup, listen_address, webhook_secret
+from ledger.app.observability.health import recent_check
+from ledger.app.observability.service import Service, metrics_option
 from ledger.app.queueview import would_start
 from ledger.app.webhook import WebhookServer
 from ledger.errors import LedgerError, UsageError, safe_url
@@ -63,12 +66,13 @@ def _summary(report) -> str:  # noqa: ANN001
               help="The webhook's shared secret [env: LEDGER_WEBHOOK_SECRET_FILE; or the secret in LEDGER_WEBHOOK_SECRET].")
 @click.option("--webhook-forge", type=click.Choice(["github", "gitlab"]), envvar="LEDGER_WEBHOOK_FORGE",
               default="github", show_default=True, help="Who sends the webhook [env: LEDGER_WEBHOOK_FORGE].")
+@metrics_option
 @click.pass_context
 def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval: float,
               accept_rewrite: bool, cache_dir: Path | None, no_watchdog: bool, as_json: bool,
               project: str, topic: str | None, forge: str | None, forge_repo: str | None, forge_url: str | None,
               forge_token_file: Path | None, web_flow_keys: Path | None, webhook_listen: str | None,
-              webhook_secret_file: Path | None, webhook_forge: str) -> None:
+              webhook_secret_file: Path | None, webhook_forge: str, metrics_address: str | None) -> None:
     """Turn every new commit on BRANCH into ledger events, exactly once.
 
     Each commit's diff of jobs/ against its first parent becomes events: an added spec is
@@ -123,15 +127,29 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
         where = f"; webhook on {webhook_listen}" if receiver else ""
         out.print(f"watching {source} ({branch}) into {safe_url(store.url)}; poll every {interval:g} s{where}; Ctrl-C to stop",
                   markup=False)
+    service = observe_watcher(Service("watch", store.url, metrics_address), watcher)
     try:
         if receiver is not None:
             receiver.start()
-        with publishing(store.url, project, topic):
+        with publishing(store.url, project, topic), service:
             watcher.run()
     finally:
         watcher.stop()
         if receiver is not None:
             receiver.stop()
+
+
+def observe_watcher(service: Service, watcher: Watcher) -> Service:
+    """The watcher's lag behind the branch, its failed ingests, and readiness: an ingest ran
+    through within a few polls (a failing git or store makes it unready)."""
+    service.gauges(lambda: {
+        "tpu_ledger_watcher_last_success_timestamp_seconds": watcher.last_success,
+        "tpu_ledger_watcher_lag_seconds": None if watcher.last_success is None else max(0.0, time.time() - watcher.last_success),
+        "tpu_ledger_watcher_errors": watcher.errors,
+    })
+    max_age = max(defaults.READY_PASS_MIN_S, defaults.READY_PASS_INTERVALS * watcher.interval)
+    service.readiness.add("ingest", recent_check("ingest", lambda: watcher.last_success, max_age))
+    return service
 
 
 def _on_delivery(action, setup, watcher: Watcher) -> None:  # noqa: ANN001

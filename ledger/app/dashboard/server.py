@@ -41,9 +41,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ledger import defaults
 from ledger.app.dashboard import timeline, views
 from ledger.app.dashboard.live import LiveLedger, StorePool
+from ledger.app.dashboard.observe import Endpoints, instances
 from ledger.app.figures import USAGE_HEADERS, chip_hours, percent, usage_cells
+from ledger.app.observability.service import Service
 from ledger.describe import figure
 from ledger.errors import LedgerError, UsageError
 from reconciler.joblogs import DirArchive, LogArchive, LogView
@@ -150,8 +153,9 @@ def _int_param(request: Request, name: str) -> int | None:
 class Dashboard:
     """The routes, bound to one live ledger."""
 
-    def __init__(self, live: LiveLedger, *, store_label: str, logs: LogView | None) -> None:
+    def __init__(self, live: LiveLedger, *, store_label: str, logs: LogView | None, service: Service | None = None) -> None:
         self.live = live
+        self.service = service
         self.store_label = store_label
         self.logs = logs
         self.pool = StorePool(live.store_url)
@@ -231,7 +235,10 @@ class Dashboard:
 
     def _health(self) -> dict[str, Any]:
         with self.pool.store() as store:
-            return views.health_page(self.live, store, self.store_label)
+            data = views.health_page(self.live, store, self.store_label)
+        data["instances"] = instances(self.live.store_url)
+        data["dead_after"] = defaults.HEARTBEAT_DEAD_S
+        return data
 
     # -- /api/ ------------------------------------------------------------------------------
     async def api_index(self, request: Request) -> Response:
@@ -290,7 +297,11 @@ class Dashboard:
         return JSONResponse({"weeks": data["weeks"], "position": data["position"]})
 
     async def api_health(self, request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(self._health))
+        """503 when the last verify found the ledger unsound or could not run."""
+        data = await run_in_threadpool(self._health)
+        verify = data.get("verify")
+        failed = verify is not None and not (verify.get("report") or {}).get("ok", False)
+        return JSONResponse(data, status_code=503 if failed else 200)
 
     # -- the live stream --------------------------------------------------------------------
     async def stream(self, request: Request) -> Response:
@@ -348,6 +359,14 @@ class Dashboard:
             await run_in_threadpool(self.live.close)
             self.pool.close()
 
+    def _service_routes(self) -> list[Route]:
+        """/metrics, /healthz, /readyz when the dashboard runs as a service (`ledger dashboard`)."""
+        if self.service is None:
+            return []
+        ends = Endpoints(self.service)
+        return [Route("/metrics", ends.metrics, methods=["GET"]), Route("/healthz", ends.healthz, methods=["GET"]),
+                Route("/readyz", ends.readyz, methods=["GET"])]
+
     def app(self, allowed_hosts: list[str] | None = None) -> Starlette:
         get = ["GET"]
         p = self.page
@@ -372,6 +391,7 @@ class Dashboard:
             Route("/api/usage/weeks", p(self.api_weeks), methods=get),
             Route("/api/health", p(self.api_health), methods=get),
             Route("/api/stream", p(self.stream), methods=get),
+            *self._service_routes(),
             Mount("/static", StaticFiles(packages=[(PACKAGE, "static")]), name="static"),
         ]
 
@@ -393,11 +413,12 @@ class Dashboard:
 
 
 def create_app(live: LiveLedger, *, store_label: str, log_dir: Path | None = None, log_archive: LogArchive | None = None,
-               allowed_hosts: list[str] | None = None) -> Starlette:
+               allowed_hosts: list[str] | None = None, service: Service | None = None) -> Starlette:
     """`log_archive`: where reconcilers collect job logs; `log_dir`: a reconciler's own log
     directory on this host. The job page reads both (reconciler.joblogs.LogView)."""
     sources = [*([log_archive] if log_archive is not None else []), *([DirArchive(log_dir)] if log_dir else [])]
-    return Dashboard(live, store_label=store_label, logs=LogView(sources) if sources else None).app(allowed_hosts)
+    return Dashboard(live, store_label=store_label, logs=LogView(sources) if sources else None,
+                     service=service).app(allowed_hosts)
 
 
 def hosts_for(host: str) -> list[str] | None:

@@ -1,12 +1,13 @@
 """The shared PostgreSQL backend: its recorder, snapshots and cursors, leases, and SQL files.
 
-`open_store(url)` / `open_leases(url)` take `postgresql://user@host:port/db[?schema=name]`.
+`open_store(url)` / `open_leases(url)` / `open_heartbeats(url)` take `postgresql://user@host:port/db[?schema=name]`.
 Importing this package imports psycopg: `ledger.store` does so only when such a URL is opened.
 """
 
 from __future__ import annotations
 
 from ledger.store.postgres.database import READER_ROLE, WRITER_ROLE, PgDatabase, split_url
+from ledger.store.postgres.heartbeats import PostgresHeartbeats
 from ledger.store.postgres.leases import PostgresLeases
 from ledger.store.postgres.store import PostgresStore
 
@@ -22,4 +23,9 @@ def open_leases(url: str) -> PostgresLeases:
     return PostgresLeases(PgDatabase(url), owns_db=True)
 
 
-__all__ = ["PREFIXES", "READER_ROLE", "WRITER_ROLE", "PostgresLeases", "PostgresStore", "open_leases", "open_store", "split_url"]
+def open_heartbeats(url: str, *, create: bool = True) -> PostgresHeartbeats:
+    """Heartbeats of the ledger at `url` (the ledger must exist unless `create`), on a connection of their own."""
+    return PostgresHeartbeats(PgDatabase(url, create=create), owns_db=True)
+
+
+__all__ = ["PREFIXES", "READER_ROLE", "WRITER_ROLE", "PostgresHeartbeats", "PostgresLeases", "open_heartbeats", "PostgresStore", "open_leases", "open_store", "split_url"]

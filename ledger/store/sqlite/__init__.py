@@ -1,6 +1,6 @@
 """The embedded SQLite backend: its recorder, snapshots and cursors, leases, and SQL files.
 
-`open_store(url)` / `open_leases(url)` take `sqlite:///path[?synchronous=FULL|NORMAL]`;
+`open_store(url)` / `open_leases(url)` / `open_heartbeats(url)` take `sqlite:///path[?synchronous=FULL|NORMAL]`;
 `ledger.store` dispatches URLs here.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ledger.errors import UsageError
+from ledger.store.sqlite.heartbeats import SQLiteHeartbeats
 from ledger.store.sqlite.leases import SQLiteLeases
 from ledger.store.sqlite.store import SQLiteStore
 
@@ -41,4 +42,10 @@ def open_leases(url: str) -> SQLiteLeases:
         return store.leases()
 
 
-__all__ = ["PREFIX", "SQLiteLeases", "SQLiteStore", "open_leases", "open_store", "path_of"]
+def open_heartbeats(url: str, *, create: bool = True) -> SQLiteHeartbeats:
+    """Heartbeats of the ledger at `url` (the ledger must exist unless `create`), on a connection of their own."""
+    with open_store(url, create=create) as store:
+        return SQLiteHeartbeats(store.path)
+
+
+__all__ = ["PREFIX", "SQLiteHeartbeats", "SQLiteLeases", "open_heartbeats", "SQLiteStore", "open_leases", "open_store", "path_of"]

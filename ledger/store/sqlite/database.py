@@ -23,7 +23,7 @@ from ledger.store.base import FORMAT_VERSION, check_format
 
 PACKAGE = __package__
 # The tables a tpu-ledger file may hold; any other table means it is some other database.
-TABLES = frozenset({"meta", "events", "snapshots", "cursors", "leases"})
+TABLES = frozenset({"meta", "events", "snapshots", "cursors", "leases", "heartbeats"})
 
 
 def connect(path: Path, *, cache_kib: int) -> sqlite3.Connection:

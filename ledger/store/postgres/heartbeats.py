@@ -1,0 +1,46 @@
+"""The shared ledger's heartbeats (ledger/store/heartbeats.py): a table beside the ledger's
+schema, judged by the database server's clock."""
+
+from __future__ import annotations
+
+import contextlib
+
+import psycopg
+
+from ledger.store.heartbeats import Beat, Heartbeat
+from ledger.store.postgres.database import PgDatabase
+
+
+class PostgresHeartbeats:
+    def __init__(self, db: PgDatabase, *, owns_db: bool = False) -> None:
+        self._db = db
+        self._q = db.statements("heartbeats.sql")
+        self._owns = owns_db
+        self._table = f"{db.schema}.heartbeats"
+        if not self._exists():
+            with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # a reader: no rows until a service beats
+                self._db.execute(self._q["create"])
+
+    def _exists(self) -> bool:
+        return bool(self._db.execute(self._q["exists"], {"table": self._table})[0][0])
+
+    def beat(self, beat: Beat) -> None:
+        self._db.execute(self._q["beat"], {
+            "instance": beat.instance, "component": beat.component, "host": beat.host, "pid": beat.pid,
+            "version": beat.version, "started": beat.started, "lease_held": beat.lease_held,
+        })
+
+    def stop(self, instance: str) -> None:
+        self._db.execute(self._q["stop"], {"instance": instance})
+
+    def all(self) -> list[Heartbeat]:
+        if not self._exists():
+            return []
+        return [Heartbeat(*row) for row in self._db.execute(self._q["all"])]
+
+    def forget(self, older_than: float) -> int:
+        return len(self._db.execute(self._q["forget"], {"older_than": float(older_than)}))
+
+    def close(self) -> None:
+        if self._owns:
+            self._db.close()

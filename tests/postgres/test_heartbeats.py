@@ -1,0 +1,102 @@
+"""Heartbeats on both stores: a row per instance beside the ledger (never an event), judged by
+the store's clock, created where missing so older code and the store format are unaffected."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from click.testing import CliRunner
+
+from ledger import defaults
+from ledger.app.cli import cli
+from ledger.app.observability.heartbeat import HeartbeatThread
+from ledger.store import open_heartbeats, open_store
+from ledger.store.heartbeats import ALIVE, DEAD, STOPPED, Beat
+
+
+def _beat(instance: str, lease: bool | None = None) -> Beat:
+    return Beat(instance, "reconcile", "host-a", 4242, "0.1.0", time.time() - 10, lease)
+
+
+def test_beats_are_rows_not_events(new_ledger_url: Callable[[], str]) -> None:
+    url = new_ledger_url()
+    with open_store(url) as store:
+        head = store.head()
+    beats = open_heartbeats(url)
+    try:
+        beats.beat(_beat("reconcile@host-a:4242", True))
+        beats.beat(_beat("reconcile@host-a:4242", False))  # the same instance: one row, updated
+        beats.beat(_beat("watch@host-b:7"))
+        rows = {b.instance: b for b in beats.all()}
+        assert set(rows) == {"reconcile@host-a:4242", "watch@host-b:7"}
+        row = rows["reconcile@host-a:4242"]
+        assert (row.component, row.host, row.pid, row.version, row.lease_held) == ("reconcile", "host-a", 4242, "0.1.0", False)
+        assert row.state(defaults.HEARTBEAT_DEAD_S) == ALIVE
+        assert row.state(-1.0) == DEAD  # older than the threshold: dead
+        assert rows["watch@host-b:7"].lease_held is None
+        beats.stop("watch@host-b:7")
+        assert {b.instance: b for b in beats.all()}["watch@host-b:7"].state(defaults.HEARTBEAT_DEAD_S) == STOPPED
+        assert beats.forget(3600.0) == 0
+    finally:
+        beats.close()
+    with open_store(url, create=False) as store:
+        assert store.head() == head  # heartbeats never enter the ledger
+
+
+def test_a_reader_of_a_ledger_without_heartbeats_sees_none(new_ledger_url: Callable[[], str]) -> None:
+    url = new_ledger_url()
+    open_store(url).close()
+    beats = open_heartbeats(url, create=False)
+    try:
+        assert beats.all() == []
+    finally:
+        beats.close()
+
+
+def test_the_thread_beats_and_says_it_stopped(new_ledger_url: Callable[[], str]) -> None:
+    url = new_ledger_url()
+    open_store(url).close()
+    thread = HeartbeatThread(url, "fanout", every=0.05).start()
+    deadline = time.monotonic() + 30
+    while thread.beats < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert thread.beats >= 3
+    thread.close()
+    beats = open_heartbeats(url, create=False)
+    try:
+        (row,) = beats.all()
+    finally:
+        beats.close()
+    assert row.instance == thread.instance and row.component == "fanout"
+    assert row.state(defaults.HEARTBEAT_DEAD_S) == STOPPED
+
+
+def test_forget_drops_only_silent_instances(new_ledger_url: Callable[[], str]) -> None:
+    url = new_ledger_url()
+    beats = open_heartbeats(url)
+    try:
+        beats.beat(_beat("old@h:1"))
+        time.sleep(0.2)
+        beats.beat(_beat("new@h:2"))
+        assert beats.forget(0.1) == 1
+        assert [b.instance for b in beats.all()] == ["new@h:2"]
+    finally:
+        beats.close()
+
+
+def test_status_lists_instances(new_ledger_url: Callable[[], str]) -> None:
+    url = new_ledger_url()
+    beats = open_heartbeats(url)
+    try:
+        beats.beat(_beat("reconcile@host-a:1", True))
+        beats.beat(Beat("watch@host-b:2", "watch", "host-b", 2, "0.1.0", time.time()))
+    finally:
+        beats.close()
+    result = CliRunner().invoke(cli, ["--store", url, "status", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["instance"]: r for r in json.loads(result.output)}
+    assert rows["reconcile@host-a:1"]["state"] == "alive" and rows["reconcile@host-a:1"]["lease_held"] is True
+    text = CliRunner().invoke(cli, ["--store", url, "status"])
+    assert "reconcile@host-a:1" in text.output and "watch@host-b:2" in text.output and "alive" in text.output
