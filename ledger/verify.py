@@ -217,9 +217,9 @@ def _child(send, url: str, after: int, until: int) -> None:
         send.close()
 
 
-def _check_range(rows: Iterable[tuple], after: int) -> tuple[Problem | None, str | None, int]:
+def _check_range(rows: Iterable[tuple], after: int, checker: RowChecker | None = None) -> tuple[Problem | None, str | None, int]:
     """(first problem, the first row's prev_hash, rows seen) for rows after seq `after`."""
-    checker = RowChecker()
+    checker = checker or RowChecker()
     expected_seq, prev_hash, first_prev, count = after + 1, None, None, 0
     for row in rows:
         seq, row_prev, hash_ = row[0], row[9], row[10]
@@ -255,6 +255,7 @@ class TailCheck:
         self.after: int | None = None  # the seq checked up to
         self.last_hash: str | None = None  # that row's hash
         self.problem: Problem | None = None  # once found, kept: the ledger does not heal
+        self._checker: RowChecker | None = None  # built once (it compiles every event type's schema)
 
     def check(self, store: Reader) -> Problem | None:
         if self.problem is not None:
@@ -265,6 +266,10 @@ class TailCheck:
         if head < self.after:
             self.problem = Problem(head + 1, f"the head went back from seq {self.after} to {head}: events were removed")
             return self.problem
+        if head == self.after and self.last_hash is not None:
+            return None  # nothing new
+        if self._checker is None:
+            self._checker = RowChecker()
         last: list[tuple] = []
 
         def remember(rows: Iterable[tuple]) -> Iterator[tuple]:
@@ -272,7 +277,7 @@ class TailCheck:
                 last[:] = [row]
                 yield row
 
-        problem, first_prev, count = _check_range(remember(store.raw_rows(self.after)), self.after)
+        problem, first_prev, count = _check_range(remember(store.raw_rows(self.after)), self.after, self._checker)
         if problem is None and count and self.last_hash is not None and first_prev != self.last_hash:
             problem = Problem(self.after + 1, f"prev_hash does not match the hash of seq {self.after}: the chain is broken")
         if problem is not None:

@@ -44,7 +44,7 @@ one job past its user and team quotas; the lab's chips still bound it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -506,8 +506,7 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
         prio = policy.priorities
     else:
         decision = Decision(order=[j.id for j in sorted(
-            (j for j in jobs.values() if j.tpu is None and not j.terminal and j.state in WAITING_STATES
-             and not j.cancel_requested), key=lambda j: (-j.priority, j.submitted_seq, j.id))])
+            waiting_jobs(jobs.values()), key=lambda j: (-j.priority, j.submitted_seq, j.id))])
         decision.admitted = set(decision.order)
         prio = Policy().priorities
     tree = decision.tree
@@ -547,6 +546,11 @@ def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = 
             "victims": list(wait.victims) if wait else [],
         })
     return rows
+
+
+def waiting_jobs(jobs: Iterable[JobState]) -> Iterator[JobState]:
+    """The jobs that wait for a TPU: none held, not ended, in a waiting state, not being cancelled."""
+    return (j for j in jobs if j.tpu is None and not j.terminal and j.state in WAITING_STATES and not j.cancel_requested)
 
 
 def waiting_since(job: JobState) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -179,9 +179,25 @@ def queue_summary(rows: list[dict[str, Any]], now: datetime | None = None) -> di
     for r in rows:
         by_wait[r["wait"]] = by_wait.get(r["wait"], 0) + 1
     oldest = min((r["since"] for r in rows if r.get("since")), default=None)
-    moment = now or datetime.now(UTC)
-    age = None if oldest is None else max(0.0, (moment - parse_time(oldest)).total_seconds())
-    return {"waiting": len(rows), "by_wait": by_wait, "oldest_since": oldest, "oldest_wait_s": age}
+    return {"waiting": len(rows), "by_wait": by_wait, "oldest_since": oldest, "oldest_wait_s": _waited(oldest, now)}
+
+
+def _waited(since: str | None, now: datetime | None) -> float | None:
+    """Seconds from `since` to `now` (None: nobody waits)."""
+    return None if since is None else max(0.0, ((now or datetime.now(UTC)) - parse_time(since)).total_seconds())
+
+
+def waiting_summary(jobs: Iterable[JobState], now: datetime | None = None) -> dict[str, Any]:
+    """How many jobs wait for a TPU and since when the longest has waited, straight from the
+    fold (admission.waiting_jobs): the metrics' cheap reading of the queue, with no admission
+    pass (`queue_summary` of `queue_rows` says the same with the reasons)."""
+    count, oldest = 0, None
+    for job in admission.waiting_jobs(jobs):
+        count += 1
+        since = admission.waiting_since(job)
+        if since and (oldest is None or since < oldest):
+            oldest = since
+    return {"waiting": count, "oldest_since": oldest, "oldest_wait_s": _waited(oldest, now)}
 
 
 class _Stream:

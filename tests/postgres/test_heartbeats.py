@@ -7,11 +7,13 @@ import json
 import time
 from collections.abc import Callable
 
+import psycopg
 from click.testing import CliRunner
 
 from ledger import defaults
 from ledger.app.cli import cli
 from ledger.app.observability.heartbeat import HeartbeatThread
+from ledger.app.observability.service import Service
 from ledger.store import open_heartbeats, open_store
 from ledger.store.heartbeats import ALIVE, DEAD, STOPPED, Beat
 
@@ -100,3 +102,21 @@ def test_status_lists_instances(new_ledger_url: Callable[[], str]) -> None:
     assert rows["reconcile@host-a:1"]["state"] == "alive" and rows["reconcile@host-a:1"]["lease_held"] is True
     text = CliRunner().invoke(cli, ["--store", url, "status"])
     assert "reconcile@host-a:1" in text.output and "watch@host-b:2" in text.output and "alive" in text.output
+
+
+def test_readiness_fails_when_the_shared_store_is_gone(pg_url: str, pg_database: str) -> None:
+    """A service on PostgreSQL: ready while its schema answers; once the ledger's schema is
+    dropped, /readyz's `store` check fails and says what it could not read."""
+    open_store(pg_url).close()
+    service = Service("fanout", pg_url, None, heartbeat=False).start()
+    try:
+        ready, body = service.readiness.run()
+        assert ready, body
+        schema = pg_url.rsplit("schema=", 1)[1]
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        ready, body = service.readiness.run()
+        assert not ready and "store" in body["failed"], body
+        assert "no ledger in schema" in body["checks"]["store"]["detail"]
+    finally:
+        service.close()

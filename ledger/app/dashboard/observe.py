@@ -18,7 +18,7 @@ from ledger.app.observability.collectors import JobSources
 from ledger.app.observability.health import Check
 from ledger.app.observability.server import health_body
 from ledger.app.observability.service import Service
-from ledger.app.queueview import queue_rows, queue_summary, recorded_policy
+from ledger.app.queueview import recorded_policy, waiting_summary
 from ledger.fanout.publisher import cursor_name
 from ledger.store import open_heartbeats
 
@@ -37,13 +37,8 @@ def verify_check(live: LiveLedger) -> Check:
 
 def observe_dashboard(service: Service, live: LiveLedger) -> Service:
     def queue() -> dict[str, Any]:
-        with service.follower.lock:
-            store = service.follower.store()
-            policy = recorded_policy(store)
-            usage = live.recent_usage(policy, store)
-            with live.lock:
-                rows = queue_rows(store, policy, live.state.jobs, usage, live.capacity)
-        return queue_summary(rows)
+        with live.lock:
+            return waiting_summary(list(live.state.jobs.values()))
 
     def values() -> dict[str, Any]:
         run = live.last_verify

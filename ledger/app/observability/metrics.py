@@ -1,4 +1,4 @@
-"""Every metric tpu-ledger exports, defined here and nowhere else (docs/operations.md lists them).
+"""Every metric tpu-ledger exports, defined here and nowhere else (docs/metrics.md lists them).
 
 Names follow Prometheus's conventions: `tpu_ledger_` first, the unit last (`_seconds`,
 `_chips`), counters end in `_total`, durations are histograms. A process registers only the

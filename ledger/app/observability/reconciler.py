@@ -12,7 +12,7 @@ from ledger.app.observability.collectors import JobSources, stable_jobs
 from ledger.app.observability.health import Check, recent_check
 from ledger.app.observability.metrics import ReconcilerMetrics
 from ledger.app.observability.service import Service
-from ledger.app.queueview import queue_rows, queue_summary
+from ledger.app.queueview import waiting_summary
 from reconciler.loop import Reconciler
 from reconciler.membership import JOB_PREFIX, MEMBER_PREFIX
 from reconciler.model import Action
@@ -62,10 +62,7 @@ def observe_reconciler(service: Service, rec: Reconciler, interval: float) -> Pa
         }
 
     def queue() -> dict[str, Any]:
-        jobs = {j.id: j for j in stable_jobs(rec.state.jobs)}
-        policy = rec.config.policy
-        rows = queue_rows(service.follower.store(), policy, jobs, rec.recent_usage(time.time()), rec.capacity)
-        return queue_summary(rows)
+        return waiting_summary(stable_jobs(rec.state.jobs))
 
     service.gauges(values)
     service.jobs(JobSources(jobs=lambda: rec.state.jobs, policy=lambda: rec.config.policy, queue=queue))
