@@ -164,7 +164,7 @@ def test_a_log_tail_never_leaves_the_log_directory(ledger, tmp_path):
 
 def test_the_job_page_shows_timeline_who_events_chain_and_log(site):
     deadline = time.monotonic() + 30
-    while get_json(site.url, "/api/health")["verify"] is None:  # the first verify runs at start
+    while json.loads(get(site.url, "/api/health")[2])["verify"] is None:  # the first verify runs at start
         assert time.monotonic() < deadline, "verify never ran"
         time.sleep(0.05)
     status, _, page = get(site.url, "/jobs/alice/bert")
@@ -174,7 +174,9 @@ def test_the_job_page_shows_timeline_who_events_chain_and_log(site):
     assert "a@lab.example" in page and "s@lab.example" in page  # asked, approved
     assert page.count('class="chain chain-verified"') == sum(1 for e in HAND if e[0] == "alice/bert")
     assert f"done {SCRIPT}" not in page and "done &lt;script&gt;" in page  # the log, escaped
-    health = get_json(site.url, "/api/health")
+    status, _, body = get(site.url, "/api/health")
+    health = json.loads(body)
+    assert status == 503  # the ledger is unsound: /api/health says so in its status too (issue 30)
     # verify stops at the stream name the event schema refuses; every event before it is verified
     assert health["verify"]["report"]["problem"]["position"] == len(HAND) + 2, health["verify"]
     assert "stream" in health["verify"]["report"]["problem"]["reason"]
