@@ -4,10 +4,13 @@ the store's clock, created where missing so older code and the store format are 
 from __future__ import annotations
 
 import json
+import secrets
 import time
+import urllib.parse
 from collections.abc import Callable
 
 import psycopg
+import pytest
 from click.testing import CliRunner
 
 from ledger import defaults
@@ -16,6 +19,7 @@ from ledger.app.observability.heartbeat import HeartbeatThread
 from ledger.app.observability.service import Service
 from ledger.store import open_heartbeats, open_store
 from ledger.store.heartbeats import ALIVE, DEAD, STOPPED, Beat
+from ledger.store.postgres import READER_ROLE, WRITER_ROLE
 
 
 def _beat(instance: str, lease: bool | None = None) -> Beat:
@@ -120,3 +124,37 @@ def test_readiness_fails_when_the_shared_store_is_gone(pg_url: str, pg_database:
         assert "no ledger in schema" in body["checks"]["store"]["detail"]
     finally:
         service.close()
+
+
+def test_the_writer_role_beats_and_the_reader_role_reads(pg_url: str, pg_admin_url: str) -> None:
+    """The table is created after roles.sql ran: its creator grants it as roles.sql grants the
+    ledger's tables, so a service logged in as a ledger_writer member beats, a ledger_reader
+    member (`ledger status`, the dashboard) reads and cannot beat."""
+    open_heartbeats(pg_url).close()  # the owner creates the ledger and the table
+    logins = {role: f"hb_{secrets.token_hex(4)}" for role in (WRITER_ROLE, READER_ROLE)}
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        for role, login in logins.items():
+            conn.execute(f'CREATE ROLE "{login}" LOGIN IN ROLE {role}')
+    parts = urllib.parse.urlsplit(pg_url)
+
+    def as_login(role: str) -> str:
+        return urllib.parse.urlunsplit(parts._replace(netloc=f"{logins[role]}@{parts.netloc.rsplit('@', 1)[-1]}"))
+
+    try:
+        writer = open_heartbeats(as_login(WRITER_ROLE), create=False)
+        try:
+            writer.beat(_beat("reconcile@host-w:1", True))
+        finally:
+            writer.close()
+        reader = open_heartbeats(as_login(READER_ROLE), create=False)
+        try:
+            assert [b.instance for b in reader.all()] == ["reconcile@host-w:1"]
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                reader.beat(_beat("mallory@h:2"))
+        finally:
+            reader.close()
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            for login in logins.values():
+                conn.execute(f'DROP OWNED BY "{login}"')
+                conn.execute(f'DROP ROLE "{login}"')

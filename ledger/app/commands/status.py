@@ -50,7 +50,7 @@ def status_cmd(ctx: click.Context, as_json: bool, check: bool) -> None:
         width = max(len(r["instance"]) for r in rows)
         click.echo(f"{'INSTANCE':<{width}}  {'COMPONENT':<10} {'STATE':<8} {'LAST BEAT':>10}  {'LEASE':<8} {'VERSION':<8} STARTED")
         for r in rows:
-            lease = "-" if r["lease_held"] is None else ("held" if r["lease_held"] else "lost")
+            lease = "-" if r["lease_held"] is None or r["state"] == "stopped" else ("held" if r["lease_held"] else "lost")
             click.echo(f"{r['instance']:<{width}}  {r['component']:<10} {r['state']:<8} {r['age']:>8.1f} s  {lease:<8} "
                        f"{r['version']:<8} {_when(r['started'])}")
         click.echo(f"(dead: no heartbeat for {defaults.HEARTBEAT_DEAD_S:g} s)")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 
 import psycopg
+from psycopg import sql
 
+from ledger.store import sqlfiles
 from ledger.store.heartbeats import Beat, Heartbeat
-from ledger.store.postgres.database import PgDatabase
+from ledger.store.postgres.database import PACKAGE, READER_ROLE, WRITER_ROLE, PgDatabase
 
 
 class PostgresHeartbeats:
@@ -20,6 +22,14 @@ class PostgresHeartbeats:
         if not self._exists():
             with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # a reader: no rows until a service beats
                 self._db.execute(self._q["create"])
+                self._db.execute(self._grant())
+
+    def _grant(self) -> str:
+        conn = self._db.conn
+        return self._db.render(sqlfiles.queries(PACKAGE, "heartbeats.sql")["grant"],
+                               role=sql.Literal(WRITER_ROLE).as_string(conn), role_id=sql.Identifier(WRITER_ROLE).as_string(conn),
+                               reader=sql.Literal(READER_ROLE).as_string(conn),
+                               reader_id=sql.Identifier(READER_ROLE).as_string(conn))
 
     def _exists(self) -> bool:
         return bool(self._db.execute(self._q["exists"], {"table": self._table})[0][0])

@@ -40,3 +40,18 @@ FROM {s}.heartbeats ORDER BY last_beat DESC, instance;
 -- name: forget
 DELETE FROM {s}.heartbeats WHERE last_beat < clock_timestamp() - make_interval(secs => %(older_than)s)
 RETURNING instance;
+
+-- Whoever creates the table grants it as roles.sql grants the ledger's tables (which ran
+-- before this table existed): the writer beats, the reader reads. Skipped when not permitted.
+-- {role}/{reader} are the roles' names as literals, {role_id}/{reader_id} as identifiers.
+-- name: grant
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = {role}) THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.heartbeats TO {role_id};
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = {reader}) THEN
+        GRANT SELECT ON {s}.heartbeats TO {reader_id};
+    END IF;
+EXCEPTION WHEN insufficient_privilege THEN NULL;
+END $$;
