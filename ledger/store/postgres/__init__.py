@@ -17,9 +17,18 @@ def open_store(url: str, *, create: bool = True) -> PostgresStore:
     return PostgresStore(url, create=create)
 
 
+def upgrade(url: str, *, dry_run: bool = False) -> tuple[int, int]:
+    """`ledger upgrade`: the ledger schema at `url` brought to this code's format, (from, to)."""
+    db = PgDatabase(url, create=False, upgrade=True)
+    try:
+        return db.upgrade_format(dry_run=dry_run)
+    finally:
+        db.close()
+
+
 def open_leases(url: str) -> PostgresLeases:
     """Leases of the ledger at `url` (created if missing), on a connection of their own."""
     return PostgresLeases(PgDatabase(url), owns_db=True)
 
 
-__all__ = ["PREFIXES", "READER_ROLE", "WRITER_ROLE", "PostgresLeases", "PostgresStore", "open_leases", "open_store", "split_url"]
+__all__ = ["PREFIXES", "READER_ROLE", "WRITER_ROLE", "PostgresLeases", "PostgresStore", "open_leases", "open_store", "split_url", "upgrade"]

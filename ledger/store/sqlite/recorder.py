@@ -37,11 +37,16 @@ class _Request:
         self.error: BaseException | None = None
 
 
+def _one_event(batches: Sequence[tuple[str, Sequence[NewEvent], int | None]]) -> bool:
+    return len(batches) == 1 and len(batches[0][1]) == 1
+
+
 class SQLiteRecorder(AppendOne, SQLiteDatabase):
     _read_db: sqlite3.Connection | None = None
     # What this connection knows of the log: the head and stream versions, kept exact by
     # this connection's own appends and valid while `PRAGMA data_version` (bumped by other
-    # connections' commits only) still reads `_seen`. An append then needs no SELECT.
+    # connections' commits only) still reads `_seen`. An append then needs no SELECT; a lone
+    # event needs no transaction of its own either (`_lone_insert`).
     _seen: int | None = None
     _head: tuple[int, str] = (0, GENESIS_HASH)
     _versions: dict[str, int]
@@ -82,7 +87,10 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
             request = group[0]
             try:
                 try:
-                    request.result = self._transaction(lambda: self._attempt(request.batches, stamp, optimistic=True))
+                    if self._seen is not None and _one_event(request.batches):
+                        request.result = self._lone_insert(request.batches, stamp)
+                    else:
+                        request.result = self._transaction(lambda: self._attempt(request.batches, stamp, optimistic=True))
                 except (sqlite3.IntegrityError, ConflictError):
                     request.result = self._transaction(lambda: self._attempt(request.batches, stamp, optimistic=False))
             except BaseException as exc:
@@ -104,6 +112,19 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
                 request.error = request.error or exc
         for request in group:
             request.done = True
+
+    def _lone_insert(self, batches: Sequence[tuple[str, Sequence[NewEvent], int | None]], stamp: str) -> list[AppendResult]:
+        """One event, from the cache: its INSERT is the whole transaction (autocommit: the
+        write lock, the insert trigger's checks against the file as it is, the commit and
+        its fsync), with no BEGIN, no PRAGMA data_version and no COMMIT round trip. A cache
+        made stale by another connection's commit cannot be written: that commit moved the
+        head, so the trigger refuses this row's seq, and the caller redoes it with every
+        lookup (and `_transaction` reloads the cache)."""
+        try:
+            return self._attempt(batches, stamp, optimistic=True)
+        except BaseException:
+            self._seen = None
+            raise
 
     def _transaction(self, work: Callable[[], T]) -> T:
         """work() in one write transaction; the cache is checked at its start and is the
