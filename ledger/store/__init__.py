@@ -79,12 +79,13 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     return _backend(url).open_store(url, create=create)
 
 
-def upgrade_store(url: str | None = None, *, dry_run: bool = False) -> tuple[int, int]:
+def upgrade_store(url: str | None = None, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
     """`ledger upgrade`: bring the ledger at `url` to this code's format in one transaction;
-    (from, to) formats, equal when it was current. Every other way of opening a ledger
-    refuses an older format (docs/upgrades.md)."""
+    (from, to) formats, equal when it was current. Refused while a lease is held (a
+    reconciler still running), unless `force`. Every other way of opening a ledger refuses
+    an older format (docs/upgrades.md)."""
     url = resolve_url(url or default_store_url())
-    return _backend(url).upgrade(url, dry_run=dry_run)
+    return _backend(url).upgrade(url, dry_run=dry_run, force=force)
 
 
 def open_leases(url: str | None = None) -> Leases:

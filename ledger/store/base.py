@@ -129,6 +129,17 @@ def check_format(found: str | int, where: str, *, upgrade: bool = False) -> bool
     return True
 
 
+def check_no_holders(holders: Sequence[str], where: str) -> None:
+    """`ledger upgrade` refuses while anyone holds a lease on the ledger: a reconciler of the
+    older version still running would go on writing under a format it does not know."""
+    if holders:
+        shown = ", ".join(holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+        raise StoreError(
+            f"ledger {where} is in use: {shown} still hold{'s' if len(holders) == 1 else ''} a lease; "
+            "stop every older tpu-ledger process first (or wait for the leases to lapse, or --force)"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     positions: tuple[int, ...]  # seq of each event of the batch, in order

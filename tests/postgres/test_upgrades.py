@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ledger.app.cli import cli
 from ledger.events import NewEvent
-from ledger.store import open_store, upgrade_store
+from ledger.store import open_leases, open_store, upgrade_store
 from ledger.store.base import FORMAT_VERSION, UPGRADABLE_FROM
 from ledger.store.postgres import split_url
 from ledger.verify import verify_store
@@ -173,3 +173,30 @@ def test_a_format_too_old_to_upgrade_says_how_to_move_it(ledger, tmp_path):
     for args in (["list"], ["upgrade"]):
         code, err, _ = run(ledger, *args, tmp=tmp_path)
         assert code == 1 and len(err) == 1 and "format 1, older than" in err[0] and "ledger import" in err[0], err
+
+
+def test_ledger_upgrade_waits_for_no_lease_holder(ledger, tmp_path):
+    leases = open_leases(ledger)  # a reconciler of the older version, still running
+    try:
+        assert leases.acquire("member/recon-a", "recon-a", 300)
+        make_previous_format(ledger)
+        for args in (["upgrade"], ["upgrade", "--dry-run"]):
+            code, err, _ = run(ledger, *args, tmp=tmp_path)
+            assert code == 1 and len(err) == 1 and "in use: recon-a still holds a lease" in err[0], err
+        assert stored_format(ledger) == PREVIOUS
+        assert leases.release("member/recon-a", "recon-a")
+    finally:
+        leases.close()
+    assert upgrade_store(ledger) == (PREVIOUS, FORMAT_VERSION)  # a released lease holds nothing
+
+
+def test_ledger_upgrade_force_goes_past_a_dead_holders_lease(ledger, tmp_path):
+    leases = open_leases(ledger)
+    try:
+        assert leases.acquire("member/recon-b", "recon-b", 300)  # died without releasing it
+    finally:
+        leases.close()
+    make_previous_format(ledger)
+    code, _, out = run(ledger, "upgrade", "--force", tmp=tmp_path)
+    assert code == 0 and f"from format {PREVIOUS} to {FORMAT_VERSION}" in out
+    assert stored_format(ledger) == FORMAT_VERSION

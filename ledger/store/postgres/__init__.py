@@ -17,11 +17,11 @@ def open_store(url: str, *, create: bool = True) -> PostgresStore:
     return PostgresStore(url, create=create)
 
 
-def upgrade(url: str, *, dry_run: bool = False) -> tuple[int, int]:
+def upgrade(url: str, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
     """`ledger upgrade`: the ledger schema at `url` brought to this code's format, (from, to)."""
     db = PgDatabase(url, create=False, upgrade=True)
     try:
-        return db.upgrade_format(dry_run=dry_run)
+        return db.upgrade_format(dry_run=dry_run, force=force)
     finally:
         db.close()
 

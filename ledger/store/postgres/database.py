@@ -17,7 +17,7 @@ from psycopg import sql
 
 from ledger.errors import StoreError, safe_url
 from ledger.store import sqlfiles
-from ledger.store.base import FORMAT_VERSION, check_format
+from ledger.store.base import FORMAT_VERSION, check_format, check_no_holders
 
 PACKAGE = __package__
 # The role that may append but never rewrite, and the one that may only read (roles.sql).
@@ -107,13 +107,14 @@ class PgDatabase:
             )
         self._install(upgrading=False, dry_run=False)
 
-    def upgrade_format(self, *, dry_run: bool = False) -> tuple[int, int]:
+    def upgrade_format(self, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
         """Bring an older format to this code's, in place, in one transaction (a failure
         leaves the old format whole); events are never touched. (from, to); from == to when
-        nothing was to do. `dry_run` runs the same transaction and rolls it back."""
-        return self._install(upgrading=True, dry_run=dry_run), FORMAT_VERSION
+        nothing was to do. `dry_run` runs the same transaction and rolls it back. Refused
+        while a lease is held (a running reconciler), unless `force`."""
+        return self._install(upgrading=True, dry_run=dry_run, force=force), FORMAT_VERSION
 
-    def _install(self, *, upgrading: bool, dry_run: bool) -> int:
+    def _install(self, *, upgrading: bool, dry_run: bool, force: bool = False) -> int:
         """Create the schema (none yet) or upgrade it (an older format), under the schema
         lock; then (re)grant the roles. The format found, FORMAT_VERSION for a new one."""
         role_names = {
@@ -132,6 +133,8 @@ class PgDatabase:
                     raise StoreError(f"no ledger in schema {self.schema!r} at {self.safe_url}",
                                      hint="check --store / LEDGER_STORE")
                 if found is None or check_format(found, self.safe_url, upgrade=upgrading):
+                    if found is not None and not force:
+                        check_no_holders([r[0] for r in conn.execute(self.q["live_holders"])], self.safe_url)
                     scripts = ([f"upgrade-{found}.sql"] if found is not None else []) + ["schema.sql"]
                     for filename in scripts:
                         conn.execute(self.render(sqlfiles.script(PACKAGE, filename)))  # type: ignore[arg-type]

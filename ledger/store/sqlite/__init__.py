@@ -36,11 +36,11 @@ def open_store(url: str, *, create: bool = True) -> SQLiteStore:
     return SQLiteStore(path, create=create, synchronous=options.get("synchronous", "FULL").upper())
 
 
-def upgrade(url: str, *, dry_run: bool = False) -> tuple[int, int]:
+def upgrade(url: str, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
     """`ledger upgrade`: the ledger file at `url` brought to this code's format, (from, to)."""
     db = SQLiteDatabase(_parse(url)[0], create=False, upgrade=True)
     try:
-        return db.upgrade_format(dry_run=dry_run)
+        return db.upgrade_format(dry_run=dry_run, force=force)
     finally:
         db.close()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ledger.errors import StoreError, UsageError
 from ledger.store import sqlfiles
-from ledger.store.base import FORMAT_VERSION, check_format
+from ledger.store.base import FORMAT_VERSION, check_format, check_no_holders
 
 PACKAGE = __package__
 # The tables a tpu-ledger file may hold; any other table means it is some other database.
@@ -147,15 +147,19 @@ class SQLiteDatabase:
                 self._run("schema.sql", "triggers.sql")
                 self._db.execute(self._q["set_format"], (str(FORMAT_VERSION),))
 
-    def upgrade_format(self, *, dry_run: bool = False) -> tuple[int, int]:
+    def upgrade_format(self, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
         """Bring an older format to this code's, in place, in one transaction (a crash or a
         failure leaves the old format whole): triggers, indexes and the snapshot cache are
         replaced, events never touched. (from, to); from == to when nothing was to do.
-        `dry_run` runs the same transaction and rolls it back."""
+        `dry_run` runs the same transaction and rolls it back. Refused while a lease is held
+        (a running reconciler), unless `force`."""
         try:
             with self._tx():
                 found = int(self._format() or FORMAT_VERSION)
                 if check_format(found, str(self.path), upgrade=True):
+                    if not force and "leases" in {r[0] for r in self._db.execute(self._q["tables"])}:
+                        holders = [r[0] for r in self._db.execute(self._q["live_holders"], (time.time(),))]
+                        check_no_holders(holders, str(self.path))
                     self._run(f"upgrade-{found}.sql", "schema.sql", "triggers.sql")
                     self._db.execute(self._q["set_format"], (str(FORMAT_VERSION),))
                 if dry_run:
