@@ -3,7 +3,6 @@ writer role without UPDATE/DELETE; and how the store opens."""
 
 from __future__ import annotations
 
-import threading
 from urllib.parse import quote
 
 import psycopg
@@ -16,7 +15,6 @@ from ledger.events import NewEvent
 from ledger.store import open_store, upgrade_store
 from ledger.store.base import FORMAT_VERSION
 from ledger.store.postgres import WRITER_ROLE, PostgresStore, split_url
-from ledger.store.postgres import recorder as pg_recorder
 from ledger.verify import verify_store
 
 
@@ -199,16 +197,3 @@ def test_a_read_command_on_a_broken_ledger_schema_says_so_in_one_line(pg, pg_url
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ledger ") and "does not exist" in lines[0], lines
 
-
-def test_long_scans_read_ahead_on_their_own_connection_and_stop_when_dropped(pg, monkeypatch):
-    monkeypatch.setattr(pg_recorder, "PAGE", 3)  # pages of 3 rows: the read-ahead path from the 4th row on
-    pg.append("b/b", [NewEvent("note", {"text": str(i)}) for i in range(8)])  # seq 4..11 after a/a's 3
-    assert [r[0] for r in pg.raw_rows()] == list(range(1, 12))
-    assert [r[0] for r in pg.fold_rows(2, 9)] == list(range(3, 10))
-    assert [r[0] for r in pg.fold_rows(5)] == list(range(6, 12))
-    scan = pg.fold_rows()
-    assert [next(scan)[0] for _ in range(5)] == [1, 2, 3, 4, 5]  # the thread is reading ahead now
-    assert any(t.name == "ledger-read-ahead" for t in threading.enumerate())
-    scan.close()  # a consumer that stops early ends the thread
-    assert not any(t.name == "ledger-read-ahead" for t in threading.enumerate())
-    assert verify_store(pg).ok

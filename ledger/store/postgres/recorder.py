@@ -15,8 +15,6 @@
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator, Sequence
 
 import psycopg
@@ -186,27 +184,12 @@ class PostgresRecorder(AppendOne):
         return self._one("count_since", (after,))[0]  # type: ignore[index]
 
     def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
-        return self._scan("page", after, until)
+        for rows in self._pages("page", after, until, None):
+            yield from rows
 
     def fold_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
-        return self._scan("fold_page", after, until)
-
-    def _scan(self, query: str, after: int, until: int | None) -> Iterator[tuple]:
-        """The rows of a scan (replay, verify, export) in seq order. The first page comes on
-        this store's connection; when there is more, a thread reads the following pages one
-        ahead on a connection of its own, so the server's scan and the transfer of the next
-        page overlap the caller's work on this one (a 1M-event replay otherwise waited on the
-        server page after page). A short scan (a snapshot's tail) costs no connection."""
-        until = until if until is not None else _NO_LIMIT
-        first = self._db.execute(self._db.q[query], (after, until, PAGE))
-        yield from first
-        if len(first) < PAGE:
-            return
-        ahead = _ReadAhead(self._db, self._db.q[query], first[-1][0], until)
-        try:
-            yield from ahead
-        finally:
-            ahead.stop()
+        for rows in self._pages("fold_page", after, until, None):
+            yield from rows
 
     def _pages(self, query: str, after: int, until: int | None, limit: int | None) -> Iterator[list[tuple]]:
         # Keyset pages, each its own snapshot: safe because seq order is commit order, so a
@@ -224,51 +207,3 @@ class PostgresRecorder(AppendOne):
                 left -= len(rows)
             if len(rows) < size:
                 return
-
-
-class _ReadAhead:
-    """Keyset pages (`seq > after ORDER BY seq LIMIT PAGE`, each its own snapshot: safe since
-    seq order is commit order) read by a thread on its own connection, at most two pages
-    ahead of the consumer; iterating yields their rows. `stop()` ends the thread early."""
-
-    def __init__(self, db: PgDatabase, statement: str, after: int, until: int) -> None:
-        self._pages: queue.Queue[list[tuple] | BaseException | None] = queue.Queue(maxsize=2)
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._read, args=(db, statement, after, until),
-                                        name="ledger-read-ahead", daemon=True)
-        self._thread.start()
-
-    def _read(self, db: PgDatabase, statement: str, after: int, until: int) -> None:
-        try:
-            with db.connect() as conn:
-                while not self._stopped.is_set():
-                    rows = conn.execute(statement, (after, until, PAGE)).fetchall()  # type: ignore[arg-type]
-                    if rows:
-                        self._put(rows)
-                    if len(rows) < PAGE:
-                        break
-                    after = rows[-1][0]
-            self._put(None)
-        except BaseException as exc:  # the consumer raises it
-            self._put(exc)
-
-    def _put(self, item: list[tuple] | BaseException | None) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._pages.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def __iter__(self) -> Iterator[tuple]:
-        while True:
-            item = self._pages.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield from item
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()
