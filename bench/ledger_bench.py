@@ -7,7 +7,9 @@ SQLite) on the same data, in the same run.
 Measured (medians over --runs; wall time, with CPU time beside it since the machine may be
 shared): durable single-event append (synchronous=FULL, and NORMAL for comparison), batched
 append, full replay without snapshot, snapshot + 1,000-event tail, inspect of one job,
-verify, and peak RSS of a full replay (in a child process).
+verify, and peak RSS of a full replay (in a child process). Durable single and batched
+appends of both libraries take turns (blocks of BLOCK appends, transaction by transaction),
+so a ratio compares them under the same disk and the same neighbours.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ RATIO_TARGETS = {"batched_append_per_s": 1.5, "single_append_full_per_s": 1.7,
                  "single_append_full_2w_per_s": 1.7, "single_append_full_8w_per_s": 1.7}
 WRITERS = (2, 8)  # concurrent durable appenders (threads), besides the single writer
 SINGLE = 2000  # single-event appends per run
+BLOCK = 100  # single appends: ours and theirs take turns in blocks of this many
 JOBS_PER_TX = 100  # batched append: this many jobs' events per transaction
 
 
@@ -62,16 +65,30 @@ def fresh(path: Path) -> Path:
 
 
 # -- tpu-ledger --------------------------------------------------------------------------
-def ours_fill(path: Path, data) -> tuple[float, float]:
-    store = SQLiteStore(fresh(path))
+def batched_pair(ours_path: Path, es_path: Path, data) -> tuple[float, float, float, float]:
+    """Batched appends (JOBS_PER_TX jobs' events a transaction) into fresh ledgers, ours and
+    eventsourcing's taking turns transaction by transaction, for the reason single_pair
+    gives. (our wall, our CPU, their wall, their CPU)."""
+    store = SQLiteStore(fresh(ours_path))
+    recorder = es_recorder(str(fresh(es_path)))
+    totals = [0.0, 0.0, 0.0, 0.0]
+    for i in range(0, len(data), JOBS_PER_TX):
+        chunk = data[i:i + JOBS_PER_TX]
 
-    def go():
-        for i in range(0, len(data), JOBS_PER_TX):
-            store.append_many([(job, events, 0) for job, events in data[i:i + JOBS_PER_TX]])
+        def ours(chunk=chunk):
+            store.append_many([(job, events, 0) for job, events in chunk])
 
-    wall, cpu, _ = timed(go)
+        def theirs(chunk=chunk):
+            recorder.insert_events([es_stored(job, v, e) for job, events in chunk for v, e in enumerate(events, 1)])
+
+        for fn in ((ours, theirs) if i // JOBS_PER_TX % 2 == 0 else (theirs, ours)):
+            wall, cpu, _ = timed(fn)
+            at = 0 if fn is ours else 2
+            totals[at] += wall
+            totals[at + 1] += cpu
     store.close()
-    return wall, cpu
+    recorder.datastore.close()
+    return totals[0], totals[1], totals[2], totals[3]
 
 
 def ours_single(path: Path, synchronous: str, run: int) -> tuple[float, float]:
@@ -86,6 +103,38 @@ def ours_single(path: Path, synchronous: str, run: int) -> tuple[float, float]:
     wall, cpu, _ = timed(go)
     store.close()
     return wall, cpu
+
+
+def single_pair(ours_path: Path, es_path: Path, run: int) -> tuple[float, float, float, float]:
+    """Durable single appends, ours and eventsourcing's taking turns in blocks of BLOCK: both
+    meet the same disk and the same neighbours (on a shared machine the fsync time drifts by
+    2x within a minute, which back-to-back runs of SINGLE appends each turned into ratios
+    from 0.5x to 1.5x). (our wall, our CPU, their wall, their CPU)."""
+    store = SQLiteStore(ours_path)
+    recorder = es_recorder(str(es_path))
+    who = actor("reconciler", "bench")
+    ours_stream, es_stream = f"bench/single-FULL-{run}", f"bench/single-{run}"
+    totals = [0.0, 0.0, 0.0, 0.0]
+    for start in range(0, SINGLE, BLOCK):
+        block = range(start, min(start + BLOCK, SINGLE))
+
+        def ours(block=block):
+            for n in block:
+                store.append(ours_stream, [NewEvent("note", {"text": f"tick {n}"}, who, key=str(n))], expected_version=n)
+
+        def theirs(block=block):
+            for n in block:
+                recorder.insert_events([es_stored(es_stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
+
+        first, second = (ours, theirs) if start // BLOCK % 2 == 0 else (theirs, ours)
+        for fn in (first, second):
+            wall, cpu, _ = timed(fn)
+            at = 0 if fn is ours else 2
+            totals[at] += wall
+            totals[at + 1] += cpu
+    store.close()
+    recorder.datastore.close()
+    return totals[0], totals[1], totals[2], totals[3]
 
 
 def ours_writers(path: Path, writers: int, run: int) -> tuple[float, float]:
@@ -190,24 +239,6 @@ def es_fill_recorder(recorder, data) -> tuple[float, float]:
     return wall, cpu
 
 
-def es_fill(path: Path, data) -> tuple[float, float]:
-    return es_fill_recorder(es_recorder(str(fresh(path))), data)
-
-
-def es_single(path: Path, run: int) -> tuple[float, float]:
-    recorder = es_recorder(str(path))
-    who = actor("reconciler", "bench")
-    stream = f"bench/single-{run}"
-
-    def go():
-        for n in range(SINGLE):
-            recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
-
-    wall, cpu, _ = timed(go)
-    recorder.datastore.close()
-    return wall, cpu
-
-
 def es_writers(path: Path, writers: int, run: int) -> tuple[float, float]:
     """eventsourcing with `writers` threads inserting single events through one recorder."""
     recorder = es_recorder(str(path))
@@ -254,20 +285,18 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
 
     for r in range(runs):
         progress(f"run {r + 1}/{runs}: batched append")
-        wall, cpu = ours_fill(ours_db, data)
+        wall, cpu, es_wall, es_cpu = batched_pair(ours_db, es_db, data)
         add("batched_append_per_s", total / wall)
         add("batched_append_cpu_per_s", total / cpu)
-        wall, cpu = es_fill(es_db, data)
-        add("es_batched_append_per_s", total / wall)
-        add("es_batched_append_cpu_per_s", total / cpu)
+        add("es_batched_append_per_s", total / es_wall)
+        add("es_batched_append_cpu_per_s", total / es_cpu)
 
         progress(f"run {r + 1}/{runs}: single appends")
-        wall, cpu = ours_single(ours_db, "FULL", r)
+        wall, cpu, es_wall, es_cpu = single_pair(ours_db, es_db, r)
         add("single_append_full_per_s", SINGLE / wall)
         add("single_append_cpu_us", cpu / SINGLE * 1e6)
-        wall, cpu = es_single(es_db, r)
-        add("es_single_append_per_s", SINGLE / wall)
-        add("es_single_append_cpu_us", cpu / SINGLE * 1e6)
+        add("es_single_append_per_s", SINGLE / es_wall)
+        add("es_single_append_cpu_us", es_cpu / SINGLE * 1e6)
         wall, cpu = ours_single(ours_db, "NORMAL", r)
         add("single_append_normal_per_s", SINGLE / wall)
         for writers in WRITERS:

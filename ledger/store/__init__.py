@@ -80,6 +80,15 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     return _backend(url).open_store(url, create=create)
 
 
+def upgrade_store(url: str | None = None, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
+    """`ledger upgrade`: bring the ledger at `url` to this code's format in one transaction;
+    (from, to) formats, equal when it was current. Refused while a lease is held (a
+    reconciler still running), unless `force`. Every other way of opening a ledger refuses
+    an older format (docs/upgrades.md)."""
+    url = resolve_url(url or default_store_url())
+    return _backend(url).upgrade(url, dry_run=dry_run, force=force)
+
+
 def open_leases(url: str | None = None) -> Leases:
     """Leases of the ledger at `url` on a connection of their own; `close()` when done."""
     url = resolve_url(url or default_store_url(), create=True)
@@ -108,5 +117,5 @@ def store_errors(url: str | None = None) -> Iterator[None]:
 __all__ = [
     "DEFAULT_STORE_PATH", "AppendResult", "AppendWaiter", "Cursors", "Heartbeats", "Leases", "Reader", "Recorder",
     "Snapshot", "SnapshotReader", "Snapshots", "Store", "default_store_url",
-    "open_heartbeats", "open_leases", "open_store", "resolve_url", "store_errors",
+    "open_heartbeats", "open_leases", "open_store", "resolve_url", "store_errors", "upgrade_store",
 ]

@@ -32,15 +32,22 @@ from typing import Protocol
 from ledger.errors import StoreError, UsageError
 from ledger.events import EVENT_TYPES, Event, NewEvent, body_text, dumps, row_hash
 
-# Bumped when the on-disk layout changes; a store written by newer code is refused.
+# Bumped when the on-disk layout changes (docs/upgrades.md lists every format). A store is
+# opened only at this exact format: newer code never upgrades a store behind the back of older
+# processes still running on it (a rolling upgrade across hosts); `ledger upgrade` does it,
+# explicitly, once they are stopped.
 # 2: actor/data stored as canonical JSON text (the hashed bytes are rebuilt from the
 #    columns without decoding) and an insert trigger that only lets the chain grow at its head.
 # 3: snapshots carry the hash of the event they fold up to and their own hash; SQLite's
 #    insert trigger refuses a stored id (INSERT OR REPLACE would delete that row silently).
-FORMAT_VERSION = 3
-# Older formats this code upgrades in place when it opens them (the upgrade only replaces
-# triggers and the snapshot cache, never an event).
-UPGRADABLE_FROM = frozenset({2})
+# 4: an older format is no longer upgraded by whoever opens it: only `ledger upgrade` does.
+#    SQLite's insert trigger reads the head row once (seq and hash), not twice. PostgreSQL's
+#    schema is unchanged.
+FORMAT_VERSION = 4
+# Older formats `ledger upgrade` brings to FORMAT_VERSION in place (the upgrade only replaces
+# triggers, indexes and the snapshot cache, never an event).
+UPGRADABLE_FROM = frozenset({2, 3})
+UPGRADE_COMMAND = "ledger upgrade"
 
 _KNOWN_TYPES = frozenset(EVENT_TYPES)
 
@@ -96,22 +103,41 @@ def chained_rows(events: Sequence[Event], head: int, head_hash: str) -> list[tup
     return rows
 
 
-def check_format(found: str | int, where: str) -> bool:
-    """Refuse a ledger written in another on-disk format, saying what to do about it.
-    True when it is an older format this code upgrades in place."""
-    if int(found) > FORMAT_VERSION:
+def check_format(found: str | int, where: str, *, upgrade: bool = False) -> bool:
+    """Refuse a ledger written in another on-disk format, in one line naming both formats and
+    what to do. True when it is an older format and `upgrade` (only `ledger upgrade` passes
+    it) asks to bring it to this one."""
+    found = int(found)
+    if found > FORMAT_VERSION:
         raise StoreError(
-            f"ledger {where} has format {found}, newer than this tpu-ledger ({FORMAT_VERSION})",
-            hint="upgrade tpu-ledger to read it",
+            f"ledger {where} has format {found}, newer than this tpu-ledger's format {FORMAT_VERSION}: "
+            "install the tpu-ledger that upgraded it on this host too (docs/upgrades.md)"
         )
-    if int(found) in UPGRADABLE_FROM:
-        return True
-    if int(found) < FORMAT_VERSION:
+    if found == FORMAT_VERSION:
+        return False
+    if found not in UPGRADABLE_FROM:
         raise StoreError(
-            f"ledger {where} has format {found}, older than this tpu-ledger ({FORMAT_VERSION})",
+            f"ledger {where} has format {found}, older than this tpu-ledger's format {FORMAT_VERSION} "
+            "can upgrade",
             hint="export it with the older tpu-ledger and `ledger import` the file into a new store",
         )
-    return False
+    if not upgrade:
+        raise StoreError(
+            f"ledger {where} has format {found}, older than this tpu-ledger's format {FORMAT_VERSION}: "
+            f"once no older tpu-ledger runs on it, back it up and run `{UPGRADE_COMMAND}` (docs/upgrades.md)"
+        )
+    return True
+
+
+def check_no_holders(holders: Sequence[str], where: str) -> None:
+    """`ledger upgrade` refuses while anyone holds a lease on the ledger: a reconciler of the
+    older version still running would go on writing under a format it does not know."""
+    if holders:
+        shown = ", ".join(holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+        raise StoreError(
+            f"ledger {where} is in use: {shown} still hold{'s' if len(holders) == 1 else ''} a lease; "
+            "stop every older tpu-ledger process first (or wait for the leases to lapse, or --force)"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """What the SQLite file itself refuses, whoever writes (a raw sqlite3 connection, the sqlite3
-shell), and how an older file is upgraded in place."""
+shell), and how an older file is upgraded in place by `ledger upgrade` (and by nothing else)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import subprocess
 
 import pytest
 
+from ledger.errors import StoreError
 from ledger.events import NewEvent, actor
+from ledger.store import upgrade_store
 from ledger.store.base import FORMAT_VERSION
 from ledger.store.sqlite import SQLiteStore
 from ledger.verify import verify_store
@@ -85,7 +87,7 @@ def test_the_sqlite3_shell_cannot_replace_a_row_either(ledger):
     unchanged(path, rows)
 
 
-def test_a_format_2_ledger_is_upgraded_in_place(ledger):
+def test_a_format_2_ledger_is_upgraded_in_place_by_ledger_upgrade(ledger):
     path, rows = ledger
     db = sqlite3.connect(path, isolation_level=None)
     # What a format-2 file holds: the growth trigger without the id check, and unchecked snapshots.
@@ -105,7 +107,10 @@ def test_a_format_2_ledger_is_upgraded_in_place(ledger):
         COMMIT;
     """)
     db.close()
-    SQLiteStore(path).close()  # any open upgrades it
+    with pytest.raises(StoreError, match=f"has format 2, older than this tpu-ledger's format {FORMAT_VERSION}"):
+        SQLiteStore(path)  # opening it is not upgrading it
+    assert upgrade_store(f"sqlite:///{path}", dry_run=True) == (2, FORMAT_VERSION)
+    assert upgrade_store(f"sqlite:///{path}") == (2, FORMAT_VERSION)
     db = sqlite3.connect(path, isolation_level=None)
     try:
         assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == (str(FORMAT_VERSION),)

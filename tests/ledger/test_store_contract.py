@@ -170,6 +170,44 @@ def test_hand_edit_is_detected_by_verify(store_factory):
     assert report.problem.position == 2 and "hash mismatch" in report.problem.reason
 
 
+def test_big_batches_are_stored_whole_and_in_order(store_factory):
+    """Batches past the SQLite recorder's rows per INSERT statement (100), not a multiple of
+    it: every event at its seq and version, chained, and a refused one stores none of them."""
+    store = store_factory()
+    store.append("a/a", [note("first")])
+    result = store.append_many([("b/b", [note(f"b{i}") for i in range(250)], 0), ("c/c", [note("c")], None)])
+    assert result[0].positions == tuple(range(2, 252)) and result[0].version == 250
+    assert result[1].positions == (252,)
+    assert [e.data["text"] for e in store.read_stream("b/b")] == [f"b{i}" for i in range(250)]
+    with pytest.raises(ConflictError):
+        store.append_many([("d/d", [note(f"d{i}") for i in range(150)], None), ("b/b", [note("late")], 3)])
+    assert store.head() == 252 and store.stream_version("d/d") == 0
+    copy = store_factory()
+    copy.import_events(list(store.read_all()))
+    assert [e.hash for e in copy.read_all()] == [e.hash for e in store.read_all()]
+    check_sound(store)
+    check_sound(copy)
+
+
+def test_two_connections_taking_turns_with_single_events_stay_exact(store_factory):
+    """Each writer's view of the head goes stale at every turn of the other: a lone event
+    (SQLite: one autocommit INSERT from the cache) is refused by the database, then redone
+    with every lookup, never written at a stale seq or version."""
+    url = store_factory.new_url()
+    a, b = store_factory.reopen(url), store_factory.reopen(url)
+    for n in range(6):
+        result = (a if n % 2 == 0 else b).append("s/s", [note(str(n), key=str(n))], expected_version=n)
+        assert result.positions == (n + 1,) and result.version == n + 1 and not result.duplicate
+    with pytest.raises(ConflictError):  # a last saw version 5; b wrote the 6th
+        a.append("s/s", [note("stale")], expected_version=5)
+    retried = a.append("s/s", [note("5", key="5")])  # b stored it: the original position returns
+    assert retried.duplicate and retried.positions == (6,) and retried.version == 6
+    assert a.append("t/t", [note("other stream")]).positions == (7,)
+    assert b.append("s/s", [note("6")], expected_version=6).positions == (8,)
+    assert [e.seq for e in a.read_all()] == list(range(1, 9))
+    check_sound(a)
+
+
 # -- several real processes ----------------------------------------------------------------
 def test_concurrent_appends_from_processes_leave_no_gap_or_duplicate(store_factory):
     url = store_factory.new_url()

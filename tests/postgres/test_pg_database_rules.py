@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from ledger.app.cli import cli
 from ledger.errors import LedgerError, StoreError
 from ledger.events import NewEvent
-from ledger.store import open_store
+from ledger.store import open_store, upgrade_store
 from ledger.store.base import FORMAT_VERSION
 from ledger.store.postgres import WRITER_ROLE, PostgresStore, split_url
 from ledger.verify import verify_store
@@ -164,14 +164,20 @@ def test_no_upsert_or_merge_removes_or_rewrites_a_row(pg):
     assert list(pg.raw_rows(0)) == before and pg.head() == 3
 
 
-def test_a_format_2_ledger_is_upgraded_in_place(pg, pg_url):
+def test_a_format_2_ledger_is_upgraded_in_place_by_ledger_upgrade(pg, pg_url):
     before = list(pg.raw_rows(0))
     s = f'"{pg.schema}"'
     with raw(pg) as conn, conn.transaction():  # what a format-2 schema holds: unchecked snapshots
         conn.execute(f"ALTER TABLE {s}.snapshots DROP COLUMN event_hash, DROP COLUMN hash")
         conn.execute(f"INSERT INTO {s}.snapshots VALUES ('ledger', 'old', 3, '\\x00')")
         conn.execute(f"UPDATE {s}.meta SET value = '2' WHERE key = 'format'")
-    again = open_store(pg_url, create=False)  # any open upgrades it
+    with pytest.raises(StoreError, match="has format 2, older than"):
+        open_store(pg_url, create=False)  # opening it is not upgrading it
+    assert upgrade_store(pg_url, dry_run=True) == (2, FORMAT_VERSION)
+    with raw(pg) as conn:  # the dry run rolled back
+        assert conn.execute(f"SELECT value FROM {s}.meta WHERE key = 'format'").fetchone() == ("2",)
+    assert upgrade_store(pg_url) == (2, FORMAT_VERSION)
+    again = open_store(pg_url, create=False)
     try:
         with raw(pg) as conn:
             assert conn.execute(f"SELECT value FROM {s}.meta WHERE key = 'format'").fetchone() == (str(FORMAT_VERSION),)
@@ -190,3 +196,4 @@ def test_a_read_command_on_a_broken_ledger_schema_says_so_in_one_line(pg, pg_url
         assert isinstance(result.exception, SystemExit) and result.exit_code == 1, (args, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ledger ") and "does not exist" in lines[0], lines
+

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "checkpoint": "checkpoint:checkpoint_cmd",
     "backup": "backup:backup_cmd",
     "restore": "backup:restore_cmd",
+    "upgrade": "upgrade:upgrade_cmd",
     # fan-out
     "fanout": "fanout:fanout_cmd",
     "notify": "fanout:notify_cmd",

@@ -18,6 +18,15 @@ def open_store(url: str, *, create: bool = True) -> PostgresStore:
     return PostgresStore(url, create=create)
 
 
+def upgrade(url: str, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
+    """`ledger upgrade`: the ledger schema at `url` brought to this code's format, (from, to)."""
+    db = PgDatabase(url, create=False, upgrade=True)
+    try:
+        return db.upgrade_format(dry_run=dry_run, force=force)
+    finally:
+        db.close()
+
+
 def open_leases(url: str) -> PostgresLeases:
     """Leases of the ledger at `url` (created if missing), on a connection of their own."""
     return PostgresLeases(PgDatabase(url), owns_db=True)
@@ -28,4 +37,4 @@ def open_heartbeats(url: str, *, create: bool = True) -> PostgresHeartbeats:
     return PostgresHeartbeats(PgDatabase(url, create=create), owns_db=True)
 
 
-__all__ = ["PREFIXES", "READER_ROLE", "WRITER_ROLE", "PostgresHeartbeats", "PostgresLeases", "open_heartbeats", "PostgresStore", "open_leases", "open_store", "split_url"]
+__all__ = ["PREFIXES", "READER_ROLE", "WRITER_ROLE", "PostgresHeartbeats", "PostgresLeases", "open_heartbeats", "PostgresStore", "open_leases", "open_store", "split_url", "upgrade"]

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from ledger.errors import StoreError, safe_url
 from ledger.store import sqlfiles
-from ledger.store.base import FORMAT_VERSION, check_format
+from ledger.store.base import FORMAT_VERSION, check_format, check_no_holders
 
 PACKAGE = __package__
 # The role that may append but never rewrite, and the one that may only read (roles.sql).
@@ -41,7 +41,9 @@ def split_url(url: str, schema: str | None) -> tuple[str, str]:
 class PgDatabase:
     """One connection to one ledger schema; created (or upgraded) on open when allowed."""
 
-    def __init__(self, url: str, *, create: bool = True, schema: str | None = None) -> None:
+    def __init__(self, url: str, *, create: bool = True, schema: str | None = None, upgrade: bool = False) -> None:
+        """`upgrade`: open an older format too, for `upgrade_format` alone (`ledger upgrade`);
+        otherwise a ledger in any format but this code's is refused (base.check_format)."""
         self.url = url
         self.dsn, self.schema = split_url(url, schema)
         # The NOTIFY channel of appends; schema.sql's notify_append names it the same way.
@@ -51,7 +53,7 @@ class PgDatabase:
         self._names = {"s": sql.Identifier(self.schema).as_string(self.conn)}
         self.q = self.statements("queries.sql")
         try:
-            self._init_schema(create)
+            self._init_schema(create, upgrade)
         except BaseException:
             self.conn.close()
             raise
@@ -93,15 +95,28 @@ class PgDatabase:
         row = conn.execute(self.q["format"]).fetchone()
         return row[0] if row else None
 
-    def _init_schema(self, create: bool) -> None:
+    def _init_schema(self, create: bool, upgrade: bool) -> None:
         found = self._format()
-        if found is not None and not check_format(found, self.safe_url):
+        if found is not None:
+            check_format(found, self.safe_url, upgrade=upgrade)
             return
-        if found is None and not create:
+        if not create:
             raise StoreError(
                 f"no ledger in schema {self.schema!r} at {self.safe_url}",
                 hint="check --store / LEDGER_STORE, or create it with a writing command",
             )
+        self._install(upgrading=False, dry_run=False)
+
+    def upgrade_format(self, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
+        """Bring an older format to this code's, in place, in one transaction (a failure
+        leaves the old format whole); events are never touched. (from, to); from == to when
+        nothing was to do. `dry_run` runs the same transaction and rolls it back. Refused
+        while a lease is held (a running reconciler), unless `force`."""
+        return self._install(upgrading=True, dry_run=dry_run, force=force), FORMAT_VERSION
+
+    def _install(self, *, upgrading: bool, dry_run: bool, force: bool = False) -> int:
+        """Create the schema (none yet) or upgrade it (an older format), under the schema
+        lock; then (re)grant the roles. The format found, FORMAT_VERSION for a new one."""
         role_names = {
             "role": sql.Literal(WRITER_ROLE).as_string(self.conn),
             "role_id": sql.Identifier(WRITER_ROLE).as_string(self.conn),
@@ -109,23 +124,33 @@ class PgDatabase:
             "reader_id": sql.Identifier(READER_ROLE).as_string(self.conn),
         }
         conn = self.conn
+        found: str | None = None
         try:
             with conn.transaction():
                 conn.execute(self.q["schema_lock"], (f"tpu-ledger schema {self.schema}",))
                 found = self._format()  # again, under the lock: another process may be done
-                if found is None or check_format(found, self.safe_url):
+                if found is None and upgrading:
+                    raise StoreError(f"no ledger in schema {self.schema!r} at {self.safe_url}",
+                                     hint="check --store / LEDGER_STORE")
+                if found is None or check_format(found, self.safe_url, upgrade=upgrading):
+                    if found is not None and not force:
+                        check_no_holders([r[0] for r in conn.execute(self.q["live_holders"])], self.safe_url)
                     scripts = ([f"upgrade-{found}.sql"] if found is not None else []) + ["schema.sql"]
                     for filename in scripts:
                         conn.execute(self.render(sqlfiles.script(PACKAGE, filename)))  # type: ignore[arg-type]
                     conn.execute(self.q["set_format"], (str(FORMAT_VERSION),))
-            with conn.transaction():
-                conn.execute(self.render(sqlfiles.script(PACKAGE, "roles.sql"), **role_names))  # type: ignore[arg-type]
+                if dry_run:
+                    raise psycopg.Rollback()
+            if not dry_run:
+                with conn.transaction():
+                    conn.execute(self.render(sqlfiles.script(PACKAGE, "roles.sql"), **role_names))  # type: ignore[arg-type]
         except psycopg.Error as exc:
             what = "create" if found is None else f"upgrade (format {found} to {FORMAT_VERSION})"
             raise StoreError(
                 f"cannot {what} the ledger schema {self.schema!r} at {self.safe_url}: {exc}",
                 hint="the user needs CREATE on the database (or create the schema once as its owner)",
             ) from exc
+        return FORMAT_VERSION if found is None else int(found)
 
     def close(self) -> None:
         with self.lock:

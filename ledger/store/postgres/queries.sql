@@ -8,6 +8,10 @@ SELECT value FROM {s}.meta WHERE key = 'format';
 INSERT INTO {s}.meta (key, value) VALUES ('format', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- Two processes creating or upgrading the same ledger at once take turns.
+-- Who still holds a lease (a running reconciler): `ledger upgrade` waits for none.
+-- name: live_holders
+SELECT DISTINCT holder FROM {s}.leases WHERE holder <> '' AND expires_at > clock_timestamp() ORDER BY holder;
+
 -- name: schema_lock
 SELECT pg_advisory_xact_lock(hashtext(%s));
 

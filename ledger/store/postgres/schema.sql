@@ -1,4 +1,4 @@
--- The shared ledger's schema (tpu-ledger format 3); {s} is the quoted schema name. Every
+-- The shared ledger's schema (tpu-ledger format 4); {s} is the quoted schema name. Every
 -- statement is idempotent (IF NOT EXISTS, CREATE OR REPLACE): it runs when a ledger is
 -- created and again, whole, when an older format is upgraded. Text columns use the "C"
 -- collation: byte order, as SQLite sorts, and ISO times compare as instants.

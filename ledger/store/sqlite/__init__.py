@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ledger.errors import UsageError
+from ledger.store.sqlite.database import SQLiteDatabase
 from ledger.store.sqlite.heartbeats import SQLiteHeartbeats
 from ledger.store.sqlite.leases import SQLiteLeases
 from ledger.store.sqlite.store import SQLiteStore
@@ -36,6 +37,15 @@ def open_store(url: str, *, create: bool = True) -> SQLiteStore:
     return SQLiteStore(path, create=create, synchronous=options.get("synchronous", "FULL").upper())
 
 
+def upgrade(url: str, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
+    """`ledger upgrade`: the ledger file at `url` brought to this code's format, (from, to)."""
+    db = SQLiteDatabase(_parse(url)[0], create=False, upgrade=True)
+    try:
+        return db.upgrade_format(dry_run=dry_run, force=force)
+    finally:
+        db.close()
+
+
 def open_leases(url: str) -> SQLiteLeases:
     """Leases of the ledger at `url` (created if missing), on a connection of their own."""
     with open_store(url) as store:
@@ -48,4 +58,4 @@ def open_heartbeats(url: str, *, create: bool = True) -> SQLiteHeartbeats:
         return SQLiteHeartbeats(store.path)
 
 
-__all__ = ["PREFIX", "SQLiteHeartbeats", "SQLiteLeases", "open_heartbeats", "SQLiteStore", "open_leases", "open_store", "path_of"]
+__all__ = ["PREFIX", "SQLiteHeartbeats", "SQLiteLeases", "open_heartbeats", "SQLiteStore", "open_leases", "open_store", "path_of", "upgrade"]

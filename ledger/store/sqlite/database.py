@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ledger.errors import StoreError, UsageError
 from ledger.store import sqlfiles
-from ledger.store.base import FORMAT_VERSION, check_format
+from ledger.store.base import FORMAT_VERSION, check_format, check_no_holders
 
 PACKAGE = __package__
 # The tables a tpu-ledger file may hold; any other table means it is some other database.
@@ -65,6 +65,10 @@ def write_transaction(db: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Co
         raise
 
 
+class _RollBack(Exception):
+    """Ends a dry run's transaction (write_transaction rolls back on any exception)."""
+
+
 class SQLiteDatabase:
     """Opens (and creates, or upgrades) the ledger file; the base of the store's parts."""
 
@@ -73,7 +77,9 @@ class SQLiteDatabase:
     _db: sqlite3.Connection
     _q: dict[str, str]
 
-    def __init__(self, path: str | Path, *, create: bool = True, synchronous: str = "FULL") -> None:
+    def __init__(self, path: str | Path, *, create: bool = True, synchronous: str = "FULL", upgrade: bool = False) -> None:
+        """`upgrade`: open an older format too, for `upgrade_format` alone (`ledger upgrade`);
+        otherwise a ledger in any format but this code's is refused (base.check_format)."""
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self._q = sqlfiles.queries(PACKAGE, "queries.sql")
@@ -93,7 +99,7 @@ class SQLiteDatabase:
             self._db = connect(self.path, cache_kib=65536)
             self._use_wal()
             self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            self._init_schema(create)
+            self._init_schema(create, upgrade)
         except sqlite3.DatabaseError as exc:
             with contextlib.suppress(Exception):
                 self._db.close()
@@ -124,11 +130,10 @@ class SQLiteDatabase:
             return row[0] if row else None
         return None
 
-    def _init_schema(self, create: bool) -> None:
+    def _init_schema(self, create: bool, upgrade: bool) -> None:
         found = self._format()
         if found is not None:
-            if check_format(found, str(self.path)):
-                self._upgrade()
+            check_format(found, str(self.path), upgrade=upgrade)
             return
         tables = {r[0] for r in self._db.execute(self._q["tables"])}
         if tables - TABLES:
@@ -142,20 +147,29 @@ class SQLiteDatabase:
                 self._run("schema.sql", "triggers.sql")
                 self._db.execute(self._q["set_format"], (str(FORMAT_VERSION),))
 
-    def _upgrade(self) -> None:
-        """An older format, upgraded in place: triggers and the snapshot cache are replaced,
-        events are never touched. One transaction: a crash leaves the old format whole."""
+    def upgrade_format(self, *, dry_run: bool = False, force: bool = False) -> tuple[int, int]:
+        """Bring an older format to this code's, in place, in one transaction (a crash or a
+        failure leaves the old format whole): triggers, indexes and the snapshot cache are
+        replaced, events never touched. (from, to); from == to when nothing was to do.
+        `dry_run` runs the same transaction and rolls it back. Refused while a lease is held
+        (a running reconciler), unless `force`."""
         try:
             with self._tx():
-                found = self._format()
-                if found is not None and check_format(found, str(self.path)):
+                found = int(self._format() or FORMAT_VERSION)
+                if check_format(found, str(self.path), upgrade=True):
+                    if not force and "leases" in {r[0] for r in self._db.execute(self._q["tables"])}:
+                        holders = [r[0] for r in self._db.execute(self._q["live_holders"], (time.time(),))]
+                        check_no_holders(holders, str(self.path))
                     self._run(f"upgrade-{found}.sql", "schema.sql", "triggers.sql")
                     self._db.execute(self._q["set_format"], (str(FORMAT_VERSION),))
+                if dry_run:
+                    raise _RollBack
+        except _RollBack:
+            pass
         except sqlite3.OperationalError as exc:
-            raise StoreError(
-                f"ledger {self.path} has an older format that must be upgraded, and that failed: {exc}",
-                hint="open it once with write access (any ledger command) to upgrade it in place",
-            ) from exc
+            raise StoreError(f"cannot upgrade ledger {self.path}: {exc}",
+                             hint="it needs write access to the file and its folder; the old format is intact") from exc
+        return found, FORMAT_VERSION
 
     def _run(self, *filenames: str) -> None:
         for filename in filenames:

@@ -9,6 +9,10 @@ INSERT INTO meta (key, value) VALUES ('format', ?) ON CONFLICT (key) DO UPDATE S
 -- name: tables
 SELECT name FROM sqlite_master WHERE type = 'table';
 
+-- Who still holds a lease (a running reconciler): `ledger upgrade` waits for none. Arg: now.
+-- name: live_holders
+SELECT DISTINCT holder FROM leases WHERE holder <> '' AND expires_at > ? ORDER BY holder;
+
 -- == the log ==============================================================================
 -- name: head_row
 SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1;

@@ -1,4 +1,4 @@
--- The embedded ledger's tables (tpu-ledger format 3). Run in one transaction with
+-- The embedded ledger's tables (tpu-ledger format 4). Run in one transaction with
 -- triggers.sql when a ledger is created; IF NOT EXISTS makes two creators at once harmless.
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (

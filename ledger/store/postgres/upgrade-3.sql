@@ -1,0 +1,3 @@
+-- Format 3 -> 4, in the transaction that then runs schema.sql again (idempotent) and roles.sql:
+-- nothing to change. Format 4 is SQLite's cheaper insert trigger and the explicit upgrade
+-- (`ledger upgrade`); the PostgreSQL schema is format 3's.

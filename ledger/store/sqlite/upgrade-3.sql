@@ -1,0 +1,3 @@
+-- Format 3 -> 4, in the transaction that then runs schema.sql and triggers.sql: nothing to
+-- do here. triggers.sql replaces the insert trigger with format 4's (the head row read once),
+-- which refuses exactly what format 3's did; events and snapshots stay as they are.
