@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,6 +35,28 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _ours_listening(ports: list[int]) -> list[int]:
+    """Which of `ports` a socket of this process listens on. Not "does anything answer there":
+    other pytest-xdist workers start servers on free ports too, and may get a port this test's
+    emulators gave back."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in mine:  # LISTEN, and our socket
+                    found.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return sorted(found & set(ports))
 
 
 def _children(pid: int) -> list[int]:
@@ -75,8 +98,8 @@ def test_twenty_emulators_in_a_row_leak_nothing(tmp_path, user_key):
             ssh.close()
             c.transport.close()
     wait_for(lambda: threading.active_count() <= threads, timeout=20, what=f"threads back to {threads} (now {threading.active_count()})")
-    assert not [p for p in ports if _listening(p)]
-    assert _children(os.getpid()) == []
+    assert _ours_listening(ports) == []
+    assert _children(os.getpid()) == []  # the hosts' sshd (and so their ports) are children
     assert _fds() <= fds + 2, "file descriptors leaked"
 
 
@@ -195,3 +218,21 @@ def test_jobs_of_a_killed_emulator_are_reaped_by_the_next(tmp_path, user_key):
     assert pid_alive(job)
     with Emulator(state_dir=tmp_path / "state"):
         wait_for(lambda: not pid_alive(job), what="orphaned job reaped")
+
+
+def test_cli_with_gcs_serves_the_bucket_the_log_archive_names(tmp_path, monkeypatch):
+    """`ledger emulator --gcs B` prints STORAGE_EMULATOR_HOST and a gs:// log archive in B,
+    and the official client writes and lists objects there."""
+    from reconciler.joblogs import open_archive
+
+    proc, env = _start_cli(tmp_path, "--gcs", "lab-logs")
+    try:
+        assert env["LEDGER_LOG_ARCHIVE"] == "gs://lab-logs/job-logs"
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", env["STORAGE_EMULATOR_HOST"])
+        archive = open_archive(env["LEDGER_LOG_ARCHIVE"])
+        assert archive.append("alice/bert/1/output_worker_0.log", 0, b"step 1\n")
+        assert archive.read("alice/bert/1/output_worker_0.log") == b"step 1\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    assert not _listening(int(env["STORAGE_EMULATOR_HOST"].rsplit(":", 1)[1]))
