@@ -29,6 +29,8 @@ class LedgerGroup(click.Group):
             return super().invoke(ctx)
         except LedgerError as exc:
             self._fail(ctx, exc)
+        except click.BadParameter as exc:  # a value from the config file: say where it was written
+            raise config.bad_value(exc) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -49,7 +51,10 @@ class LedgerGroup(click.Group):
         if parent is None and "default_map" not in extra:
             path, how = config.locate(args)
             extra["default_map"] = config.default_map(config.load(path, how), self)
-        return super().make_context(info_name, args, parent=parent, **extra)
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.BadParameter as exc:  # a global option's value in the config file
+            raise config.bad_value(exc) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

@@ -382,6 +382,24 @@ def default_map(config: ConfigFile, root: click.Command) -> Defaults:
 
 # -- where each value came from (`ledger config`) ---------------------------------------------
 
+def bad_value(exc: click.BadParameter) -> click.ClickException:
+    """An option's refusal of a value: naming the file and line when the file gave it."""
+    where = origin_of(exc.ctx, exc.param)
+    if where is None:
+        return exc
+    return ConfigError(f"{where}: {exc.format_message().rstrip('.')}; fix that line")
+
+
+def origin_of(ctx: click.Context | None, param: click.Parameter | None) -> str | None:
+    """"FILE:LINE" when `param`'s value in `ctx` came from the config file, else None."""
+    if ctx is None or param is None or param.name is None:
+        return None
+    if ctx.get_parameter_source(param.name) is not click.core.ParameterSource.DEFAULT_MAP:
+        return None
+    defaults = ctx.default_map
+    return defaults.origin.get(param.name) if isinstance(defaults, Defaults) else None
+
+
 SECRET_WORDS = ("secret", "token", "password")
 
 

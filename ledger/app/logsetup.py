@@ -7,7 +7,7 @@ A record carries its time (UTC), level, component (the command: `reconcile`, `wa
 is about: passed as `extra={"job": ..., "attempt": ...}` or set around an action by
 `ledger.logcontext.about`. Any other `extra` field goes into the JSON object as it is.
 
-Our own loggers (`tpu_ledger.*`, `ledger.*`, `reconciler.*`, `emulator.*`) log at the chosen
+Our own loggers (`tpu_ledger.*`, `ledger.*`, `reconciler.*`) log at the chosen
 level; libraries (gRPC, paramiko, urllib3, uvicorn, ...) at WARNING and above, or DEBUG when
 asked for it.
 """
@@ -24,7 +24,7 @@ from ledger import logcontext
 
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
-OURS = ("tpu_ledger", "ledger", "reconciler", "emulator")
+OURS = ("tpu_ledger", "ledger", "reconciler")  # not "emulator": its SSH hosts log every connection
 
 # What every LogRecord has: anything else on a record came from `extra` and is logged.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}

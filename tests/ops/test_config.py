@@ -165,3 +165,15 @@ def test_an_option_the_index_does_not_know_yet_is_still_a_setting(tmp_path: Path
     path = tmp_path / "c.toml"
     path.write_text('verify-every = 60\n[reconcile]\nlease-ttl = 3\n')
     assert config.default_map(config.load(path), cli).get("reconcile")["lease_ttl"] == 3
+
+
+@pytest.mark.parametrize(("text", "args", "line", "what"), [
+    ('[reconcile]\ninterval = "abc"\n', ["reconcile", "--once"], 2, "Invalid value for '--interval'"),
+    ('log-level = "loud"\n', ["list"], 1, "Invalid value for '--log-level'"),
+])
+def test_a_value_an_option_refuses_names_the_line_it_came_from(tmp_path: Path, text, args, line, what):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["--config", str(path), *args])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {path}:{line}: {what}"), result.stderr
+    assert result.stderr.count("\n") == 1
