@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -203,3 +205,32 @@ def test_cli_notify_and_tail(tmp_path: Path, webhook: Webhook, smtp) -> None:
                              env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and refused.stderr.startswith(f"error: {policy}:6:")
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+
+
+def test_notify_follow_logs_json_and_stops_on_sigterm(tmp_path: Path, webhook: Webhook) -> None:
+    """The notifier as a service: JSON log lines on stderr, SIGTERM ends it after the delivery
+    under way, with its shutdown logged and the cursor kept."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    store = open_store(url)
+    seed(store)
+    store.close()
+    proc = subprocess.Popen([sys.executable, "-m", "ledger", "--store", url, "--log-format", "json", "notify",
+                             "--webhook", webhook.url, "--from-start", "--follow"],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        started = json.loads(proc.stderr.readline())
+        assert started["component"] == "notify" and started["message"].startswith("notifying from sqlite:///")
+        deadline = time.monotonic() + 60
+        while len(webhook.posts) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    records = [json.loads(line) for line in err.splitlines()]
+    assert [r["message"] for r in records][-2] == "stopping on SIGTERM: the delivery under way was finished"
+    assert records[-1]["message"].startswith(f"stopped: sent {len(webhook.posts)}, failed 0")
+    assert records[-1]["position"] > 0 and out == ""

@@ -179,6 +179,9 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
         store.close()
     if as_json:
         print_json(report.as_dict())
+    elif follow:
+        log.info("stopped: sent %d, failed %d, uncertain %d; cursor at seq %d", len(report.sent), len(report.failed),
+                 len(report.uncertain), report.position, extra={"position": report.position})
     else:
         click.echo(f"sent {len(report.sent)}, failed {len(report.failed)}, uncertain {len(report.uncertain)}; "
                    f"cursor at seq {report.position}")
