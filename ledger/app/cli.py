@@ -49,7 +49,7 @@ class LedgerGroup(click.Group):
                      **extra) -> click.Context:  # noqa: ANN003
         """The root context gets the config file as click's default_map: flag > env > file > default."""
         if parent is None and "default_map" not in extra:
-            path, how = config.locate(args)
+            path, how = config.locate(args, self)
             extra["default_map"] = config.default_map(config.load(path, how), self)
         try:
             return super().make_context(info_name, args, parent=parent, **extra)

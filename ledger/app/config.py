@@ -168,13 +168,19 @@ class ConfigFile:
         return None
 
 
-def locate(args: list[str]) -> tuple[Path | None, str]:
+def valued(command: click.Command) -> set[str]:
+    """A command's options that take a value (`--store URL`), as written on the command line."""
+    return {o for p in command.params if isinstance(p, click.Option) and not p.is_flag and not p.count for o in p.opts}
+
+
+def locate(args: list[str], root: click.Command | None = None) -> tuple[Path | None, str]:
     """The config file of this run, and how it was named. `--config` among the global options
     (before the command's name) wins over $LEDGER_CONFIG; a named file must exist."""
+    takes_value = valued(root) if root is not None else set()
     named, how = None, ""
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
+    i = 0
+    while i < len(args) and args[i] != "--":
+        arg = args[i]
         if arg == "--config" and i + 1 < len(args):
             named, how = args[i + 1], "--config"
             break
@@ -183,6 +189,7 @@ def locate(args: list[str]) -> tuple[Path | None, str]:
             break
         if not arg.startswith("-"):
             break  # the command's name: what follows is its own
+        i += 2 if arg in takes_value else 1
     if named is None and os.environ.get(CONFIG_ENV):
         named, how = os.environ[CONFIG_ENV], f"${CONFIG_ENV}"
     if named is not None:

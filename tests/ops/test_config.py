@@ -119,6 +119,7 @@ def test_the_search_path_user_then_system(tmp_path: Path, monkeypatch: pytest.Mo
     other = tmp_path / "other.toml"
     other.write_text("")
     assert config.locate(["--config", str(other), "list"]) == (other, "--config")
+    assert config.locate(["--store", "sqlite:///x.db", "--log-level=debug", "--config", str(other), "list"], cli)[0] == other
     assert config.locate(["list", "--config", "x"])[1] == "searched"  # after the command: the command's own
 
 
