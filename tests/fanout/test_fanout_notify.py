@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from ledger.fanout.notifier import Notifier
 from ledger.spec.policy import NotifyPolicy, Policy, parse_policy
 from ledger.store import open_store
 from tests.fanout.conftest import REPO
+from tests.processes import service, stop_with_sigterm
 
 
 class Webhook:
@@ -214,21 +214,14 @@ def test_notify_follow_logs_json_and_stops_on_sigterm(tmp_path: Path, webhook: W
     store = open_store(url)
     seed(store)
     store.close()
-    proc = subprocess.Popen([sys.executable, "-m", "ledger", "--store", url, "--log-format", "json", "notify",
-                             "--webhook", webhook.url, "--from-start", "--follow"],
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
+    with service([sys.executable, "-m", "ledger", "--store", url, "--log-format", "json", "notify", "--webhook",
+                  webhook.url, "--from-start", "--follow"], env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO) as proc:
         started = json.loads(proc.stderr.readline())
         assert started["component"] == "notify" and started["message"].startswith("notifying from sqlite:///")
         deadline = time.monotonic() + 60
         while len(webhook.posts) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out, err = stop_with_sigterm(proc, timeout=60)
     assert proc.returncode == 0, err
     records = [json.loads(line) for line in err.splitlines()]
     assert [r["message"] for r in records][-2] == "stopping on SIGTERM: the delivery under way was finished"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -13,6 +11,7 @@ from gitops_helpers import BOB, ROOT, cli_env, git, job_events, run_cli, spec, w
 
 from ledger.gitops import Watcher
 from ledger.store.sqlite import SQLiteStore
+from tests.processes import service, stop_with_sigterm
 
 
 def _run(watcher: Watcher) -> threading.Thread:
@@ -93,25 +92,29 @@ def test_remote_url_is_watched_through_a_local_mirror(hub, store, tmp_path):
         thread.join(timeout=10)
 
 
-def test_ledger_watch_process_ingests_pushes_and_stops_cleanly(hub, store, store_url):
+def test_ledger_watch_process_ingests_pushes_and_stops_cleanly_on_sigterm(hub, store, store_url):
+    """As systemd runs it: one JSON object per ingest on stdout (--json), JSON log lines on
+    stderr (time, component, message); SIGTERM ends the loop after the ingest under way, the
+    shutdown logged, and the ledger verifies afterwards."""
     hub.bootstrap()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "watch", "--repo", str(hub.bare), "--interval", "30", "--json"],
-        cwd=ROOT, env=cli_env(store_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
+    with service([sys.executable, "-m", "ledger", "--log-format", "json", "watch", "--repo", str(hub.bare),
+                  "--interval", "30", "--json"], cwd=ROOT, env=cli_env(store_url)) as proc:
         s = SQLiteStore(store.path)
         wait_for(lambda: s.stream_version("_git:main") >= 1, timeout=30)
         hub.commit({"jobs/alice/live.yaml": spec()}, "live", approvers=(BOB,))
         hub.push()
         wait_for(lambda: "alice/live" in s.streams(), timeout=20)
         s.close()
-    finally:
-        proc.terminate()
-        out, err = proc.communicate(timeout=20)
+        out, err = stop_with_sigterm(proc, timeout=30)
+    assert proc.returncode == 0, err
     assert '"commits": 1' in out
-    assert "Traceback" not in err
     assert len(job_events(store)) == 1
+    records = [json.loads(line) for line in err.splitlines()]  # no Traceback: every line is a record
+    assert all(r["component"] == "watch" and r["time"].endswith("Z") for r in records), records
+    messages = [r["message"] for r in records]
+    assert messages[0].startswith(f"watching {hub.bare} (main)")
+    assert messages[-2:] == ["stopping on SIGTERM: the ingest under way was finished", "stopped"]
+    assert run_cli(store_url, "verify").returncode == 0
 
 
 def test_ingest_cli_reports_json_and_errors_in_one_line(hub, store_url, tmp_path):
@@ -122,35 +125,3 @@ def test_ingest_cli_reports_json_and_errors_in_one_line(hub, store_url, tmp_path
     assert proc.returncode == 1 and proc.stderr.startswith("error: branch 'nope' not found")
     proc = run_cli(store_url, "ingest", "--repo", str(tmp_path / "missing"), check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-
-
-def test_ledger_watch_logs_json_and_stops_on_sigterm_after_its_ingest(hub, store, store_url):
-    """As systemd stops it: SIGTERM ends the loop after the ingest under way; every stderr
-    line is one JSON object (time, level, component), the ingest is logged, and the ledger
-    verifies afterwards."""
-    hub.bootstrap()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "--log-format", "json", "watch", "--repo", str(hub.bare), "--interval", "30"],
-        cwd=ROOT, env=cli_env(store_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        s = SQLiteStore(store.path)
-        wait_for(lambda: s.stream_version("_git:main") >= 1, timeout=30)
-        hub.commit({"jobs/alice/term.yaml": spec()}, "term", approvers=(BOB,))
-        hub.push()
-        wait_for(lambda: "alice/term" in s.streams(), timeout=20)
-        s.close()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    records = [json.loads(line) for line in err.splitlines()]
-    assert all(r["component"] == "watch" and r["time"].endswith("Z") for r in records), records
-    messages = [r["message"] for r in records]
-    assert messages[0].startswith(f"watching {hub.bare} (main)")
-    assert any(r.get("commits") == 1 and r["message"].startswith("ingested 1 commit(s)") for r in records)
-    assert messages[-2:] == ["stopping on SIGTERM: the ingest under way was finished", "stopped"]
-    assert out == ""
-    assert run_cli(store_url, "verify").returncode == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 from emulator import Emulator
 from emulator.cloud import Timings
 from ledger.fold import FINISHED
+from tests.processes import service, stop_with_sigterm
 from tests.reconciler.conftest import Harness, job_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,19 +38,11 @@ def test_sigterm_mid_release_logs_the_shutdown_and_finishes_the_action(slow_dele
     harness.submit("ivy/term", job_spec("true"))
     s = harness.settings("termy")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "--store", harness.store_url, "--log-format", "json", "reconcile",
-         "--interval", "0.3", "--tpu-endpoint", s.tpu_endpoint, "--ssh-key", str(s.ssh_key), "--log-dir", str(s.log_dir),
-         "--id", "termy", "--lease-ttl", "0"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
+    with service([sys.executable, "-m", "ledger", "--store", harness.store_url, "--log-format", "json", "reconcile",
+                  "--interval", "0.3", "--tpu-endpoint", s.tpu_endpoint, "--ssh-key", str(s.ssh_key), "--log-dir",
+                  str(s.log_dir), "--id", "termy", "--lease-ttl", "0"], cwd=ROOT, env=env) as proc:
         harness.wait("ivy/term", lambda j: (j.pending_action or {}).get("action") == "release", timeout=90)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out, err = stop_with_sigterm(proc, timeout=90)
     assert proc.returncode == 0, err[-2000:]
     records = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is one JSON object
     assert all({"time", "level", "component", "message"} <= r.keys() and r["component"] == "reconcile" for r in records)
