@@ -76,8 +76,10 @@ for a in "$@"; do case "$a" in -*) ;; *) echo "emulated 104857600 $((104857600 -
 """,
 }
 # Server transports log here; a client hanging up is routine ("Connection reset by peer"),
-# so nothing is printed unless the application configures logging.
+# so nothing reaches the application's log (`ledger --log-format` configures the root
+# logger): attach a handler to "emulator.ssh" itself to see it.
 logging.getLogger("emulator.ssh").addHandler(logging.NullHandler())
+logging.getLogger("emulator.ssh").propagate = False
 
 AuthorizedKeys = dict[str, set[tuple[str, str]]]
 

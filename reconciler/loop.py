@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger import defaults
+from ledger import defaults, logcontext
 from ledger.capacity import CapacityMemory
 from ledger.events import NewEvent, actor, format_time, parse_time
 from ledger.events import data as ev
@@ -299,7 +299,8 @@ class Reconciler:
         ]
 
         def probe(job) -> tuple[str, dict[int, HostObs]]:
-            status = self.runner.probe(job.id, job.attempt, self.hosts_of(job), workers=selected_workers(job))
+            with logcontext.about(job.id, job.attempt):
+                status = self.runner.probe(job.id, job.attempt, self.hosts_of(job), workers=selected_workers(job))
             return job.id, {
                 w: HostObs(s.state, s.exit_code, tuple(sorted(set(s.kinds))), s.error, s.checkpoint) for w, s in status.items()
             }
@@ -398,10 +399,12 @@ class Reconciler:
             return
 
         def run() -> str:
-            result = self.executor.execute(action, job)
-            if not result.startswith("failed"):
-                self.job_backoff.succeeded(key, time.time())
-            self.on_action(action, result)
+            # Every line logged while acting names the job and its attempt.
+            with logcontext.about(action.job_id, job.attempt if job is not None else None):
+                result = self.executor.execute(action, job)
+                if not result.startswith("failed"):
+                    self.job_backoff.succeeded(key, time.time())
+                self.on_action(action, result)
             return result
 
         self._in_flight[key] = self._pool.submit(run)
@@ -456,10 +459,19 @@ class Reconciler:
                 log.warning("TPU API of zone %s did not answer (%s): nothing was decided about its jobs; run again later",
                             zone, summary(failure))
 
-    def drain(self, timeout: float = 600) -> None:
+    def drain(self, timeout: float = 600) -> list[str]:
+        """Wait for the actions in flight to end (at most `timeout` s); returns those still running.
+        An action still running has its intent recorded and no outcome: whoever holds the job
+        next (this reconciler restarted, or a peer once the lease lapses) resolves it."""
         deadline = time.monotonic() + timeout
         while self.busy and time.monotonic() < deadline:
             time.sleep(0.02)
+        return sorted(self._in_flight)
+
+    @property
+    def in_flight(self) -> list[str]:
+        self._reap()
+        return sorted(self._in_flight)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

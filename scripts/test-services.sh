@@ -15,6 +15,11 @@ if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ]; then
 fi
 mkdir -p -m755 /run/sshd 2>/dev/null || true
 
+# systemd-analyze checks the unit files `ledger deploy systemd` writes (tests/ops/test_deploy.py).
+if ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null) || \
+    echo "warning: could not install systemd; the unit files cannot be verified" >&2
+fi
 # Chromium and its driver for the dashboard's browser tests (Selenium drives the system
 # browser; a browser download of its own is not reachable here).
 if { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; } && [ "$(id -u)" = 0 ]; then

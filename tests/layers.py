@@ -60,6 +60,7 @@ SERVICE_FIXTURES: dict[tuple[str, str], frozenset[str]] = {
     ("tests/fanout/test_fanout_notify.py", "webhook"): frozenset({"webhook"}),
     ("tests/emulator", "emu"): frozenset({"tpu_emulator"}),
     ("tests/reconciler", "harness"): frozenset({"tpu_emulator"}),
+    ("tests/reconciler/test_sigterm.py", "slow_delete"): frozenset({"tpu_emulator"}),
     ("tests/admission", "lab_harness"): frozenset({"tpu_emulator"}),
     ("tests/doctor", "harness"): frozenset({"tpu_emulator"}),
     ("tests/doctor", "pod"): frozenset({"tpu_emulator"}),

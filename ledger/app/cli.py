@@ -11,6 +11,7 @@ import sys
 import click
 
 from ledger import __version__, defaults
+from ledger.app import config, logsetup
 from ledger.app.commands import COMMANDS
 from ledger.errors import LedgerError, database_error
 
@@ -28,6 +29,8 @@ class LedgerGroup(click.Group):
             return super().invoke(ctx)
         except LedgerError as exc:
             self._fail(ctx, exc)
+        except click.BadParameter as exc:  # a value from the config file: say where it was written
+            raise config.bad_value(exc) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -41,6 +44,17 @@ class LedgerGroup(click.Group):
     def _fail(ctx: click.Context, exc: LedgerError) -> None:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(exc.exit_code)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra) -> click.Context:  # noqa: ANN003
+        """The root context gets the config file as click's default_map: flag > env > file > default."""
+        if parent is None and "default_map" not in extra:
+            path, how = config.locate(args, self)
+            extra["default_map"] = config.default_map(config.load(path, how), self)
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.BadParameter as exc:  # a global option's value in the config file
+            raise config.bad_value(exc) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -56,8 +70,18 @@ class LedgerGroup(click.Group):
 @click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="ledger")
 @click.option("--store", envvar="LEDGER_STORE", default=None, metavar="URL", help=STORE_OPTION_HELP)
+@click.option("--config", "config_path", envvar=config.CONFIG_ENV, default=None, metavar="PATH",
+              type=click.Path(dir_okay=False),
+              help="The config file (TOML) every option can be set in; flags and environment variables "
+                   "override it [env: LEDGER_CONFIG; default: the first of ~/.config/tpu-ledger/config.toml, "
+                   "/etc/tpu-ledger/config.toml]. `ledger config` shows what is in force and why.")
+@click.option("--log-format", type=click.Choice(logsetup.FORMATS), envvar="LEDGER_LOG_FORMAT", default="text",
+              show_default=True, help="Log lines on stderr: text, or one JSON object per line "
+                                      "(time, level, component, job, attempt, message) [env: LEDGER_LOG_FORMAT].")
+@click.option("--log-level", type=click.Choice(logsetup.LEVELS, case_sensitive=False), envvar="LEDGER_LOG_LEVEL",
+              default="info", show_default=True, help="The least severe level logged [env: LEDGER_LOG_LEVEL].")
 @click.pass_context
-def cli(ctx: click.Context, store: str | None) -> None:
+def cli(ctx: click.Context, store: str | None, config_path: str | None, log_format: str, log_level: str) -> None:
     """tpu-ledger: GitOps, event-sourced jobs on Cloud TPUs.
 
     Users commit job specs to a jobs repository; a merge to the protected branch approves
@@ -67,6 +91,7 @@ def cli(ctx: click.Context, store: str | None) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["store_url"] = store
+    logsetup.setup(log_format, log_level.lower(), component=ctx.invoked_subcommand or "ledger")
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from email.message import EmailMessage
 from typing import Any
 
+from ledger import logcontext
 from ledger.errors import UsageError
 from ledger.fanout.notify_plan import Delivery, plan
 from ledger.spec.policy import NotifyPolicy
@@ -132,7 +133,8 @@ class Notifier:
                         continue
                     self.store.set_cursor(self.marker, slot)
                     attempted = slot
-                    error = self._deliver(delivery)
+                    with logcontext.about(event.stream if not event.stream.startswith("_") else None):
+                        error = self._deliver(delivery)
                     (report.failed if error else report.sent).append({**entry, **({"error": error} if error else {})})
                 self.position = event.seq
                 if deliveries:

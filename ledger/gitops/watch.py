@@ -8,7 +8,7 @@ mirror that only changes when fetched).
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +21,8 @@ from ledger.gitops.ingest import IngestReport, ingest
 from ledger.gitops.mirror import ensure_mirror, fetch_mirror, is_remote
 from ledger.gitops.repo import GitRepo
 from ledger.store import Store
+
+log = logging.getLogger("tpu_ledger.watch")
 
 
 class Watcher:
@@ -62,7 +64,7 @@ class Watcher:
         self.on_report = on_report
         self.web_flow = web_flow  # GitHub's keys for the merges it signs (None: LEDGER_WEB_FLOW_KEYS or shipped)
         self.reviews = reviews  # a forge's pull request reviews (ledger.forge), if any
-        self.on_error = on_error or (lambda exc: print(f"ledger watch: {exc}", file=sys.stderr, flush=True))
+        self.on_error = on_error or (lambda exc: log.warning("ingest failed: %s; retrying with backoff", exc))
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.wakeups = 0  # file system hints received (tests and the benchmark read it)

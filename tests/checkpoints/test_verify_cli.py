@@ -234,7 +234,7 @@ def test_reconcile_publishes_a_checkpoint_when_it_stops(ledger_file, signing_key
                            "--tpu-endpoint", "127.0.0.1:9", "--lease-ttl", "0"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert f"at seq 6 signed by {SIGNER}: published to git {REF}" in done.stdout
+    assert f"at seq 6 signed by {SIGNER}: published to git {REF}" in done.stderr  # a log line
     assert git(checkpoint_hub, "show", f"{REF}:checkpoint").splitlines()[1] == "seq 6"
     assert verify(ledger_file, checkpoint_hub).exit_code == 0
 

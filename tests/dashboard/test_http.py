@@ -267,16 +267,17 @@ def test_the_command_warns_beyond_loopback_and_refuses_a_busy_port(ledger, ledge
     finally:
         busy.close()
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot listen on 127.0.0.1" in done.stderr
-    proc = subprocess.Popen([*ledger_cmd, "--store", url, "dashboard", "--host", "0.0.0.0", "--port", "0"],
-                            cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*ledger_cmd, "--store", url, "--log-format", "json", "dashboard", "--host", "0.0.0.0",
+                             "--port", "0"], cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        warning = proc.stderr.readline()
-        line = proc.stdout.readline()
+        warning = json.loads(proc.stderr.readline())
+        line = json.loads(proc.stderr.readline())
     finally:
         proc.terminate()
         proc.wait(30)
-    assert warning.startswith("warning: the dashboard listens on 0.0.0.0: it has no authentication")
-    assert line.startswith("dashboard of sqlite:///") and "read-only" in line
+    assert warning["level"] == "warning" and warning["component"] == "dashboard"
+    assert warning["message"].startswith("the dashboard listens on 0.0.0.0: it has no authentication")
+    assert line["message"].startswith("dashboard of sqlite:///") and "read-only" in line["message"]
     missing = subprocess.run([*ledger_cmd, "--store", f"sqlite:///{Path(url.removeprefix('sqlite:///')).parent}/none.db",
                               "dashboard", "--port", "0"], cwd=repo_root, capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") <= 2

@@ -121,3 +121,25 @@ def test_github_pieces_from_the_wheel(installed: Installed):
     assert done.stdout.strip() == "GitHubForge(lab/jobs)"
     done = installed.run("watch", "--help")
     assert done.returncode == 0 and "--webhook-listen" in done.stdout and "--forge" in done.stdout
+
+
+def test_deploy_and_config_from_the_wheel(installed: Installed):
+    """The unit files, the example config and the settings index ship as package data: the
+    installed `ledger` writes units that run itself, and reads the example as its config."""
+    units = installed.work / "units"
+    done = installed.run("deploy", "systemd", str(units))
+    assert done.returncode == 0, done.stderr
+    text = (units / "tpu-ledger-reconcile.service").read_text()
+    assert f"ExecStart={installed.bin / 'ledger'} reconcile\n" in text and "ProtectSystem=strict" in text
+    analyze = shutil.which("systemd-analyze")
+    if analyze:
+        verify = subprocess.run([analyze, "verify", *map(str, sorted(units.glob("*.service")))], capture_output=True,
+                                text=True, timeout=120)
+        assert verify.returncode == 0, verify.stderr
+    done = installed.run("--config", str(units / "config.toml.example"), "config", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {(r["command"], r["key"]): r for r in json.loads(done.stdout)["settings"]}
+    assert rows[("watch", "repo")]["source"] == "file" and rows[("(global)", "log-format")]["value"] == "json"
+    (units / "typo.toml").write_text("[reconcile]\nlease-tll = 3\n")
+    done = installed.run("--config", str(units / "typo.toml"), "list")
+    assert done.returncode == 2 and "typo.toml:2: unknown setting 'lease-tll'" in done.stderr

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +21,7 @@ from ledger.fanout.notifier import Notifier
 from ledger.spec.policy import NotifyPolicy, Policy, parse_policy
 from ledger.store import open_store
 from tests.fanout.conftest import REPO
+from tests.processes import service, stop_with_sigterm
 
 
 class Webhook:
@@ -203,3 +205,25 @@ def test_cli_notify_and_tail(tmp_path: Path, webhook: Webhook, smtp) -> None:
                              env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and refused.stderr.startswith(f"error: {policy}:6:")
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+
+
+def test_notify_follow_logs_json_and_stops_on_sigterm(tmp_path: Path, webhook: Webhook) -> None:
+    """The notifier as a service: JSON log lines on stderr, SIGTERM ends it after the delivery
+    under way, with its shutdown logged and the cursor kept."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    store = open_store(url)
+    seed(store)
+    store.close()
+    with service([sys.executable, "-m", "ledger", "--store", url, "--log-format", "json", "notify", "--webhook",
+                  webhook.url, "--from-start", "--follow"], env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO) as proc:
+        started = json.loads(proc.stderr.readline())
+        assert started["component"] == "notify" and started["message"].startswith("notifying from sqlite:///")
+        deadline = time.monotonic() + 60
+        while len(webhook.posts) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out, err = stop_with_sigterm(proc, timeout=60)
+    assert proc.returncode == 0, err
+    records = [json.loads(line) for line in err.splitlines()]
+    assert [r["message"] for r in records][-2] == "stopping on SIGTERM: the delivery under way was finished"
+    assert records[-1]["message"].startswith(f"stopped: sent {len(webhook.posts)}, failed 0")
+    assert records[-1]["position"] > 0 and out == ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
+import json
 import sys
 import threading
 from pathlib import Path
@@ -11,6 +11,7 @@ from gitops_helpers import BOB, ROOT, cli_env, git, job_events, run_cli, spec, w
 
 from ledger.gitops import Watcher
 from ledger.store.sqlite import SQLiteStore
+from tests.processes import service, stop_with_sigterm
 
 
 def _run(watcher: Watcher) -> threading.Thread:
@@ -91,25 +92,29 @@ def test_remote_url_is_watched_through_a_local_mirror(hub, store, tmp_path):
         thread.join(timeout=10)
 
 
-def test_ledger_watch_process_ingests_pushes_and_stops_cleanly(hub, store, store_url):
+def test_ledger_watch_process_ingests_pushes_and_stops_cleanly_on_sigterm(hub, store, store_url):
+    """As systemd runs it: one JSON object per ingest on stdout (--json), JSON log lines on
+    stderr (time, component, message); SIGTERM ends the loop after the ingest under way, the
+    shutdown logged, and the ledger verifies afterwards."""
     hub.bootstrap()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "watch", "--repo", str(hub.bare), "--interval", "30", "--json"],
-        cwd=ROOT, env=cli_env(store_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
+    with service([sys.executable, "-m", "ledger", "--log-format", "json", "watch", "--repo", str(hub.bare),
+                  "--interval", "30", "--json"], cwd=ROOT, env=cli_env(store_url)) as proc:
         s = SQLiteStore(store.path)
         wait_for(lambda: s.stream_version("_git:main") >= 1, timeout=30)
         hub.commit({"jobs/alice/live.yaml": spec()}, "live", approvers=(BOB,))
         hub.push()
         wait_for(lambda: "alice/live" in s.streams(), timeout=20)
         s.close()
-    finally:
-        proc.terminate()
-        out, err = proc.communicate(timeout=20)
+        out, err = stop_with_sigterm(proc, timeout=30)
+    assert proc.returncode == 0, err
     assert '"commits": 1' in out
-    assert "Traceback" not in err
     assert len(job_events(store)) == 1
+    records = [json.loads(line) for line in err.splitlines()]  # no Traceback: every line is a record
+    assert all(r["component"] == "watch" and r["time"].endswith("Z") for r in records), records
+    messages = [r["message"] for r in records]
+    assert messages[0].startswith(f"watching {hub.bare} (main)")
+    assert messages[-2:] == ["stopping on SIGTERM: the ingest under way was finished", "stopped"]
+    assert run_cli(store_url, "verify").returncode == 0
 
 
 def test_ingest_cli_reports_json_and_errors_in_one_line(hub, store_url, tmp_path):

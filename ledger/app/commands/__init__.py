@@ -51,4 +51,7 @@ COMMANDS: dict[str, str] = {
     "emulator": "emulator:emulator_group",
     "demo": "demo:demo",
     "chaos": "chaos:chaos_cmd",
+    # operating it
+    "config": "settings:config_cmd",
+    "deploy": "deploy:deploy_group",
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from ledger.app.observability.service import Service, metrics_option
 from ledger.fanout.pubsub import DEFAULT_TOPIC
 from reconciler.joblogs import open_archive
 
+log = logging.getLogger("tpu_ledger.dashboard")
+
 
 @click.command("dashboard")
 @click.option("--host", envvar="LEDGER_DASHBOARD_HOST", default="127.0.0.1", show_default=True,
@@ -30,13 +33,17 @@ from reconciler.joblogs import open_archive
 @log_archive_option
 @click.option("--topic", envvar="LEDGER_PUBSUB_TOPIC", default=DEFAULT_TOPIC, show_default=True,
               help="The fan-out's Pub/Sub topic, whose publisher lag the health page shows [env: LEDGER_PUBSUB_TOPIC].")
+@click.option("--root-path", envvar="LEDGER_DASHBOARD_ROOT_PATH", default="", metavar="PATH",
+              help="Serve every page, asset and API URL below this path, as the lab's reverse proxy does "
+                   "(https://lab.example/tpu/ -> --root-path /tpu); the proxy may strip it or pass it on "
+                   "[env: LEDGER_DASHBOARD_ROOT_PATH].")
 @click.option("--verify-every", type=click.FloatRange(1.0), default=600.0, show_default=True, metavar="SECONDS",
               help="Check the whole ledger (as `ledger verify`) at start, then again as it grows: at most this many "
                    "seconds apart (sooner on a small ledger: a run costs at most ~5% of a core).")
 @metrics_option
 @click.pass_context
 def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None, log_archive: str | None,
-                  topic: str, verify_every: float, metrics_address: str | None) -> None:
+                  topic: str, root_path: str, verify_every: float, metrics_address: str | None) -> None:
     """Serve a read-only web dashboard of the ledger, updated live as events are appended.
 
     Pages: jobs (filter, sort, search), one job (its timeline as a picture, who asked,
@@ -52,23 +59,25 @@ def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None
     ledger dashboard --port 0               # any free port
     ssh -L 8900:127.0.0.1:8900 ledger-host  # then open http://127.0.0.1:8900/ locally
     """
+    root = server.root_path(root_path)
     store = store_from(ctx)
     url = store.url
     store.close()
     sock = server.bind(host, port)
     warning = server.exposure_warning(host)
     if warning:
-        click.echo(warning, err=True)
+        log.warning("%s", warning.removeprefix("warning: "))
     service = None
     try:
         live = LiveLedger(url, topic=topic, verify_every=verify_every)
         service = observe_dashboard(Service("dashboard", url, metrics_address), live).start()
         logs = defaults.LOG_DIR if log_dir is None else Path(os.path.expanduser(log_dir))
         app = server.create_app(live, store_label=redact(url), log_dir=logs, allowed_hosts=server.hosts_for(host),
-                                log_archive=open_archive(log_archive or defaults.LOG_ARCHIVE), service=service)
-        click.echo(f"dashboard of {redact(url)}: {server.url_of(sock)}  ({len(live.state.jobs)} job(s) at seq "
-                   f"{live.position}, loaded in {live.loaded_in:.1f} s; read-only; Ctrl-C stops)")
+                                log_archive=open_archive(log_archive or defaults.LOG_ARCHIVE), root=root, service=service)
+        log.info("dashboard of %s: %s  (%d job(s) at seq %d, loaded in %.1f s; read-only; Ctrl-C stops)", redact(url),
+                 server.url_of(sock).rstrip("/") + root + "/", len(live.state.jobs), live.position, live.loaded_in)
         server.serve(app, sock)
+        log.info("stopped")
     finally:
         sock.close()
         if service is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 import time
@@ -21,15 +22,27 @@ from ledger.fanout.publisher import OutboxPublisher
 from ledger.fanout.subscriber import PubSubSubscriber, StoreSubscriber, iter_events
 from ledger.spec.policy import Policy, load_policy
 
+log = logging.getLogger("tpu_ledger.fanout")
 PROJECT_HELP = f"Google Cloud project of the topic [env: LEDGER_PROJECT; default: {defaults.PROJECT}]"
 TOPIC_HELP = "Pub/Sub topic of the fan-out [env: LEDGER_PUBSUB_TOPIC; default: ledger-events]"
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
+class Stop(threading.Event):
+    """Set by SIGTERM or SIGINT; remembers which, for the shutdown's log line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signal: str | None = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.signal = self.signal or signal.Signals(signum).name
+        self.set()
+
+    def log_stopping(self, what: str) -> None:
+        if self.signal:
+            log.info("stopping on %s: %s", self.signal, what, extra={"signal": self.signal})
 
 
 @click.command("fanout")
@@ -60,7 +73,7 @@ def fanout_cmd(ctx: click.Context, project: str | None, topic: str | None, subsc
     config = pubsub.config_from_env(project, topic)
     publisher = OutboxPublisher(store, config, subscriptions=subscriptions, batch_size=batch_size)
     if not once:  # a long-running command says which ledger it serves (the absolute file)
-        click.echo(f"publishing {safe_url(store.url)} to {config.topic_path}", err=True)
+        log.info("publishing %s to %s", safe_url(store.url), config.topic_path)
     service = Service("fanout", store.url, metrics_address, heartbeat=not once)
 
     def lag() -> dict[str, Any]:
@@ -74,15 +87,20 @@ def fanout_cmd(ctx: click.Context, project: str | None, topic: str | None, subsc
             if once:
                 stats = publisher.run(threading.Event(), until_caught_up=True, deadline=time.monotonic() + timeout)
             else:
-                stats = publisher.run(_stop_on_signals())
+                stop = Stop()
+                stats = publisher.run(stop)
+                stop.log_stopping("the batch under way was acknowledged or will be published again")
     finally:
         publisher.close()
         store.close()
     summary = {"topic": config.topic_path, **stats.as_dict()}
     if as_json:
         print_json(summary)
-    else:
+    elif once:
         click.echo(f"published {stats.published} event(s) to {config.topic_path}; cursor at seq {stats.position}")
+    else:
+        log.info("stopped: published %d event(s) to %s; cursor at seq %d", stats.published, config.topic_path,
+                 stats.position, extra={"published": stats.published, "position": stats.position})
 
 
 @click.command("tail")
@@ -161,15 +179,23 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
     notifier = Notifier(store, policy, webhook=webhook, smtp=parse_smtp(smtp) if smtp else None,
                         name=name, from_start=from_start)
     if follow:
-        click.echo(f"notifying from {safe_url(store.url)}", err=True)
+        log.info("notifying from %s", safe_url(store.url))
     service = Service("notify", store.url, metrics_address, heartbeat=follow)
     try:
         with service:
-            report = notifier.run(_stop_on_signals()) if follow else notifier.run_once()
+            if follow:
+                stop = Stop()
+                report = notifier.run(stop)
+                stop.log_stopping("the delivery under way was finished")
+            else:
+                report = notifier.run_once()
     finally:
         store.close()
     if as_json:
         print_json(report.as_dict())
+    elif follow:
+        log.info("stopped: sent %d, failed %d, uncertain %d; cursor at seq %d", len(report.sent), len(report.failed),
+                 len(report.uncertain), report.position, extra={"position": report.position})
     else:
         click.echo(f"sent {len(report.sent)}, failed {len(report.failed)}, uncertain {len(report.uncertain)}; "
                    f"cursor at seq {report.position}")

@@ -5,6 +5,7 @@ imports only what `reconcile` needs (no rich; `ledger tpus` is in tpus.py)."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from pathlib import Path
@@ -32,6 +33,9 @@ from ledger.errors import safe_url
 from reconciler.joblogs import Collector, CollectorThread, Limits, open_archive
 from reconciler.joblogs.bounds import MIB
 from reconciler.tpu import project_for
+
+log = logging.getLogger("tpu_ledger.reconciler")
+DRAIN_S = 60.0  # how long a stopping reconciler waits for its actions in flight (TimeoutStopSec=90 in the unit)
 
 
 @click.command()
@@ -133,7 +137,7 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
     settings.policy = policy
 
     def report(action, result) -> None:
-        click.echo(f"{action.kind} {action.job_id or '-'}: {result}")
+        log.info("%s %s: %s", action.kind, action.job_id or "-", result, extra={"action": action.kind, "result": result})
 
     rec = build(settings, on_action=report, policy_source=source)
     collector = None
@@ -147,16 +151,30 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
     observe_reconciler(service, rec, interval)
     service.start()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    click.echo(f"reconciling {safe_url(settings.store_url)} against {tpu_endpoint or 'Google Cloud'} (project {project}) "
-               f"as {settings.holder}")
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:  # only flags: logging waits for the loop
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    log.info("reconciling %s against %s (project %s) as %s", safe_url(settings.store_url),
+             tpu_endpoint or "Google Cloud", project, settings.holder, extra={"holder": settings.holder})
     try:
         with publishing(settings.store_url, project, topic):
             rec.run(once=once, stop=stop, timeout=timeout)
     except KeyboardInterrupt:
+        received.append("SIGINT")
         stop.set()
     finally:
-        rec.drain(timeout=60)
+        if received:
+            log.info("stopping on %s: finishing %d action(s) in flight (at most %.0f s), then releasing the leases",
+                     received[0], len(rec.in_flight), DRAIN_S, extra={"signal": received[0], "in_flight": rec.in_flight})
+        left = rec.drain(timeout=DRAIN_S)
+        if left:
+            log.warning("%d action(s) still running after %.0f s (%s): their intents stay without an outcome, "
+                        "and whoever holds each job next resolves them", len(left), DRAIN_S, ", ".join(left),
+                        extra={"in_flight": left})
         rec.close()
         service.close()
         if collector is not None:  # after the last probes: their output is collected too
@@ -164,4 +182,6 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
         if checkpoints is not None:  # the last one covers the last outcomes recorded above
             last = checkpoints.close()
             if last is not None:
-                click.echo(f"{last.checkpoint.label}: published to {', '.join(last.sent) or 'nowhere'}")
+                log.info("%s: published to %s", last.checkpoint.label, ", ".join(last.sent) or "nowhere")
+        if received:
+            log.info("stopped", extra={"signal": received[0]})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import getpass
+import logging
+import signal
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from ledger.gitops.plan import plan, to_markdown
 from ledger.gitops.watch import Watcher
 from ledger.store import default_store_url
 
+log = logging.getLogger("tpu_ledger.watch")
 REPO_HELP = "Jobs repository: a local path (bare or not) or a remote URL (mirrored locally) [env: LEDGER_REPO]"
 BRANCH_HELP = "The protected branch whose commits are approved jobs [env: LEDGER_BRANCH]"
 
@@ -103,8 +106,10 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
     def show(report) -> None:  # noqa: ANN001
         if as_json:
             print_json(report.to_dict())
-        else:
+        elif once:
             out.print(_summary(report))
+        else:  # the service logs what it ingested
+            log.info("%s", _summary(report), extra={"commits": report.commits, "position": report.position})
 
     setup = forge_setup(forge, forge_repo, forge_url, forge_token_file, web_flow_keys)
     watcher = Watcher(source, store, branch, interval=interval, cache_dir=cache_dir,
@@ -123,20 +128,32 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
         host, port = listen_address(webhook_listen)
         receiver = WebhookServer(host, port, secret=webhook_secret(webhook_secret_file), branch=branch,
                                  forge=webhook_forge, on_ingest=lambda action: _on_delivery(action, setup, watcher))
-    if not as_json:
-        where = f"; webhook on {webhook_listen}" if receiver else ""
-        out.print(f"watching {source} ({branch}) into {safe_url(store.url)}; poll every {interval:g} s{where}; Ctrl-C to stop",
-                  markup=False)
+    where = f"; webhook on {webhook_listen}" if receiver else ""
+    log.info("watching %s (%s) into %s; poll every %g s%s", source, branch, safe_url(store.url), interval, where)
     service = observe_watcher(Service("watch", store.url, metrics_address), watcher)
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # The ingest under way (one transaction per commit) ends; no new one starts.
+        received.append(signal.Signals(signum).name)
+        watcher.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
     try:
         if receiver is not None:
             receiver.start()
         with publishing(store.url, project, topic), service:
             watcher.run()
+    except KeyboardInterrupt:
+        received.append("SIGINT")
     finally:
+        if received:
+            log.info("stopping on %s: the ingest under way was finished", received[0], extra={"signal": received[0]})
         watcher.stop()
         if receiver is not None:
             receiver.stop()
+        if received:
+            log.info("stopped", extra={"signal": received[0]})
 
 
 def observe_watcher(service: Service, watcher: Watcher) -> Service:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import socket
 import threading
 import time
@@ -51,6 +52,7 @@ from ledger.describe import figure
 from ledger.errors import LedgerError, UsageError
 from reconciler.joblogs import DirArchive, LogArchive, LogView
 
+log = logging.getLogger("tpu_ledger.dashboard")
 PACKAGE = "ledger.app.dashboard"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -105,6 +107,37 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+def root_path(value: str | None) -> str:
+    """`--root-path`: "" or "/a/b" (no trailing slash): where the lab's proxy serves the dashboard."""
+    text = (value or "").strip()
+    if text in ("", "/"):
+        return ""
+    if not text.startswith("/") or any(c in text for c in "?#%\"\'<> ") or "//" in text:
+        raise UsageError(f"--root-path {value!r} is not a URL path", hint="e.g. --root-path /tpu")
+    return text.rstrip("/")
+
+
+class RootPath:
+    """Serves the app below `root` whether the proxy strips the prefix (`proxy_pass
+    http://127.0.0.1:8900/;`) or passes it on: the path gets the prefix if it lacks it, and
+    `root_path` tells Starlette to route below it."""
+
+    def __init__(self, app: ASGIApp, root: str) -> None:
+        self.app = app
+        self.root = root
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and self.root:
+            path = scope["path"]
+            if not (path == self.root or path.startswith(self.root + "/")):
+                path = self.root + path
+            if path == self.root:
+                path += "/"
+            scope = {**scope, "root_path": self.root, "path": path,
+                     "raw_path": path.encode()}
+        await self.app(scope, receive, send)
+
+
 class Broadcast:
     """Wakes every event-stream client when the tail folded new events: one notification
     per batch, from the tail's thread into the server's event loop."""
@@ -153,13 +186,16 @@ def _int_param(request: Request, name: str) -> int | None:
 class Dashboard:
     """The routes, bound to one live ledger."""
 
-    def __init__(self, live: LiveLedger, *, store_label: str, logs: LogView | None, service: Service | None = None) -> None:
+    def __init__(self, live: LiveLedger, *, store_label: str, logs: LogView | None, service: Service | None = None,
+                 root: str = "") -> None:
         self.live = live
         self.service = service
         self.store_label = store_label
         self.logs = logs
+        self.root = root  # every link, asset and API URL starts with it (--root-path)
         self.pool = StorePool(live.store_url)
         self.env = templates()
+        self.env.globals.update(root=root, job_href=lambda job_id: (root + href) if (href := views.job_href(job_id)) else None)
         self.broadcast: Broadcast | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -171,7 +207,7 @@ class Dashboard:
 
     def error(self, request: Request, status: int, message: str) -> Response:
         message = message if len(message) <= 160 else message[:160] + "…"
-        if request.url.path.startswith("/api/"):
+        if request.url.path.removeprefix(self.root).startswith("/api/"):
             return JSONResponse({"error": message, "status": status}, status_code=status)
         return self.render("error.html", status, title=f"{status}", code=status, message=message, nav="")
 
@@ -242,12 +278,12 @@ class Dashboard:
 
     # -- /api/ ------------------------------------------------------------------------------
     async def api_index(self, request: Request) -> Response:
-        return JSONResponse({"endpoints": [
+        return JSONResponse({"endpoints": [self.root + path for path in (
             "/api/jobs?owner=&state=&accelerator=&q=&sort=&order=&page=&per_page=",
             "/api/jobs/{owner}/{name}", "/api/jobs/{owner}/{name}/events", "/api/jobs/{owner}/{name}/timeline",
             "/api/jobs/{owner}/{name}/log?attempt=&worker=", "/api/tpus", "/api/queue", "/api/queue/tree", "/api/usage?by=owner", "/api/usage/weeks",
             "/api/health", "/api/stream (text/event-stream)",
-        ]})
+        )]})
 
     async def api_jobs(self, request: Request) -> Response:
         data = views.jobs_page(self.live, views.JobQuery.parse(request.query_params))
@@ -371,7 +407,7 @@ class Dashboard:
         get = ["GET"]
         p = self.page
         routes = [
-            Route("/", lambda request: RedirectResponse("/jobs", status_code=302), methods=get),
+            Route("/", lambda request: RedirectResponse(self.root + "/jobs", status_code=302), methods=get),
             Route("/jobs", p(self.jobs), methods=get),
             Route("/jobs/{owner}/{name}", p(self.job), methods=get),
             Route("/tpus", p(self.tpus), methods=get),
@@ -403,7 +439,7 @@ class Dashboard:
                 response.headers["Allow"] = "GET, HEAD"
             return response
 
-        middleware = [Middleware(SecurityHeaders)]
+        middleware = [Middleware(RootPath, root=self.root), Middleware(SecurityHeaders)]
         if allowed_hosts is not None:
             middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
         app = Starlette(routes=routes, middleware=middleware, lifespan=self.lifespan,
@@ -413,12 +449,12 @@ class Dashboard:
 
 
 def create_app(live: LiveLedger, *, store_label: str, log_dir: Path | None = None, log_archive: LogArchive | None = None,
-               allowed_hosts: list[str] | None = None, service: Service | None = None) -> Starlette:
+               allowed_hosts: list[str] | None = None, service: Service | None = None, root: str = "") -> Starlette:
     """`log_archive`: where reconcilers collect job logs; `log_dir`: a reconciler's own log
     directory on this host. The job page reads both (reconciler.joblogs.LogView)."""
     sources = [*([log_archive] if log_archive is not None else []), *([DirArchive(log_dir)] if log_dir else [])]
     return Dashboard(live, store_label=store_label, logs=LogView(sources) if sources else None,
-                     service=service).app(allowed_hosts)
+                     service=service, root=root_path(root)).app(allowed_hosts)
 
 
 def hosts_for(host: str) -> list[str] | None:
@@ -429,8 +465,9 @@ def hosts_for(host: str) -> list[str] | None:
 
 
 def config(app: Starlette, host: str, port: int, **extra: Any) -> uvicorn.Config:
+    # log_config=None: uvicorn's own records go through our handler (ledger.app.logsetup).
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-                          timeout_graceful_shutdown=5, **extra)
+                          timeout_graceful_shutdown=5, log_config=None, **extra)
 
 
 class Server(uvicorn.Server):
@@ -439,6 +476,7 @@ class Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         dashboard = getattr(self.config.app.state, "dashboard", None)
+        log.info("stopping: ending the event streams, then the open requests (at most 5 s)")
         if dashboard is not None and dashboard.broadcast is not None:
             dashboard.broadcast.close()
         await super().shutdown(sockets)

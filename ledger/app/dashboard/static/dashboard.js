@@ -1,8 +1,9 @@
 // tpu-ledger dashboard: live updates without reloading. The only script the page runs
 // (the Content-Security-Policy allows no other): it listens to /api/stream (Server-Sent
-// Events from the ledger's tail) and, when an event concerns this page, fetches the page
-// again and swaps its live parts ([data-live]) in place. A job page only reacts to its
-// own job's events; the other pages to any event.
+// Events from the ledger's tail, below the root path the page names in data-root) and,
+// when an event concerns this page, fetches the page again and swaps its live parts
+// ([data-live]) in place. A job page only reacts to its own job's events; the other pages
+// to any event.
 "use strict";
 (() => {
   const body = document.body;
@@ -47,7 +48,7 @@
     if (timer === null) timer = setTimeout(() => { timer = null; refresh(); }, 120);
   }
 
-  const source = new EventSource("/api/stream?after=" + position);
+  const source = new EventSource((body.dataset.root || "") + "/api/stream?after=" + position);
   source.addEventListener("open", () => say("live", "on"));
   source.addEventListener("error", () => say("reconnecting", "off"));
   source.addEventListener("reset", schedule);
