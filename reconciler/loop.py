@@ -504,6 +504,8 @@ class Reconciler:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if hasattr(self.runner, "close"):  # its watchers and SSH connections
+            self.runner.close()
         if self.membership is not None:
             self.membership.close()
         self.tpu.close()

@@ -442,12 +442,6 @@ class RemoteRunner:
         """Run one raw exec request (already quoted) on one host; for tools and tests."""
         return self.pool.run(self._host(host), command, timeout=timeout or self.command_timeout)
 
-    def retain(self, jobs: Mapping[str, tuple[int, Sequence[Host]]]) -> None:
-        """Keep watchers and connections for these jobs' attempts and hosts only ({job id:
-        (attempt, hosts)}, the jobs that still hold a TPU): the rest are closed."""
-        self.watchers.forget(lambda k: k[0] in jobs and jobs[k[0]][0] == k[1])
-        self.pool.retain(self._host(h) for _, hosts in jobs.values() for h in hosts)
-
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
         self.watchers.close()

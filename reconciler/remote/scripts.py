@@ -201,7 +201,8 @@ def parse_start(stdout: bytes) -> int:
 
 def probe_script(job_id: str, worker: int, attempt: int, offset: int, max_bytes: int, slice_: int = 0) -> str:
     """Print `LEDGER-PROBE <state> <code|-> <offset>` then up to `max_bytes` of output from
-    `offset`. Builtins only, plus one `dd`: a probe of many hosts costs two processes each.
+    `offset`. Builtins only, plus one `dd` (and one `flock` for a running attempt): a probe of
+    many hosts costs two or three processes each.
 
     The state is read before the output: once `exit_code` exists, all output is in the file.
     """
@@ -215,7 +216,9 @@ def probe_script(job_id: str, worker: int, attempt: int, offset: int, max_bytes:
             '[ -s "$a/pid" ] && read -r pid < "$a/pid"',
             'if [ -n "$code" ]; then st="exited $code"',
             'elif [ -z "$pid" ]; then st="starting -"',
-            'elif kill -0 -- "-$pid" 2>/dev/null; then st="running -"',
+            # a process group whose leader is dead but not reaped yet still answers kill -0:
+            # the wrapper's `alive` lock (start_script) is released the moment it dies
+            'elif kill -0 -- "-$pid" 2>/dev/null && ! { [ -f "$a/alive" ] && flock -n -s "$a/alive" true 2>/dev/null; }; then st="running -"',
             'elif [ -f "$a/exit_code" ] && read -r code < "$a/exit_code"; then st="exited $code"',
             'else st="gone -"; fi',
             f'echo "LEDGER-PROBE $st {int(offset)}"',

@@ -18,7 +18,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -329,20 +329,6 @@ class SSHPool:
         for c in closing:
             c.close()
 
-    def retain(self, hosts: Iterable[Host]) -> int:
-        """Close every connection but those to `hosts` (the hosts some job still uses);
-        returns how many were closed."""
-        keep = {self._slot(h) for h in hosts}
-        with self._guard:
-            victims = [s for s in self._clients if s not in keep]
-            closing = [self._clients.pop(s) for s in victims]
-            for s in victims:
-                self._used.pop(s, None)
-            self._down = {s: d for s, d in self._down.items() if s in keep}
-        for c in closing:
-            c.close()
-        return len(closing)
-
     def __len__(self) -> int:
         with self._guard:
             return len(self._clients)
@@ -391,6 +377,7 @@ class SSHPool:
     def close(self) -> None:
         with self._guard:
             clients, self._clients = list(self._clients.values()), {}
+            self._used.clear()
         for c in clients:
             c.close()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import selectors
 import socket
 import threading
@@ -240,8 +241,10 @@ def _peer_closed(chan: paramiko.Channel) -> bool:
     if not isinstance(sock, socket.socket):
         return False
     try:
+        if not select.select([sock], [], [], 0)[0]:
+            return False  # nothing pending: not even an end
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False
+    except (BlockingIOError, InterruptedError, TimeoutError):
+        return False  # paramiko's reader took what was there first
     except OSError:
         return True
