@@ -335,6 +335,10 @@ class RemoteRunner:
         offset = out.stat().st_size if out.exists() else 0
         key = (job_id, attempt, host.id)
         streamed = self.watchers.take(key, MAX_FETCH) if self.watch else None
+        if streamed == b"":  # a live watcher and nothing new: no file to touch
+            with self._scan_lock:
+                step = self._checkpoint_steps.get((job_id, attempt, host.id))
+            return HostStatus("running", output_bytes=offset, checkpoint=step)
         if streamed is not None:  # a live watcher: its process runs, its output is here
             ans = scripts.ProbeAnswer("running", None, offset, streamed)
         else:
