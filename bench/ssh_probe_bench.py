@@ -32,7 +32,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,17 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.reconcile_preemption import Stack, _one_preemption, job_spec  # noqa: E402
+from bench.remote_bench import free_port, wait_listening  # noqa: E402
 from ledger.fold import RUNNING  # noqa: E402
 from reconciler.remote import Host, RemoteRunner  # noqa: E402
 
 PER_SSHD = 16  # OpenSSH's MAX_LISTEN_SOCKS
 CMD = "for i in $(seq 1 100000); do echo step $i loss 0.$RANDOM; sleep 1; done"
-
-
-def free_port(addr: str) -> int:
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -66,7 +60,10 @@ def sshd_hosts(tmp: Path, n: int):
     for name in ("id", "hostkey"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(tmp / name)], check=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    ports = [free_port("127.0.0.2") for _ in range(n)]
+    ports: list[int] = []
+    while len(ports) < n:  # a port freed and handed out twice would make two hosts one
+        if (p := free_port("127.0.0.2")) not in ports:
+            ports.append(p)
     procs = []
     try:
         for k in range(0, n, PER_SSHD):
@@ -80,16 +77,7 @@ def sshd_hosts(tmp: Path, n: int):
             cfg = tmp / f"sshd_config_{k // PER_SSHD}"
             cfg.write_text("\n".join(lines) + "\n")
             procs.append(subprocess.Popen([sshd, "-D", "-e", "-f", str(cfg)], stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 60
-        for p in ports:
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.2", p), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+        wait_listening("127.0.0.2", ports, 60)
         user = getpass.getuser()
         yield [Host(i, "127.0.0.2", p, user) for i, p in enumerate(ports)], tmp / "id"
     finally:

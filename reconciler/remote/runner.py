@@ -317,8 +317,16 @@ class RemoteRunner:
         # Checkpoint lines are looked for on the first selected host only (the planner
         # records that one's): one regex pass per probe, not one per host.
         first = min((h.id for h in chosen), default=None)
-        return self._parallel(chosen, lambda h: self._probe_host(
-            job_id, attempt, h, compiled, checkpoint if h.id == first else None))
+        def one(h: Host) -> HostStatus:
+            return self._probe_host(job_id, attempt, self._host(h), compiled, checkpoint if h.id == first else None)
+
+        # Watched hosts answer from memory, here; only the others cost a thread and a round trip.
+        watched = [h for h in chosen if self.watch and self.watchers.live((job_id, attempt, h.id))]
+        others = [h for h in chosen if h not in watched]
+        found = {h.id: one(h) for h in watched}
+        found.update(self._parallel(others, lambda h: self._probe_host(
+            job_id, attempt, h, compiled, checkpoint if h.id == first else None)) if others else {})
+        return {h.id: found[h.id] for h in chosen}
 
     def _saved_patterns(self, job_id: str, attempt: int) -> dict:
         """What `start` saved of the attempt's spec: its error and checkpoint patterns."""

@@ -239,8 +239,9 @@ def watch_script(job_id: str, worker: int, attempt: int, offset: int, slice_: in
     watching`, then `LEDGER-WATCH ended` once the attempt's wrapper has exited, which the
     watcher learns by blocking on the `alive` lock that the wrapper holds (start_script):
     the kernel wakes it, nothing polls. The watcher ends too when its channel's stdin ends
-    (the reconciler let go of it), so re-arming never leaves processes behind. `LEDGER-WATCH legacy` (and exit): an attempt started
-    without that lock, or a host without flock(1); such hosts are probed every pass instead.
+    (the reconciler let go of it), so re-arming never leaves processes behind.
+    `LEDGER-WATCH legacy` (and exit): an attempt started without that lock, or a host
+    without flock(1); such hosts are probed every pass instead.
     """
     att = layout.home(layout.attempt_rel(job_id, worker, attempt, slice_))
     return "\n".join(

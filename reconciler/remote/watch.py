@@ -229,9 +229,9 @@ class Watchers:
 
 
 def _peer_closed(chan: paramiko.Channel) -> bool:
-    """Has the connection under `chan` ended, even if paramiko's reader has not seen it yet?
-    One non-blocking peek at the socket (the peer's FIN or RST is there before the reader
-    wakes): a probe answered from a watcher never reports a closed host as running."""
+    """Has the connection under `chan` ended, even if paramiko's reader has not acted on it
+    yet? The kernel's TCP state says so the moment the peer's FIN or RST arrived (whoever
+    read it): a probe answered from a watcher never reports a closed host as running."""
     if chan.closed:
         return True
     t = chan.get_transport()
@@ -241,6 +241,8 @@ def _peer_closed(chan: paramiko.Channel) -> bool:
     if not isinstance(sock, socket.socket):
         return False
     try:
+        if hasattr(socket, "TCP_INFO"):
+            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != _TCP_ESTABLISHED
         if not select.select([sock], [], [], 0)[0]:
             return False  # nothing pending: not even an end
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -248,3 +250,6 @@ def _peer_closed(chan: paramiko.Channel) -> bool:
         return False  # paramiko's reader took what was there first
     except OSError:
         return True
+
+
+_TCP_ESTABLISHED = 1  # tcpi_state, the first byte of Linux's struct tcp_info
