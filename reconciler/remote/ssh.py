@@ -326,6 +326,8 @@ class SSHPool:
             closing = [self._clients.pop(s) for s in victims]
             for s in victims:
                 self._used.pop(s, None)
+            # hosts that failed long ago and were never asked for again
+            self._down = {s: d for s, d in self._down.items() if now - d[0] < self.idle_close_s}
         for c in closing:
             c.close()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import select
 import selectors
 import socket
@@ -48,8 +49,19 @@ class _Watch:
     paused: bool = False  # unregistered while its buffer is full
 
 
+def _more_files() -> None:
+    """A watcher holds a socket and a pipe pair: a thousand hosts need more descriptors than
+    the usual soft limit of 1,024. Raise it to the hard limit (no privilege needed)."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 class Watchers:
     def __init__(self, on_change: Callable[[str], None] | None = None) -> None:
+        _more_files()
         self.on_change: list[Callable[[str], None]] = [on_change] if on_change else []
         self._watches: dict[Key, _Watch] = {}
         self._legacy: set[Key] = set()

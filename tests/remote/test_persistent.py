@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from reconciler.remote import layout
@@ -127,3 +128,16 @@ def test_a_legacy_attempt_without_the_lock_is_probed_and_not_watched(pod, runner
         assert r.probe(JOB, 1, hosts)[0].state == "running"
     wait_for(lambda: r.watchers.legacy((JOB, 1, 0)))
     assert r.probe(JOB, 1, hosts)[0].state == "running" and len(r.watchers) == 0
+
+
+def test_idle_connections_close_and_watched_ones_stay(pod, runner_for, wait_for):
+    r = runner_for(pod)
+    r.start(JOB, 1, pod.hosts[:1], spec("sleep 300"), extra_args=[], resume=False)
+    wait_for(lambda: r.probe(JOB, 1, pod.hosts[:1]) and len(r.watchers) == 1)
+    assert not any(r.connect(pod.hosts[1:3]).values())
+    assert len(r.pool) == 3
+    r.pool.idle_close_s = 0.5
+    time.sleep(1.0)  # hosts 0 to 2 idle past the limit; host 0 carries a watcher
+    assert not any(r.connect(pod.hosts[3:]).values())
+    assert len(r.pool) == 2 and r.probe(JOB, 1, pod.hosts[:1])[0].state == "running"
+    wait_for(lambda: len(sessions(pod)) == 2)  # the server saw the idle two go
