@@ -141,3 +141,26 @@ def test_idle_connections_close_and_watched_ones_stay(pod, runner_for, wait_for)
     assert not any(r.connect(pod.hosts[3:]).values())
     assert len(r.pool) == 2 and r.probe(JOB, 1, pod.hosts[:1])[0].state == "running"
     wait_for(lambda: len(sessions(pod)) == 2)  # the server saw the idle two go
+
+
+def _watcher_processes(home: Path) -> list[int]:
+    """Processes on the host running a watcher's pieces for an attempt under `home`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if argv[0] in (b"flock", b"tail") and any(str(home).encode() in a for a in argv):
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_watcher_let_go_of_leaves_nothing_on_the_host(pod, runner_for, wait_for):
+    r = runner_for(pod)
+    pids = r.start(JOB, 1, pod.hosts[:1], spec("sleep 300"), extra_args=[], resume=False)
+    wait_for(lambda: r.probe(JOB, 1, pod.hosts[:1]) and len(r.watchers) == 1)
+    wait_for(lambda: len(_watcher_processes(pod.home(0))) == 2)  # its flock and its tail
+    r.close()  # the reconciler goes away: its channels close, their stdin ends
+    wait_for(lambda: not _watcher_processes(pod.home(0)))
+    os.kill(pids[0], 0)  # the job itself runs on
