@@ -87,6 +87,20 @@ def emulator_pod(tmp: Path, n: int):
             proc.kill()
 
 
+def wait_listening(addr: str, ports: list[int], timeout: float) -> None:
+    """Until every port accepts a connection (OSError past the timeout)."""
+    deadline = time.monotonic() + timeout
+    for p in ports:
+        while True:
+            try:
+                socket.create_connection((addr, p), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def sshd_pod(tmp: Path, n: int, pull_seconds: float = 0.0):
     import getpass
@@ -110,16 +124,7 @@ def sshd_pod(tmp: Path, n: int, pull_seconds: float = 0.0):
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(tmp / "sshd_config")], stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        for p in ports:
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.2", p), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+        wait_listening("127.0.0.2", ports, 20)
         user = getpass.getuser()
         yield [Host(i, "127.0.0.2", p, user) for i, p in enumerate(ports)], tmp / "id"
     finally:

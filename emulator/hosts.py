@@ -300,6 +300,10 @@ class SSHHost:
         if sock is not None:
             self.acceptor.remove(sock)
         for t in transports:
+            # The connection ends now, as a VM going away ends it: a plain close would wait
+            # for the transport's reader to leave recv() (up to its 0.1 s timeout) to send FIN.
+            with contextlib.suppress(Exception):
+                t.sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(Exception):
                 t.close()
         self.kill_processes()

@@ -146,3 +146,15 @@ HEARTBEAT_FORGET_S = 7 * 24 * 3600.0
 # a watcher while its last successful poll is at most this many intervals old.
 READY_PASS_INTERVALS = 10
 READY_PASS_MIN_S = 60.0
+# SSH to TPU hosts (reconciler/remote/ssh.py): one persistent connection per host. paramiko
+# sends a keepalive message this often; the kernel gives up on a peer that stopped answering
+# after the TCP settings below (a vanished VM fails its connection, and wakes the loop).
+SSH_KEEPALIVE_S = 15
+SSH_TCP_KEEPIDLE_S = 15
+SSH_TCP_KEEPINTVL_S = 5
+SSH_TCP_KEEPCNT = 3
+SSH_TCP_USER_TIMEOUT_S = 30.0
+# A connection no job used for this long (and carrying no watcher) is closed; past this many
+# connections the least recently used idle ones are.
+SSH_IDLE_CLOSE_S = 900.0
+SSH_POOL_MAX = 4096

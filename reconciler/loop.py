@@ -7,6 +7,7 @@ connection. The loop sleeps until a new event is appended or the interval passes
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -151,6 +152,15 @@ class Reconciler:
         self._policy_version = -1
         if hasattr(tpu, "on_reconnect"):  # the endpoint came back: try the zones at once
             tpu.on_reconnect(self.health.wake)
+        # Set by a new event in the ledger, or by a host whose attempt ended or whose
+        # connection dropped (the runner's watchers): the next pass starts at once.
+        self._woken = threading.Event()
+        if hasattr(runner, "on_change"):
+            runner.on_change(lambda job_id: self.wake())
+
+    def wake(self) -> None:
+        """Start the next pass now (a host changed: the pass looks, the TPU API decides)."""
+        self._woken.set()
 
     def store(self) -> Store:
         store = getattr(self._local, "store", None)
@@ -431,7 +441,44 @@ class Reconciler:
         the whole call."""
         stop = stop or threading.Event()
         give_up = time.monotonic() + timeout if timeout is not None else None
+        follower, done = None, threading.Event()
+        if not once:
+            follower = threading.Thread(target=self._follow_appends, args=(done,), name="reconcile-wake", daemon=True)
+            follower.start()
+        try:
+            self._run(once, stop, give_up)
+        finally:
+            done.set()
+            if follower is not None:
+                follower.join(5)
+
+    def _follow_appends(self, done: threading.Event) -> None:
+        """Wake the loop on any new event (ours included: the next step of a story follows
+        at once), on a store connection of this thread's own."""
+        try:
+            head = self.store().head()
+            while not done.is_set():
+                try:
+                    now = self.store().wait_for_append(head, 0.5)
+                except Exception as exc:  # the ledger is down: the loop's own pass says so
+                    log.debug("waiting for appends: %s", exc)
+                    done.wait(1.0)
+                    continue
+                if now > head:
+                    head = now
+                    self._woken.set()
+        except Exception as exc:
+            log.debug("waiting for appends: %s", exc)
+        finally:
+            store = getattr(self._local, "store", None)
+            if store is not None:
+                self._local.store = None
+                with contextlib.suppress(Exception):
+                    store.close()
+
+    def _run(self, once: bool, stop: threading.Event, give_up: float | None) -> None:
         while not stop.is_set():
+            self._woken.clear()
             actions = self.step()
             if once:
                 self.drain(timeout=max(0.0, give_up - time.monotonic()) if give_up is not None else 600)
@@ -444,11 +491,10 @@ class Reconciler:
                     return self._unobserved()
                 stop.wait(min(self.interval, 0.5))
                 continue
-            head = self.store().head()
-            # Wake on any new event (ours included: the next step of a story follows at once).
+            # until the interval passes, an event is appended or a watched host changes
             deadline = time.monotonic() + self.interval
-            while not stop.is_set() and time.monotonic() < deadline:
-                if self.store().wait_for_append(head, min(0.25, self.interval)) > head:
+            while not stop.is_set() and not self._woken.wait(max(0.0, min(0.25, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
                     break
 
     def _unobserved(self) -> None:
@@ -475,6 +521,8 @@ class Reconciler:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if hasattr(self.runner, "close"):  # its watchers and SSH connections
+            self.runner.close()
         if self.membership is not None:
             self.membership.close()
         self.tpu.close()

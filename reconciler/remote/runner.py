@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import secrets
@@ -31,8 +32,10 @@ from reconciler.remote.errors import (
 )
 from reconciler.remote.ssh import SSHPool
 from reconciler.remote.types import DEFAULT_USERNAME, Host, HostStatus, Placed, SetupReport
+from reconciler.remote.watch import Watchers
 
 T = TypeVar("T")
+log = logging.getLogger("tpu_ledger.remote")
 MAX_FETCH = 4 << 20  # bytes of output fetched per host per probe
 
 
@@ -51,11 +54,17 @@ class RemoteRunner:
         backoff: float = 0.5,
         secrets_dir: Path | None = None,
         max_parallel: int = 64,
+        watch: bool = True,
     ) -> None:
         """`username` applies to hosts whose username is the Host default; `secrets_dir` is
         the admin's secrets folder: the files a spec names (keys, requirements, conda files)
         are read from `<secrets_dir>/<owner>/` only (ledger.spec.secrets), never from
-        anywhere else on this host, and never the reconciler's own key."""
+        anywhere else on this host, and never the reconciler's own key.
+
+        `watch`: keep a watcher channel per running host (reconciler.remote.watch): its
+        output streams in, its end (or the connection's) calls the `on_change` listeners at
+        once, and a probe of a watched host is answered from what arrived, with no round
+        trip. Without it every probe is one exec per host, as before."""
         self.pool = SSHPool(
             private_key_path=Path(private_key_path), known_hosts_path=Path(known_hosts_path),
             connect_timeout=connect_timeout, retries=retries, backoff=backoff,
@@ -74,6 +83,13 @@ class RemoteRunner:
         self._scan_lock = threading.Lock()
         # (job, attempt) -> the masks of the secrets it received (ledger.spec.redact)
         self._redactors: dict[tuple[str, int], Redactor] = {}
+        self.watch = watch
+        self.watchers = Watchers()
+
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(job_id)` as soon as a watched host's attempt ends or its connection
+        is lost (the reconciler wakes and looks: it never learns the outcome from here)."""
+        self.watchers.on_change.append(callback)
 
     # -- plumbing ------------------------------------------------------------------------
     def _host(self, h: Host) -> Host:
@@ -301,8 +317,16 @@ class RemoteRunner:
         # Checkpoint lines are looked for on the first selected host only (the planner
         # records that one's): one regex pass per probe, not one per host.
         first = min((h.id for h in chosen), default=None)
-        return self._parallel(chosen, lambda h: self._probe_host(
-            job_id, attempt, h, compiled, checkpoint if h.id == first else None))
+        def one(h: Host) -> HostStatus:
+            return self._probe_host(job_id, attempt, self._host(h), compiled, checkpoint if h.id == first else None)
+
+        # Watched hosts answer from memory, here; only the others cost a thread and a round trip.
+        watched = [h for h in chosen if self.watch and self.watchers.live((job_id, attempt, h.id))]
+        others = [h for h in chosen if h not in watched]
+        found = {h.id: one(h) for h in watched}
+        found.update(self._parallel(others, lambda h: self._probe_host(
+            job_id, attempt, h, compiled, checkpoint if h.id == first else None)) if others else {})
+        return {h.id: found[h.id] for h in chosen}
 
     def _saved_patterns(self, job_id: str, attempt: int) -> dict:
         """What `start` saved of the attempt's spec: its error and checkpoint patterns."""
@@ -317,18 +341,28 @@ class RemoteRunner:
         out = layout.output_log(self.log_dir, job_id, attempt, host.worker, host.slice)
         out.parent.mkdir(parents=True, exist_ok=True)
         offset = out.stat().st_size if out.exists() else 0
-        script = scripts.bash(scripts.probe_script(job_id, host.worker, attempt, offset, MAX_FETCH, host.slice))
-        try:
-            res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries, idempotent=True)
-            if res.exit_code != 0:
-                return HostStatus("unknown", error=f"probe exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}")
-            ans = scripts.parse_probe(res.stdout)
-        except (HostKeyMismatch, AuthFailed) as exc:
-            return HostStatus("unknown", error=str(exc))
-        except HostUnreachable as exc:
-            return HostStatus("gone", error=str(exc))
-        except (RemoteError, ValueError) as exc:
-            return HostStatus("unknown", error=str(exc))
+        key = (job_id, attempt, host.id)
+        streamed = self.watchers.take(key, MAX_FETCH) if self.watch else None
+        if streamed == b"":  # a live watcher and nothing new: no file to touch
+            with self._scan_lock:
+                step = self._checkpoint_steps.get((job_id, attempt, host.id))
+            return HostStatus("running", output_bytes=offset, checkpoint=step)
+        if streamed is not None:  # a live watcher: its process runs, its output is here
+            ans = scripts.ProbeAnswer("running", None, offset, streamed)
+        else:
+            script = scripts.bash(scripts.probe_script(job_id, host.worker, attempt, offset, MAX_FETCH, host.slice))
+            try:
+                res = self.pool.run(host, script, timeout=self.probe_timeout, retries=self.probe_retries, idempotent=True,
+                                    fail_fast=True)
+                if res.exit_code != 0:
+                    return HostStatus("unknown", error=f"probe exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}")
+                ans = scripts.parse_probe(res.stdout)
+            except (HostKeyMismatch, AuthFailed) as exc:
+                return HostStatus("unknown", error=str(exc))
+            except HostUnreachable as exc:
+                return HostStatus("gone", error=str(exc))
+            except (RemoteError, ValueError) as exc:
+                return HostStatus("unknown", error=str(exc))
         if ans.state != "absent":
             _collect(out, ans.data, self._attempt_redactor(job_id, attempt),
                      final=ans.state in ("exited", "gone"))
@@ -344,7 +378,20 @@ class RemoteRunner:
         if ans.state in ("exited", "gone"):
             _atomic_write(layout.status_file(self.log_dir, job_id, attempt, host.worker, host.slice),
                           json.dumps({"state": state, "exit_code": ans.exit_code, "error": error, "time": _now()}))
+        elif streamed is None and self.watch and ans.state in ("running", "starting") and not self.watchers.legacy(key):
+            self._arm(job_id, attempt, host, key, out.stat().st_size if out.exists() else 0)
         return status
+
+    def _arm(self, job_id: str, attempt: int, host: Host, key: tuple[str, int, int], offset: int) -> None:
+        """Open the host's watcher channel, streaming from `offset` (what is collected here).
+        A host that cannot take one now is probed again next pass, and armed then."""
+        try:
+            chan = self.pool.open_channel(host)
+            chan.exec_command(scripts.bash(scripts.watch_script(job_id, host.worker, attempt, offset, host.slice)))
+        except Exception as exc:  # paramiko's own errors included: the probe said what matters
+            log.debug("%s: no watcher for %s attempt %d: %s", host.label, job_id, attempt, exc)
+            return
+        self.watchers.arm(key, chan, host.label)
 
     def _scan(self, job_id: str, attempt: int, worker: int, out: Path, *, final: bool, compiled,
               fetched_from: int, checkpoint: re.Pattern[str] | None = None) -> list[tuple[str, str]]:
@@ -378,6 +425,9 @@ class RemoteRunner:
              workers: list[int] | None = None) -> dict[int, str | None]:
         """SIGTERM to each selected host's process group, SIGKILL after `grace` seconds.
         Returns {worker: error or None}; an unreachable host is reported, not raised."""
+        # stopping on purpose: its watchers' ending is no news to wake anyone for
+        self.watchers.forget(lambda k: k[0] != job_id)
+
         def one(h: Host) -> str | None:
             script = scripts.bash(scripts.stop_script(job_id, h.worker, attempt, grace, h.slice))
             try:
@@ -406,6 +456,7 @@ class RemoteRunner:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self.watchers.close()
         self.pool.close()
 
     def __enter__(self) -> RemoteRunner:

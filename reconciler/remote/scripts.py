@@ -153,7 +153,9 @@ def start_script(
             # A handler (not an ignore) for TERM: children get the default action back, and
             # the wrapper outlives them long enough to record their exit code.
             "trap 'true' TERM HUP INT",
-            f"{run.words} </dev/null",
+            # fd 9 holds the attempt's `alive` lock (see below): the wrapper keeps it until it
+            # exits, the command never sees it.
+            f"{run.words} </dev/null 9>&-",
             "rc=$?",
             'printf "%s\\n" "$rc" > "$LEDGER_ATTEMPT_DIR/exit_code.tmp"',
             'mv -f "$LEDGER_ATTEMPT_DIR/exit_code.tmp" "$LEDGER_ATTEMPT_DIR/exit_code"',
@@ -174,10 +176,16 @@ def start_script(
     if run.container:
         lines.append(f"printf '%s\\n' {q(run.container)} > {att}/container")
     lines += [
+        # An exclusive lock on `alive`, taken before the wrapper exists and inherited by it:
+        # held from now until the wrapper has recorded the exit code and exited (or was
+        # killed), so a watcher blocked on it (watch_script) wakes the moment the attempt
+        # ends, with no polling. Hosts without flock(1) run as before, unwatched.
+        f"if command -v flock >/dev/null 2>&1; then exec 9>{att}/alive; flock -n 9; fi",
         # Not a process-group leader (no job control), so setsid needs no fork: $! is the
         # wrapper, the leader of its own session and process group.
         f"setsid bash -c {q(wrapper)} ledger-job </dev/null >>{att}/output.log 2>&1 &",
         "pid=$!",
+        "exec 9>&-",
         f'printf "%s\\n" "$pid" > {att}/pid.tmp && mv -f {att}/pid.tmp {att}/pid',
         f'echo "{START_MAGIC} started $pid"',
     ]
@@ -193,7 +201,8 @@ def parse_start(stdout: bytes) -> int:
 
 def probe_script(job_id: str, worker: int, attempt: int, offset: int, max_bytes: int, slice_: int = 0) -> str:
     """Print `LEDGER-PROBE <state> <code|-> <offset>` then up to `max_bytes` of output from
-    `offset`. Builtins only, plus one `dd`: a probe of many hosts costs two processes each.
+    `offset`. Builtins only, plus one `dd` (and one `flock` for a running attempt): a probe of
+    many hosts costs two or three processes each.
 
     The state is read before the output: once `exit_code` exists, all output is in the file.
     """
@@ -207,11 +216,51 @@ def probe_script(job_id: str, worker: int, attempt: int, offset: int, max_bytes:
             '[ -s "$a/pid" ] && read -r pid < "$a/pid"',
             'if [ -n "$code" ]; then st="exited $code"',
             'elif [ -z "$pid" ]; then st="starting -"',
-            'elif kill -0 -- "-$pid" 2>/dev/null; then st="running -"',
+            # a process group whose leader is dead but not reaped yet still answers kill -0:
+            # the wrapper's `alive` lock (start_script) is released the moment it dies
+            'elif kill -0 -- "-$pid" 2>/dev/null && ! { [ -f "$a/alive" ] && flock -n -s "$a/alive" true 2>/dev/null; }; then st="running -"',
             'elif [ -f "$a/exit_code" ] && read -r code < "$a/exit_code"; then st="exited $code"',
             'else st="gone -"; fi',
             f'echo "LEDGER-PROBE $st {int(offset)}"',
             f'[ -f "$a/output.log" ] && exec dd if="$a/output.log" bs=65536 skip={int(offset)} count={int(max_bytes)} iflag=skip_bytes,count_bytes status=none',
+            "exit 0",
+        ]
+    )
+
+
+WATCH_MAGIC = b"LEDGER-WATCH"
+
+
+def watch_script(job_id: str, worker: int, attempt: int, offset: int, slice_: int = 0) -> str:
+    """A long-lived watcher of one host's attempt, for one channel kept open.
+
+    stdout: the attempt's output from byte `offset` on, as it is written (tail -F).
+    stderr: control lines only (the job's output never reaches them): `LEDGER-WATCH
+    watching`, then `LEDGER-WATCH ended` once the attempt's wrapper has exited, which the
+    watcher learns by blocking on the `alive` lock that the wrapper holds (start_script):
+    the kernel wakes it, nothing polls. The watcher ends too when its channel's stdin ends
+    (the reconciler let go of it), so re-arming never leaves processes behind.
+    `LEDGER-WATCH legacy` (and exit): an attempt started without that lock, or a host
+    without flock(1); such hosts are probed every pass instead.
+    """
+    att = layout.home(layout.attempt_rel(job_id, worker, attempt, slice_))
+    return "\n".join(
+        [
+            f"a={att}",
+            'if [ ! -f "$a/alive" ] || ! command -v flock >/dev/null 2>&1; then echo "LEDGER-WATCH legacy" >&2; exit 0; fi',
+            'if [ -f "$a/exit_code" ]; then echo "LEDGER-WATCH ended" >&2; exit 0; fi',
+            "exec 3<&0",
+            f'tail -c +{int(offset) + 1} -F -- "$a/output.log" 2>/dev/null &',
+            "t=$!",
+            'flock -s "$a/alive" true &',
+            "f=$!",
+            # the reconciler closed the channel (its stdin ends): nothing stays behind
+            "cat <&3 >/dev/null &",
+            "c=$!",
+            'echo "LEDGER-WATCH watching" >&2',
+            'wait -n "$f" "$c" 2>/dev/null || true',
+            'if ! kill -0 "$f" 2>/dev/null; then echo "LEDGER-WATCH ended" >&2; fi',
+            'kill "$t" "$f" "$c" 2>/dev/null',
             "exit 0",
         ]
     )

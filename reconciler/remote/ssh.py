@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ledger import defaults
 from reconciler.remote.errors import (
     AuthFailed,
     ChannelLost,
@@ -127,6 +128,11 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
+def _carries_channels(client: paramiko.SSHClient) -> bool:
+    t = client.get_transport()
+    return t is not None and bool(getattr(t, "_channels", None) and len(t._channels))
+
+
 def _describe(exc: BaseException | None) -> str:
     import paramiko  # start-up time: paramiko (0.2 s CPU) loads at the first SSH use, not when a reconciler starts
 
@@ -136,8 +142,34 @@ def _describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _tcp_liveness(sock: object) -> None:
+    """Let the kernel notice a peer that vanished without a word (a VM gone, a cable cut):
+    TCP keepalives on an idle connection, and a bound on unacknowledged data (paramiko's
+    keepalive messages make some), so the transport fails and its watchers close."""
+    if not isinstance(sock, socket.socket):
+        return
+    opts = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", defaults.SSH_TCP_KEEPIDLE_S), ("TCP_KEEPINTVL", defaults.SSH_TCP_KEEPINTVL_S),
+                        ("TCP_KEEPCNT", defaults.SSH_TCP_KEEPCNT),
+                        ("TCP_USER_TIMEOUT", int(defaults.SSH_TCP_USER_TIMEOUT_S * 1000))):
+        if hasattr(socket, name):
+            opts.append((socket.IPPROTO_TCP, getattr(socket, name), int(value)))
+    for level, opt, value in opts:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, opt, value)
+
+
 class SSHPool:
-    """One live connection per worker (keyed by worker and endpoint), reused across calls."""
+    """One live connection per host (keyed by host, user and key), reused across calls and
+    shared by every channel to that host (probes, commands, watchers).
+
+    Bounded: connections unused for `idle_close_s` (and carrying no channel) are closed, and
+    beyond `max_size` the least recently used idle ones are. A host that could not be
+    reached is not dialled again before its backoff step when the caller asks to `fail_fast`
+    (the probes): a lost host is an observation each pass, not a storm of reconnections.
+    `observers` hear (event, host label, detail) for every failure: "unreachable", "auth",
+    "host_key", "channel_lost"; and "connected" for each handshake (metrics hook in here).
+    """
 
     def __init__(
         self,
@@ -148,6 +180,8 @@ class SSHPool:
         retries: int = 5,
         backoff: float = 0.5,
         max_backoff: float = 10,
+        idle_close_s: float = defaults.SSH_IDLE_CLOSE_S,
+        max_size: int = defaults.SSH_POOL_MAX,
     ) -> None:
         self.private_key_path = Path(private_key_path)
         self._pkey: paramiko.PKey | None = None  # loaded at the first connection (ensure_key checked it)
@@ -160,8 +194,20 @@ class SSHPool:
         self._clients: dict[tuple, paramiko.SSHClient] = {}
         self._locks: dict[tuple, threading.Lock] = {}
         self._guard = threading.Lock()
-        # Told the class name of every error a command ends with (HostUnreachable, ...). Metrics hook in here.
-        self.observers: list[Callable[[str], None]] = []
+        self.idle_close_s = idle_close_s
+        self.max_size = max_size
+        self._used: dict[tuple, float] = {}  # slot -> monotonic time of its last use
+        self._down: dict[tuple, tuple[float, int, str]] = {}  # slot -> (not before, failures in a row, last error)
+        self.connects = 0  # handshakes made: reuse shows as few
+        # Told (event, host label, detail) of connections and failures: `connected`, `unreachable`,
+        # `auth`, `host_key`, `channel_lost`, and `command_failed` (detail: the error's class,
+        # HostUnreachable, CommandTimeout, ...) for every command that ends in an error. Metrics hook in here.
+        self.observers: list[Callable[[str, str, str], None]] = []
+
+    def _tell(self, event: str, host: Host, detail: str = "") -> None:
+        for observe in self.observers:
+            with contextlib.suppress(Exception):
+                observe(event, host.label, detail)
 
     # -- connections ---------------------------------------------------------------------
     def _slot(self, host: Host) -> tuple:
@@ -226,85 +272,149 @@ class SSHPool:
             raise
         transport = client.get_transport()
         if transport is not None:
-            transport.set_keepalive(15)
+            transport.set_keepalive(defaults.SSH_KEEPALIVE_S)
+            _tcp_liveness(transport.sock)
+        with self._guard:
+            self.connects += 1
+        self._tell("connected", host)
         return client
 
-    def connect(self, host: Host, *, retries: int | None = None) -> paramiko.SSHClient:
-        import paramiko  # start-up time: paramiko (0.2 s CPU) loads at the first SSH use, not when a reconciler starts
-
+    def connect(self, host: Host, *, retries: int | None = None, fail_fast: bool = False) -> paramiko.SSHClient:
+        """The host's live connection, opened (with retries) when there is none. With
+        `fail_fast`, a host still in its backoff step after failing is HostUnreachable at
+        once, without dialling."""
         slot = self._slot(host)
         with self._lock_for(slot):
             client = self._clients.get(slot)
             if client is not None:
                 t = client.get_transport()
                 if t is not None and t.is_active():
+                    with self._guard:
+                        self._used[slot] = time.monotonic()
                     return client
                 client.close()
                 self._clients.pop(slot, None)
-            tries = (self.retries if retries is None else retries) + 1
-            last: BaseException | None = None
-            for n in range(tries):
-                try:
-                    client = self._connect_once(host)
-                    self._clients[slot] = client
-                    return client
-                except paramiko.AuthenticationException as exc:
-                    if host.key_path is not None:
-                        # A TPU created before per-job keys holds the reconciler's key: try it.
-                        try:
-                            client = self._connect_once(replace(host, key_path=None))
-                            self._clients[slot] = client
-                            return client
-                        except paramiko.AuthenticationException:
-                            pass
-                    raise AuthFailed(f"{host.label} ({key_name(host)}): {host.username!r} was refused: {exc}") from None
-                except Exception as exc:
-                    if not _is_transient(exc):
-                        raise
-                    last = exc
-                if n + 1 < tries:
-                    delay = min(self.max_backoff, self.backoff * 2**n)
-                    time.sleep(delay * (0.5 + random.random() / 2))
-            raise HostUnreachable(
-                f"{host.label} ({key_name(host)}) unreachable after {tries} tries: "
-                f"{_describe(last)}"
-            )
+            now = time.monotonic()
+            with self._guard:
+                down = self._down.get(slot)
+            if fail_fast and down is not None and now < down[0]:
+                raise HostUnreachable(f"{host.label} ({key_name(host)}) unreachable ({down[2]}); "
+                                      f"next try in {down[0] - now:.1f} s, after {down[1]} failed connection(s)")
+            try:
+                client = self._dial(host, slot, retries)
+            except HostUnreachable as exc:
+                with self._guard:
+                    n = (down[1] if down else 0) + 1
+                    step = min(self.max_backoff * 6, self.backoff * 2 ** min(n, 16))
+                    self._down[slot] = (time.monotonic() + step * (0.5 + random.random() / 2), n,
+                                        str(exc).partition(" tries: ")[2] or str(exc))
+                raise
+            with self._guard:
+                self._down.pop(slot, None)
+                self._used[slot] = time.monotonic()
+                self._clients[slot] = client
+        self._sweep()
+        return client
+
+    def _sweep(self) -> None:
+        """Close connections nobody used for idle_close_s, and the least recently used idle
+        ones beyond max_size; a connection carrying a channel (a watcher) stays."""
+        now = time.monotonic()
+        with self._guard:
+            if len(self._clients) <= self.max_size and not any(now - t > self.idle_close_s for t in self._used.values()):
+                return
+            busy = {s for s, c in self._clients.items() if _carries_channels(c)}
+            idle = sorted((t, s) for s, t in self._used.items() if s in self._clients and s not in busy)
+            excess = len(self._clients) - self.max_size
+            victims = [s for i, (t, s) in enumerate(idle) if i < excess or now - t > self.idle_close_s]
+            closing = [self._clients.pop(s) for s in victims]
+            for s in victims:
+                self._used.pop(s, None)
+            # hosts that failed long ago and were never asked for again
+            self._down = {s: d for s, d in self._down.items() if now - d[0] < self.idle_close_s}
+        for c in closing:
+            c.close()
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._clients)
+
+    def _dial(self, host: Host, slot: tuple, retries: int | None) -> paramiko.SSHClient:
+        import paramiko  # start-up time: paramiko (0.2 s CPU) loads at the first SSH use, not when a reconciler starts
+
+        tries = (self.retries if retries is None else retries) + 1
+        last: BaseException | None = None
+        for n in range(tries):
+            try:
+                return self._connect_once(host)
+            except paramiko.AuthenticationException as exc:
+                if host.key_path is not None:
+                    # A TPU created before per-job keys holds the reconciler's key: try it.
+                    try:
+                        return self._connect_once(replace(host, key_path=None))
+                    except paramiko.AuthenticationException:
+                        pass
+                self._tell("auth", host, str(exc))
+                raise AuthFailed(f"{host.label} ({key_name(host)}): {host.username!r} was refused: {exc}") from None
+            except HostKeyMismatch as exc:
+                self._tell("host_key", host, str(exc))
+                raise
+            except Exception as exc:
+                if not _is_transient(exc):
+                    raise
+                last = exc
+            if n + 1 < tries:
+                delay = min(self.max_backoff, self.backoff * 2**n)
+                time.sleep(delay * (0.5 + random.random() / 2))
+        self._tell("unreachable", host, _describe(last))
+        raise HostUnreachable(
+            f"{host.label} ({key_name(host)}) unreachable after {tries} tries: "
+            f"{_describe(last)}"
+        )
 
     def drop(self, host: Host) -> None:
         slot = self._slot(host)
-        with self._lock_for(slot):
+        with self._lock_for(slot), self._guard:
             client = self._clients.pop(slot, None)
+            self._used.pop(slot, None)
         if client is not None:
             client.close()
 
     def close(self) -> None:
         with self._guard:
             clients, self._clients = list(self._clients.values()), {}
+            self._used.clear()
         for c in clients:
             c.close()
 
     # -- commands ------------------------------------------------------------------------
     def run(
         self, host: Host, command: str, *, timeout: float, stdin: bytes | None = None,
-        retries: int | None = None, idempotent: bool = False,
+        retries: int | None = None, idempotent: bool = False, fail_fast: bool = False,
     ) -> CommandResult:
         """Run one exec request. A connection that died since its last use is reopened once;
         a command whose channel was lost is sent again once only when `idempotent`."""
         try:
             try:
-                return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
-            except ChannelLost:
+                return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries, fail_fast=fail_fast)
+            except ChannelLost as exc:
+                self._tell("channel_lost", host, str(exc))
                 if not idempotent:
                     raise
-                return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries)
+                return self._run(host, command, timeout=timeout, stdin=stdin, retries=retries, fail_fast=fail_fast)
         except RemoteError as exc:
-            for observe in self.observers:
-                observe(type(exc).__name__)
+            self._tell("command_failed", host, type(exc).__name__)
             raise
 
-    def _run(self, host: Host, command: str, *, timeout: float, stdin: bytes | None, retries: int | None) -> CommandResult:
+    def open_channel(self, host: Host, *, fail_fast: bool = True) -> paramiko.Channel:
+        """A new session channel on the host's connection (for a long-lived watcher)."""
+        client = self.connect(host, retries=0, fail_fast=fail_fast)
+        return client.get_transport().open_session(timeout=self.connect_timeout)  # type: ignore[union-attr]
+
+    def _run(self, host: Host, command: str, *, timeout: float, stdin: bytes | None, retries: int | None,
+             fail_fast: bool = False) -> CommandResult:
         for reuse in (True, False):
-            client = self.connect(host, retries=retries)
+            client = self.connect(host, retries=retries, fail_fast=fail_fast)
             try:
                 chan = client.get_transport().open_session(timeout=self.connect_timeout)  # type: ignore[union-attr]
             except Exception as exc:

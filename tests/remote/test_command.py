@@ -66,10 +66,18 @@ def test_output_is_fetched_incrementally_and_scanned(pod, runner_for, wait_for, 
     assert first.state == "running" and first.matches == []
     assert out.read_bytes() == b"first line\npartial GRPC "
     r.run(pod.hosts[0], f"touch \"$HOME\"/{layout.worker_rel(JOB, 0)}/work/go")
-    final = wait_for(lambda: (s := r.probe(JOB, 1, pod.hosts[:1])[0]) and s.state == "exited" and s)
+    matches, kinds = [], []
+
+    def until_exited():
+        s = r.probe(JOB, 1, pod.hosts[:1])[0]
+        matches.extend(s.matches)  # a watcher streams lines in before the exit is known
+        kinds.extend(s.kinds)
+        return s.state == "exited" and s
+
+    wait_for(until_exited)
     # The line split across two fetches is scanned once, whole.
-    assert final.matches == ["partial GRPC error: UNAVAILABLE", "my custom failure X1"]
-    assert final.kinds == ["grpc", "grpc"]
+    assert matches == ["partial GRPC error: UNAVAILABLE", "my custom failure X1"]
+    assert kinds == ["grpc", "grpc"]
     assert out.read_text() == "first line\npartial GRPC error: UNAVAILABLE\nmy custom failure X1\n"
     again = r.probe(JOB, 1, pod.hosts[:1])[0]
     assert again.state == "exited" and again.matches == []

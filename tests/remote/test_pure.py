@@ -58,8 +58,18 @@ def test_scripts_are_valid_bash():
         scripts.start_script(spec, "o/j", 1, 0, extra_args=["a'b"], resume=True),
         scripts.probe_script("o/j", 0, 1, 10, 100),
         scripts.stop_script("o/j", 0, 1, 2.5),
+        scripts.watch_script("o/j", 0, 1, 10),
     ):
         subprocess.run(["bash", "-n", "-c", text], check=True)
+
+
+def test_the_watcher_names_the_attempt_by_quoted_paths_only():
+    """A job id with shell metacharacters stays one word in the watcher's paths."""
+    job = "o/j'; touch /tmp/pwned; '$(id)"
+    text = scripts.watch_script(job, 3, 2, 41, slice_=1)
+    att = layout.home(layout.attempt_rel(job, 3, 2, 1))
+    assert text.splitlines()[0] == f"a={att}"
+    assert "tail -c +42 -F" in text and "$(id)" not in text.replace(att, "")
 
 
 def test_parse_probe():

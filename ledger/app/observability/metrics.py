@@ -95,8 +95,10 @@ class ReconcilerMetrics:
             self.api_errors.labels(method, code).inc()
         self.api_seconds.labels(method).observe(seconds)
 
-    def ssh_error(self, kind: str) -> None:
-        """`SSHPool.observers` hook."""
-        self.ssh_errors.labels(kind).inc()
+    def ssh_event(self, event: str, _host: str, detail: str) -> None:
+        """`SSHPool.observers` hook: a command that failed, by its error's class (a connection
+        that dropped and was reopened for the command is not a failure)."""
+        if event == "command_failed":
+            self.ssh_errors.labels(detail).inc()
 
 

@@ -44,7 +44,7 @@ def observe_reconciler(service: Service, rec: Reconciler, interval: float) -> Pa
     rec.tpu.observers.append(metrics.api_call)
     pool = getattr(rec.runner, "pool", None)
     if pool is not None:
-        pool.observers.append(metrics.ssh_error)
+        pool.observers.append(metrics.ssh_event)
     record = PassRecord(metrics)
     rec.pass_observers.append(record)
     holder = rec.config.holder
