@@ -105,9 +105,12 @@ class Reconciler:
         lease_ttl: float = 0.0,
         policy_source: Callable[[], Policy | None] | None = None,
         forget_job_key: Callable[[str], object] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`policy_source`: asked at every pass for the sharing policy in force (a file that
-        an admin may change); None keeps `config.policy` for good."""
+        an admin may change); None keeps `config.policy` for good. `clock`: the time a pass
+        plans at (epoch seconds), one place, so a simulation can drive a day of passes."""
+        self.clock = clock
         self.store_url = store_url
         self.tpu = tpu
         self.runner = runner
@@ -218,7 +221,7 @@ class Reconciler:
         last: dict[str, Any] = {}
         for e in self.store().read_stream(defaults.CLOUD_STREAM):
             last[e.data.get("zone", "")] = e
-        now = time.time()
+        now = self.clock()
         for zone, e in last.items():
             if e.type == "api_unreachable":
                 since = parse_time(e.data["since"]).timestamp() if e.data.get("since") else now
@@ -230,9 +233,9 @@ class Reconciler:
         planning step can fix costs one intent and outcome a step, not one a pass."""
         zone = zone_of(failure.resource)
         if zone and kind_of(failure) == "transient":
-            self._record_change(self.health.failed(zone, failure, time.time()))
+            self._record_change(self.health.failed(zone, failure, self.clock()))
         else:
-            self.job_backoff.failed(job_id, failure, time.time())
+            self.job_backoff.failed(job_id, failure, self.clock())
 
     def _record_change(self, change: Change | None) -> None:
         if change is None:
@@ -257,7 +260,7 @@ class Reconciler:
 
     def observe(self) -> Observed:
         self._load_health()
-        obs = Observed(now=time.time())
+        obs = Observed(now=self.clock())
         zones = set()
         qr_zones = queued_resource_zones(self.state.jobs)
         for zone in sorted(zones_in_use(self.state.jobs)):
@@ -270,9 +273,9 @@ class Reconciler:
                 log.debug("could not list zone %s: %s", zone, exc)
                 if kind_of(exc.failure) == "permanent":
                     obs.refused[zone] = exc.failure
-                self._record_change(self.health.failed(zone, exc.failure, time.time()))
+                self._record_change(self.health.failed(zone, exc.failure, self.clock()))
                 continue
-            self._record_change(self.health.succeeded(zone, time.time()))
+            self._record_change(self.health.succeeded(zone, self.clock()))
             zones.add(zone)
             obs.nodes.update({n.name: n for n in nodes})
             obs.queued.update({q.name: q for q in queued})
@@ -354,7 +357,7 @@ class Reconciler:
         unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
         if not unfinished:
             return
-        now = time.time()
+        now = self.clock()
         for action in resolutions(unfinished, now, self.config, self._adoptable()):
             zone = api_zone(action)
             if self._may_act(action) and (zone is None or self.health.may_try(zone, now)):
@@ -389,13 +392,13 @@ class Reconciler:
         job = self.state.jobs.get(action.job_id)
         job = job.copy() if job is not None else None  # the next catch-up folds in place
         key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
-        if key in self._in_flight or not self.job_backoff.may_try(key, time.time()):
+        if key in self._in_flight or not self.job_backoff.may_try(key, self.clock()):
             return
 
         def run() -> str:
             result = self.executor.execute(action, job)
             if not result.startswith("failed"):
-                self.job_backoff.succeeded(key, time.time())
+                self.job_backoff.succeeded(key, self.clock())
             self.on_action(action, result)
             return result
 
