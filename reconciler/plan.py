@@ -568,14 +568,16 @@ def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
     """Zones where a live job uses (or may ask for, on any of its choices) a queued
     resource: only there is listing queued resources worth an API call."""
     zones = set()
+    seen: dict[int, tuple] = {}  # choice lists are interned (spec.placements): each looked at once (kept: ids stay theirs)
     for j in jobs.values():
         if (j.terminal or j.state == fold.BLOCKED) and j.tpu is None:
             continue
         tpu = j.tpu or {}
         if tpu.get("kind") == "queued_resource":
             zones.add(tpu.get("zone", ""))
-        elif not tpu:
-            zones.update(c.zone for c in placements(j.spec) if c.queued)
+        elif not tpu and id(choices := placements(j.spec)) not in seen:
+            seen[id(choices)] = choices
+            zones.update(c.zone for c in choices if c.queued)
     return zones
 
 
@@ -584,13 +586,16 @@ def zones_in_use(jobs: Mapping[str, JobState]) -> set[str]:
     zone of its choices: the placement step may pick any; a blocked job asks nothing until
     it is unblocked)."""
     zones = set()
+    seen: dict[int, tuple] = {}  # choice lists are interned (spec.placements): each looked at once (kept: ids stay theirs)
     for j in jobs.values():
         if j.tpu and j.tpu.get("zone"):
             zones.add(j.tpu["zone"])
         elif not j.terminal and j.state != fold.BLOCKED:
             choices = placements(j.spec)
             if choices:
-                zones.update(c.zone for c in choices if c.zone)
+                if id(choices) not in seen:
+                    seen[id(choices)] = choices
+                    zones.update(c.zone for c in choices if c.zone)
             elif (j.spec.get("tpu") or {}).get("zone"):
                 zones.add(j.spec["tpu"]["zone"])
     return zones
