@@ -133,6 +133,7 @@ class Reconciler:
         self._caught_up_once = False
         # Fair share and weekly quotas need recent usage: the usage fold, fed the same tail.
         self.usage: UsageFold | None = None
+        self._usage_cache: tuple[tuple, float, admission.Usage] | None = None  # recent_usage's last answer
         self.policy_source = policy_source
         self._follow_policy(self.config.policy)
         self._suspect_since: dict[str, float] = {}
@@ -206,11 +207,20 @@ class Reconciler:
             self.usage = UsageFold(on_interval=self.meter.add)  # loaded at the next catch-up
 
     def recent_usage(self, now: float) -> admission.Usage:
-        """Fair-share and weekly figures at `now` (nothing without a sharing policy)."""
+        """Fair-share and weekly figures at `now` (nothing without a sharing policy). Made
+        again only when the usage fold moved (an event changed what is held), the meter
+        changed (a new half-life), or FAIR_SHARE_REFRESH_S passed: between events they
+        drift only with the clock, by seconds' worth of chip-hours."""
         if self.usage is None:
             return admission.NO_USAGE
+        key = (self.usage.position, self.meter)
+        if self._usage_cache is not None and self._usage_cache[0] == key \
+                and 0 <= now - self._usage_cache[1] < defaults.FAIR_SHARE_REFRESH_S:
+            return self._usage_cache[2]
         us = int(now * 1_000_000)
-        return admission.usage_at(self.meter, self.usage.open_intervals(us), us)
+        figures = admission.usage_at(self.meter, self.usage.open_intervals(us, held=True), us)
+        self._usage_cache = (key, now, figures)
+        return figures
 
     # -- the zones' TPU API: backoff, and one record per outage -------------------------------
     def _load_health(self) -> None:

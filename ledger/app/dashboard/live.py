@@ -259,7 +259,7 @@ class LiveLedger:
                 self.meter = meter
         now = self.now_us() if now_us is None else now_us
         with self.lock:
-            return admission.usage_at(meter, self.usage.open_intervals(now), now)
+            return admission.usage_at(meter, self.usage.open_intervals(now, held=True), now)
 
     def now_us(self) -> int:
         return to_us(datetime.now(UTC))
