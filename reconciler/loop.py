@@ -345,13 +345,14 @@ class Reconciler:
         # Unfinished intents first, from the jobs' state alone: under a crash loop a process
         # may not live through the usage fold, the zone listing and the SSH probes.
         self._catch_up_jobs()
-        self._take_up_unfinished()
+        adoptable = self._adoptable()  # once a pass: each asks the lease table for a dead peer's job
+        self._take_up_unfinished(adoptable)
         self._catch_up_usage()
         obs = self.last_observed = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
-                       taken_over=self._adoptable(), usage=self.recent_usage(obs.now), memory=self.capacity)
+                       taken_over=adoptable, usage=self.recent_usage(obs.now), memory=self.capacity)
         for action in actions:
             if self._may_act(action):
                 self._dispatch(action)
@@ -360,7 +361,7 @@ class Reconciler:
         self.passes += 1
         return actions
 
-    def _take_up_unfinished(self) -> None:
+    def _take_up_unfinished(self, adoptable: list[str]) -> None:
         """Intents without an outcome are taken up before observing: resolving one needs no
         observation of the whole zone (it looks at its own node), and under a crash loop a
         process may not live through a full pass (SSH probes of every running job)."""
@@ -368,7 +369,7 @@ class Reconciler:
         if not unfinished:
             return
         now = self.clock()
-        for action in resolutions(unfinished, now, self.config, self._adoptable()):
+        for action in resolutions(unfinished, now, self.config, adoptable):
             zone = api_zone(action)
             if self._may_act(action) and (zone is None or self.health.may_try(zone, now)):
                 self._dispatch(action)
