@@ -39,7 +39,7 @@ from ledger.usage import summarize as usage_summary
 from reconciler import admission
 from reconciler.joblogs import LogView
 from reconciler.joblogs.view import output_name
-from reconciler.plan import shared_line
+from reconciler.plan import shared_lines
 
 PER_PAGE = 100
 MAX_PER_PAGE = 500
@@ -286,10 +286,11 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
                                                      "holder": None, "line": []})
                 if not r["job_state"].startswith("waiting"):
                     entry["holder"] = r
+        lines = shared_lines(jobs) if shared else {}
         for name, entry in shared.items():
             entry["line"] = [{"job": j.id, "owner": j.owner, "state": j.state, "priority": j.priority,
                               "reason": j.queued_reason, "since": j.times.get("queued", "")}
-                             for j in shared_line(name, jobs)]
+                             for j in lines.get(name, [])]
         held = [r for r in rows if not r["job_state"].startswith("waiting")]
         return {"position": live.position, "rows": rows, "held": held, "shared": [shared[k] for k in sorted(shared)],
                 "chips": sum(r["chips"] for r in held)}
