@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -84,6 +84,23 @@ def recheck_suspects(
                 obs.nodes[name] = node
     obs.suspect_since = dict(first_seen)
     return first_seen
+
+
+def ended_backoffs(keys: Iterable[str], jobs: Mapping[str, JobState], obs: Observed) -> list[str]:
+    """The backoff keys nothing will be tried for again, so the map of backed-off actions
+    stays as small as what may still act: a job that ended and holds no TPU (or that the
+    ledger no longer knows), an orphan TPU (`orphan:<name>`) its zone's listing no longer shows."""
+    out = []
+    for key in keys:
+        if key.startswith("orphan:"):
+            name = key.removeprefix("orphan:")
+            if obs.zones and name not in obs.nodes and name not in obs.queued:
+                out.append(key)
+            continue
+        job = jobs.get(key)
+        if job is None or job.terminal and job.tpu is None:
+            out.append(key)
+    return out
 
 
 class Reconciler:
@@ -357,6 +374,7 @@ class Reconciler:
             if self._may_act(action):
                 self._dispatch(action)
         self._let_go_of_ended_jobs()
+        self.job_backoff.forget(ended_backoffs(self.job_backoff.names(), self.state.jobs, obs))
         self._keep_snapshots()
         self.passes += 1
         return actions
