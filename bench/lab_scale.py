@@ -160,7 +160,7 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None])
     if db.exists():
         store = SQLiteStore(db)
         try:
-            if store.head() >= events and store.list_snapshots():  # saved last: the build finished
+            if abs(store.head() - events) <= events // 100 and store.list_snapshots():  # saved last: built
                 progress(f"reusing {db} ({store.head():,} events)")
                 return
         finally:
@@ -175,7 +175,7 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None])
         record_policy(store, policy(), source="lab_scale", holder=HOLDER)
         waiting, running = 10_000, len(RUNNING)
         fixed = 1 + waiting * 2 + running * 6 + 1
-        history = max(0, (events - fixed) // HISTORY_PER_JOB)
+        history = max(0, -(-(events - fixed) // HISTORY_PER_JOB))
         progress(f"building {db}: {history:,} finished jobs x {HISTORY_PER_JOB} events, {running} running, {waiting:,} waiting")
         batch: list[tuple[str, list[NewEvent], int | None]] = []
 
