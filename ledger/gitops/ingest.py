@@ -11,7 +11,6 @@ version conflict, re-reads the position and carries on from there.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from ledger.gitops.approval import Identity, Signature
 from ledger.gitops.decide import Ignored, RepoState, StepInput, Verifier, decide, watcher_actor
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
+from ledger.gitops.signed import committed_at, is_ssh, split_signed, ssh_verdict
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
 from ledger.spec.files import secrets_check
 from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_governed, is_job_path
@@ -300,30 +300,25 @@ def _authors(repo: GitRepo, commit: Commit, base: str | None) -> dict[str, tuple
     return {p: tuple(Identity(n, e) for n, e in who) for p, who in repo.path_authors(base, commit.sha).items()}
 
 
-_SIGNED_BY = re.compile(r'Good "git" signature for (.+?) with \S+ key (\S+)')
-_KEY = re.compile(r"key (SHA256:\S+)")
-
-
 def signature_verifier(repo: GitRepo, web_flow: WebFlowKeys | None = None) -> Verifier:
-    """git's verdict on a commit's signature, as the pure core reads it: an SSH signature
-    against the allowed signers, an OpenPGP one against GitHub's web-flow keys."""
+    """A commit's signature as the pure core reads it: an SSH signature checked by the
+    project's one SSHSIG verifier against the allowed signers (ledger.gitops.signed), an
+    OpenPGP one by git and gpg against GitHub's web-flow keys."""
 
     def verify(sha: str, allowed_signers: str) -> Signature:
-        keys = web_flow or _shipped_web_flow()
-        ok, said = repo.verify_commit(sha, allowed_signers, keys.home())
-        if "[GNUPG:]" in said:  # an OpenPGP signature: only GitHub's web-flow keys are known
-            found = verdict(said, keys.trusted)
-            return Signature(found.status, WEB_FLOW_PRINCIPAL if found.status == "good" else "", found.fingerprint,
-                             found.detail, web_flow=found.status == "good", kind="openpgp")
-        key = _KEY.search(said)
-        fingerprint = key.group(1) if key else ""
-        if ok and (good := _SIGNED_BY.search(said)):
-            return Signature("good", good.group(1), good.group(2), said)
-        if not said:
+        raw = repo.commit_object(sha)
+        payload, armored = split_signed(raw)
+        if armored is None:
             return Signature("none")
-        if "No principal matched" in said:
-            return Signature("untrusted", key=fingerprint)
-        return Signature("bad", key=fingerprint, detail=said.splitlines()[-1])
+        if is_ssh(armored):
+            return ssh_verdict(payload, armored, allowed_signers, committed_at(raw))
+        keys = web_flow or _shipped_web_flow()
+        _, said = repo.verify_openpgp(sha, keys.home())
+        if "[GNUPG:]" not in said:  # neither SSH nor OpenPGP (an X.509 signature, say)
+            return Signature("bad", detail=said.splitlines()[-1] if said else "a signature of an unknown kind")
+        found = verdict(said, keys.trusted)
+        return Signature(found.status, WEB_FLOW_PRINCIPAL if found.status == "good" else "", found.fingerprint,
+                         found.detail, web_flow=found.status == "good", kind="openpgp")
 
     return verify
 
