@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ledger import fold
+from ledger import fold, overrides
 from ledger.events import GENESIS_HASH, sealed_hash
+from ledger.events.data import OverrideSignature
 from ledger.events.schema import RowChecker
 from ledger.fold import LedgerState
 from ledger.replay import decode_state, fold_into, no_cyclic_gc, snapshot_problem
@@ -145,9 +146,9 @@ class _Walk:
                     return
                 versions[stream] = version
                 if chain:
-                    error = checker.check(row, hashes_checked=True)
+                    error = row_problem(checker, row)
                     if error is not None:
-                        self.problem = Report(count, seq, Problem(seq, f"schema: {error}"))
+                        self.problem = Report(count, seq, Problem(seq, error))
                         return
                 expected_seq += 1
                 if folding and stream[:1] != "_":  # fold.is_job_stream
@@ -165,6 +166,28 @@ class _Walk:
         stream, _, seq = last
         anomaly = self.state.jobs[stream].anomalies[-1]
         return Report(count, seq, Problem(seq, f"illegal transition in {stream}: {anomaly['type']} from state {anomaly['from']}"))
+
+
+def row_problem(checker: RowChecker, row: tuple) -> str | None:
+    """What is wrong with a row on its own (its hash already checked): its schema, and for an
+    operator's signed override, its signature (the statement names this very event: action,
+    job and the version it was decided on, and the key that signed it is the one recorded).
+    Whether that key was trusted is the allowed-signers file's history, checked at append."""
+    error = checker.check(row, hashes_checked=True)
+    if error is not None:
+        return f"schema: {error}"
+    type_ = row[3]
+    if type_ not in overrides.ACTIONS:
+        return None
+    data = msgspec.json.decode(row[8])
+    if "signed" not in data:
+        return None
+    signed = msgspec.convert(data["signed"], OverrideSignature)
+    stream, version = row[1], row[2]
+    why = overrides.problem(signed, type_, stream, version - 1)
+    if why is None and msgspec.json.decode(row[5]).get("name") != signed.signer:
+        why = f"the event's actor is not the signer {signed.signer!r}"
+    return None if why is None else f"override signature: {why}"
 
 
 # Above this many events, verify uses a second process: the hash and schema of each row
@@ -256,9 +279,9 @@ def _check_range(rows: Iterable[tuple], after: int) -> tuple[Problem | None, str
             return Problem(seq, f"a column has the wrong type: {exc}"), first_prev, count
         if actual != hash_:
             return Problem(seq, "hash mismatch: the event was altered after it was written"), first_prev, count
-        error = checker.check(row, hashes_checked=True)
+        error = row_problem(checker, row)
         if error is not None:
-            return Problem(seq, f"schema: {error}"), first_prev, count
+            return Problem(seq, error), first_prev, count
         prev_hash = hash_
         expected_seq += 1
     return None, first_prev, count

@@ -358,7 +358,7 @@ class Executor:
 
     def _collect_orphan(self, action: Action) -> str:
         tpu = action.params["tpu"]
-        self.tpu.delete(tpu["zone"], tpu["name"])
+        self.tpu.delete(tpu["zone"], tpu["name"], queued=tpu.get("kind") == "queued_resource")
         released = ev.Released(tpu=ev.tpu(tpu), reason="orphan", labels=action.params.get("labels", {}), deleted=True)
         self.store().append(action.job_id, [NewEvent("released", released, self.actor, key=f"orphan:{tpu['zone']}:{tpu['name']}")])
         return f"collected orphan {tpu['name']}"

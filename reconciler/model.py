@@ -27,7 +27,7 @@ class NodeObs:
     health: str = ""
     create_time: float = 0.0  # epoch seconds
     accelerator: str = ""
-    queued_resource: str = ""  # a slice of a multislice queued resource: that queued resource's id
+    queued_resource: str = ""  # the id of the queued resource that asked for it (any slice of one)
 
 
 @dataclass(frozen=True, slots=True)

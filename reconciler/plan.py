@@ -555,11 +555,18 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
         return []
     # Which job a label names: only worth hashing every job when there is an orphan.
     by_hash = {naming.job_hash(j.id, j.commit or str(j.submitted_seq)): j.id for j in jobs.values()}
-    actions = []
+    actions, seen = [], set()
     for node in orphans:
         owner = by_hash.get(node.labels.get(naming.LABEL_JOB_HASH, ""), "_orphans")
-        tpu = {"name": node.name, "zone": node.zone, "kind": "node", "shared": False}
-        actions.append(Action("collect_orphan", owner, {"tpu": tpu, "labels": node.labels}, "no live job holds it"))
+        # A node a queued resource asked for goes with it: deleting the node alone would
+        # leave the queued resource (for a multislice one, with every other slice).
+        if node.queued_resource:
+            tpu = {"name": node.queued_resource, "zone": node.zone, "kind": "queued_resource", "shared": False}
+        else:
+            tpu = {"name": node.name, "zone": node.zone, "kind": "node", "shared": False}
+        if (tpu["zone"], tpu["name"]) not in seen:
+            seen.add((tpu["zone"], tpu["name"]))
+            actions.append(Action("collect_orphan", owner, {"tpu": tpu, "labels": node.labels}, "no live job holds it"))
     return actions
 
 

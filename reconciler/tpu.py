@@ -226,7 +226,7 @@ class TpuApi:
             health=node.health.name if node.health else "",
             create_time=created,
             accelerator=node.accelerator_type,
-            queued_resource=node.queued_resource.rsplit("/", 1)[-1] if node.multislice_node and node.queued_resource else "",
+            queued_resource=node.queued_resource.rsplit("/", 1)[-1],
         )
 
     def host_keys(self, zone: str, name: str) -> list[str | None]:

@@ -39,10 +39,14 @@ class Pod:
         return self.doctor.examine(self.hosts, ctx or Context(job_id=None, attempt=0, spec={}))
 
 
-def make_pod(tmp_path: Path, emu: Emulator, accel: str = "v4-32", node_id: str = "pod") -> Pod:
-    key = paramiko.ECDSAKey.generate(bits=256)
-    key_path = tmp_path / f"id_{node_id}"
-    key.write_private_key_file(str(key_path))
+def make_pod(tmp_path: Path, emu: Emulator, accel: str = "v4-32", node_id: str = "pod", key_path: Path | None = None) -> Pod:
+    """A node reached with a key of its own, or with the one at `key_path` (shared by pods)."""
+    if key_path is None:
+        key = paramiko.ECDSAKey.generate(bits=256)
+        key_path = tmp_path / f"id_{node_id}"
+        key.write_private_key_file(str(key_path))
+    else:
+        key = paramiko.ECDSAKey.from_private_key_file(str(key_path))
     client = emu.client()
     try:
         msg = T.Node(accelerator_type=accel, runtime_version=tpu_types.DEFAULT_RUNTIME[tpu_types.lookup(accel).family],

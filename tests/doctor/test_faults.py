@@ -165,3 +165,39 @@ def test_the_find_fallback_sees_the_same_holders_as_the_perl_scan(pod: Pod):
     assert a.facts[2].holders == b.facts[2].holders and set(a.facts[2].holders) == {held}
     assert len(a.facts[2].holders[held]) == len(a.facts[2].devices) + 1  # every device and the lockfile
     assert [(f.worker, f.check, f.status) for f in a.findings] == [(f.worker, f.check, f.status) for f in b.findings]
+
+
+def test_doctor_of_one_slice_names_slice_and_worker(pod: Pod):
+    """A multislice TPU (two v4-16 slices, as a queued resource's ms-0 and ms-1): `--slice 1`
+    examines slice 1 only, and findings say which slice and which worker within it."""
+    from tests.doctor.conftest import make_pod
+
+    key = pod.tmp / f"id_{pod.node}"
+    slices = [make_pod(pod.tmp, pod.emu, "v4-16", f"ms-{s}", key_path=key) for s in range(2)]
+    try:
+        url = f"sqlite:///{pod.tmp / 'ms.db'}"
+        store = open_store(url)
+        git = actor("git", "tester")
+        hosts = [{"worker": h.worker, "address": h.address, "port": h.port, "host_key": h.host_key, "slice": s}
+                 for s, p in enumerate(slices) for h in p.hosts]
+        tpu = {"name": "ms", "zone": ZONE, "kind": "queued_resource", "shared": True, "accelerator": "v4-16", "slices": 2}
+        spec = {**SPEC, "tpu": {**SPEC["tpu"], "accelerator": "v4-16", "slices": 2, "allocation_mode": "queued-resources"},
+                "setup": {"modules": ["command"]}}
+        store.append("maya/ms", [NewEvent("submitted", {**GIT, "spec": spec}, git),
+                                 NewEvent("provisioning", {"attempt": 1, "tpu": tpu}, git),
+                                 NewEvent("provisioned", {"tpu": tpu, "hosts": hosts}, git)])
+        store.close()
+        pod.emu.stale_lock("ms-1", 0)
+        code, one = doctor(pod, url, "maya/ms", "--slice", "1")
+        assert {f["slice"] for f in one["findings"]} == {1} and {f["worker"] for f in one["findings"]} == {0, 1}
+        assert [(f["slice"], f["worker"]) for f in one["findings"] if f["status"] != "ok"] == [(1, 0)]
+        assert code == 0 and one["health"] != "healthy"
+        code, whole = doctor(pod, url, "maya/ms")
+        assert {(f["slice"], f["worker"]) for f in whole["findings"]} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+        bad = CliRunner().invoke(cli, ["--store", url, "doctor", "maya/ms", "--slice", "2", "--project", "proj",
+                                       "--tpu-endpoint", pod.emu.endpoint, "--ssh-key", str(key), "--ssh-user", "alice"])
+        assert bad.exit_code != 0 and "no slice 2 on ms: it has 2" in bad.output
+    finally:
+        for p in slices:
+            p.doctor.close()
+            p.runner.close()

@@ -195,3 +195,21 @@ def test_jobs_of_a_killed_emulator_are_reaped_by_the_next(tmp_path, user_key):
     assert pid_alive(job)
     with Emulator(state_dir=tmp_path / "state"):
         wait_for(lambda: not pid_alive(job), what="orphaned job reaped")
+
+
+def test_cli_with_gcs_serves_the_bucket_the_log_archive_names(tmp_path, monkeypatch):
+    """`ledger emulator --gcs B` prints STORAGE_EMULATOR_HOST and a gs:// log archive in B,
+    and the official client writes and lists objects there."""
+    from reconciler.joblogs import open_archive
+
+    proc, env = _start_cli(tmp_path, "--gcs", "lab-logs")
+    try:
+        assert env["LEDGER_LOG_ARCHIVE"] == "gs://lab-logs/job-logs"
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", env["STORAGE_EMULATOR_HOST"])
+        archive = open_archive(env["LEDGER_LOG_ARCHIVE"])
+        assert archive.append("alice/bert/1/output_worker_0.log", 0, b"step 1\n")
+        assert archive.read("alice/bert/1/output_worker_0.log") == b"step 1\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    assert not _listening(int(env["STORAGE_EMULATOR_HOST"].rsplit(":", 1)[1]))

@@ -126,3 +126,24 @@ def test_a_statement_is_canonical_json_and_nothing_else():
     assert json.loads(s.text())["kind"] == "tpu-ledger override v1"
     with pytest.raises(Exception, match="canonical"):
         Statement.parse(json.dumps(json.loads(s.text()), indent=1))
+
+
+def test_verify_checks_every_recorded_override_signature_again(lab, tmp_path: Path):
+    """A signature that vouches for another event (copied onto a second job) or whose
+    statement was changed passes the schema, but `ledger verify` rejects the ledger."""
+    url, steward, _, allowed = lab
+    assert ledger(url, "cancel", "alice/bert", "--reason", "r", "--sign-with", str(steward),
+                  "--allowed-signers", str(allowed)).exit_code == 0
+    assert ledger(url, "verify").exit_code == 0
+    signed = last_event(url).data["signed"]
+    store = open_store(url, create=False)
+    try:
+        store.append("alice/other", [NewEvent("submitted", {**GIT, "spec": SPEC}, actor("git", "alice"))])
+        store.append("alice/other", [NewEvent("cancel_requested", {"reason": "r", "manual": True, "signed": signed},
+                                              actor("cli", "sam@lab.org", manual=True, signed=True))],
+                     expected_version=1)
+    finally:
+        store.close()
+    out = ledger(url, "verify")
+    assert out.exit_code != 0
+    assert "override signature: the statement signs cancel_requested of alice/bert" in out.output

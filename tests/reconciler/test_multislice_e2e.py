@@ -44,3 +44,30 @@ def test_two_slices_run_everywhere_and_a_lost_slice_recovers_the_whole_job(harne
     assert "done" not in out(1, 0, 0) and "done" not in out(1, 0, 1)
     harness.wait("maya/ms", lambda j: not harness.nodes(), timeout=30)  # no slice left behind
     harness.verify()
+
+
+def test_an_orphaned_multislice_queued_resource_goes_whole(harness: Harness):
+    """A queued resource of ours that no job holds (its job's record lost, say) is deleted
+    as one: no slice and no empty queued resource is left behind."""
+    from google.cloud import tpu_v2
+
+    client = harness.emu.client()
+    parent = "projects/tpu-ledger-local/locations/us-central2-b"
+    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"})
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+        node_count=2, node_id_prefix="tl-lost"))
+    client.create_queued_resource(parent=parent, queued_resource_id="tl-lost", queued_resource=tpu_v2.QueuedResource(
+        tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))).result(timeout=30)
+    queued = lambda: [q.name.rsplit("/", 1)[-1] for q in client.list_queued_resources(parent=parent)]  # noqa: E731
+    try:
+        harness.submit("kim/any", job_spec("sleep 1"))  # puts the zone in use
+        harness.start()
+        harness.wait("kim/any", lambda j: j.state == FINISHED)
+        harness.wait("kim/any", lambda j: not harness.nodes() and not queued(), timeout=60)
+    finally:
+        client.transport.close()
+    store = open_store(harness.store_url)
+    orphans = [e.data["tpu"] for e in store.read_all() if e.type == "released" and e.data["reason"] == "orphan"]
+    store.close()
+    assert orphans == [{"name": "tl-lost", "zone": "us-central2-b", "kind": "queued_resource", "shared": False}]
+    harness.verify()

@@ -169,3 +169,14 @@ def test_a_queued_choice_waits_up_to_its_deadline_then_gives_way():
     r = plan({j.id: j}, late)[0]
     # given back as the stockout it is: recorded with the API's code and its placement
     assert r.kind == "release" and r.params["next"] == "retry" and r.params["refused"]["code"] == "RESOURCE_EXHAUSTED"
+
+
+def test_an_orphaned_multislice_queued_resource_is_collected_whole_once():
+    """Every slice of a queued resource no job holds is one orphan: its queued resource,
+    deleted with force (its nodes go with it), never slice by slice, which would leave it."""
+    labels = {"managed-by": "tpu-ledger"}
+    slices = [NodeObs(f"tl-gone-{i}", WEST, "READY", labels, create_time=NOW - 10_000, queued_resource="tl-gone")
+              for i in range(3)]
+    actions = [a for a in plan({}, obs(*slices)) if a.kind == "collect_orphan"]
+    assert [a.params["tpu"] for a in actions] == [
+        {"name": "tl-gone", "zone": WEST, "kind": "queued_resource", "shared": False}]

@@ -62,11 +62,24 @@ def _hosts_of_tpu(tpu: dict[str, Any], zone: str | None, project: str, endpoint:
             for i, h in enumerate(node.hosts)]
 
 
-def _table(report: Report, title: str) -> Table:
-    table = Table("worker", "check", "status", "finding", "safe repair", title=title)
+def _places(hosts: list[Host]) -> dict[int, dict[str, int]]:
+    """Where each host the findings name by rank is: its worker within its slice, and the
+    slice when the TPU has several (a one-slice TPU's rank is its worker)."""
+    several = len({h.slice for h in hosts}) > 1 or any(h.slice for h in hosts)
+    return {h.id: ({"slice": h.slice, "worker": h.worker} if several else {"worker": h.worker}) for h in hosts}
+
+
+def _place_text(place: dict[str, int]) -> str:
+    return f"{place['slice']}/{place['worker']}" if "slice" in place else str(place["worker"])
+
+
+def _table(report: Report, title: str, places: dict[int, dict[str, int]]) -> Table:
+    sliced = any("slice" in p for p in places.values())
+    table = Table("slice/worker" if sliced else "worker", "check", "status", "finding", "safe repair", title=title)
     for f in report.findings:
         status = {"fix": "fixable"}.get(f.status, f.status)
-        table.add_row(str(f.worker), f.check, f"[{STYLE[f.status]}]{status}[/]", f.message, REPAIRS[f.fix.kind] if f.fix else "")
+        table.add_row(_place_text(places.get(f.worker, {"worker": f.worker})), f.check, f"[{STYLE[f.status]}]{status}[/]",
+                      f.message, REPAIRS[f.fix.kind] if f.fix else "")
     return table
 
 
@@ -122,6 +135,7 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
             if missing:
                 raise UsageError(f"no worker {sorted(missing)} on {tpu and tpu.get('name')}: it has {len(hosts)}")
             hosts = [h for h in hosts if h.worker in set(workers)]
+        places = _places(hosts)
         record_on = job or (jobs.get(tpu.get("last_job") or "") if tpu else None)
         if fix and record_on is None:
             raise UsageError(f"no job of this ledger used {target}: there is no stream to record repairs on",
@@ -137,7 +151,8 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
                 who = actor("cli", getpass.getuser(), manual=True)
                 report, result = clean(doc, store, record_on, hosts, report, ctx_, who, key=f"doctor:{uuid.uuid4().hex}",
                                        reason="ledger doctor --fix")
-                repaired = [{"worker": d["worker"], "check": d["check"], "done": d["what"]} for d in result.get("done", [])]
+                repaired = [{**places.get(d["worker"], {"worker": d["worker"]}), "check": d["check"], "done": d["what"]}
+                            for d in result.get("done", [])]
         finally:
             doc.close()
             runner.close()
@@ -145,13 +160,14 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
         store.close()
     name = (tpu or {}).get("name", target)
     if as_json:
-        print_json({"target": target, "job": job.id if job else None, "tpu": name, **report.to_json(),
+        findings = [{**f, **places.get(f["worker"], {})} for f in report.to_json()["findings"]]
+        print_json({"target": target, "job": job.id if job else None, "tpu": name, "health": report.health, "findings": findings,
                     **({"repaired": repaired} if fix else {})})
     else:
         out = console()
-        out.print(_table(report, f"{name}" + (f" ({job.id}, attempt {job.attempt})" if job else "") + f": {report.health}"))
+        out.print(_table(report, f"{name}" + (f" ({job.id}, attempt {job.attempt})" if job else "") + f": {report.health}", places))
         for r in repaired:
-            out.print(f"worker {r['worker']}: {r['done']}")
+            out.print(f"{'slice ' + str(r['slice']) + ' ' if 'slice' in r else ''}worker {r['worker']}: {r['done']}")
         if report.fixable and not fix:
             out.print("repairs are safe for the rows marked fixable: run again with --fix")
     if report.failures:

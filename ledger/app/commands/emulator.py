@@ -15,6 +15,7 @@ from rich.table import Table
 
 from emulator import Emulator, Timings
 from emulator.control import ControlClient, ControlError
+from emulator.gcs import GcsEmulator
 from emulator.pubsub import PubSubEmulator
 from ledger import defaults
 from ledger.app.commands.common import console, print_json
@@ -61,8 +62,13 @@ def _call(ctx: click.Context, method: str, *args: Any, **kwargs: Any) -> Any:
 @click.option("--pubsub/--no-pubsub", default=False, help="Also run the official Pub/Sub emulator and print PUBSUB_EMULATOR_HOST.")
 @click.option("--pubsub-port", type=int, default=0, help="Port of the Pub/Sub emulator (0 = any free port).")
 @click.option("--create-delay", type=float, default=None, help="Seconds a node takes from CREATING to READY [default: 0.3].")
+@click.option("--gcs", "gcs_buckets", multiple=True, metavar="BUCKET",
+              help="Also serve a local Cloud Storage (the JSON API the official client uses) with this bucket "
+                   "(repeatable), and print STORAGE_EMULATOR_HOST and a --log-archive for it: job logs in gs:// on "
+                   "the emulator. Objects live in memory until the emulator stops.")
 @click.pass_context
-def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control_port: int, rest_port: int, project: str, control_url: str | None, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
+def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control_port: int, rest_port: int, project: str, control_url: str | None, pubsub: bool, pubsub_port: int, create_delay: float | None,
+                   gcs_buckets: tuple[str, ...]) -> None:
     """A local Cloud TPU API (google.cloud.tpu.v2 over gRPC and REST) whose TPU hosts are real
     SSH servers on 127.0.0.1, for rehearsing jobs, preemptions included, without quota.
 
@@ -81,21 +87,27 @@ def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control
       ledger emulator preempt my-node          # now; or --in 30, --rate 2 (per hour)
       ledger emulator capacity us-central2-b v4 0     # zone runs out of v4 chips
       ledger emulator faults --json
+
+    `ledger emulator --gcs lab-logs` also serves Cloud Storage, for a reconciler started
+    with the printed STORAGE_EMULATOR_HOST and `--log-archive gs://lab-logs/jobs`.
     """
     ctx.ensure_object(dict)
     ctx.obj["emulator_state_dir"] = state_dir
     ctx.obj["emulator_control"] = control_url
     if ctx.invoked_subcommand is not None:
         return
-    _serve(Path(state_dir or _default_state_dir()), port, control_port, rest_port, project, pubsub, pubsub_port, create_delay)
+    _serve(Path(state_dir or _default_state_dir()), port, control_port, rest_port, project, pubsub, pubsub_port, create_delay,
+           gcs_buckets)
 
 
-def _serve(state_dir: Path, port: int, control_port: int, rest_port: int, project: str, pubsub: bool, pubsub_port: int, create_delay: float | None) -> None:
+def _serve(state_dir: Path, port: int, control_port: int, rest_port: int, project: str, pubsub: bool, pubsub_port: int, create_delay: float | None,
+           gcs_buckets: tuple[str, ...] = ()) -> None:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     timings = Timings() if create_delay is None else Timings(create=create_delay)
     emu = Emulator(state_dir, port=port, control_port=control_port, rest_port=rest_port, timings=timings)
     ps: PubSubEmulator | None = None
+    gcs: GcsEmulator | None = None
     try:
         try:
             emu.start()
@@ -116,12 +128,26 @@ def _serve(state_dir: Path, port: int, control_port: int, rest_port: int, projec
                 ps = None
                 raise LedgerError(f"cannot start the Pub/Sub emulator: {exc}") from None
             out.append(f"export PUBSUB_EMULATOR_HOST={ps.endpoint}")
+        if gcs_buckets:
+            try:
+                gcs = GcsEmulator()
+                gcs.start()
+            except OSError as exc:
+                gcs = None
+                raise LedgerError(f"cannot start the Cloud Storage emulator: {exc}") from None
+            for bucket in gcs_buckets:
+                gcs.create_bucket(bucket)
+            out += ["# Cloud Storage for job logs (google-cloud-storage talks to it; no credentials):",
+                    f"export STORAGE_EMULATOR_HOST={gcs.url}",
+                    f"export LEDGER_LOG_ARCHIVE=gs://{gcs_buckets[0]}/job-logs"]
         out.append("# Ctrl-C or SIGTERM stops it")
         click.echo("\n".join(out))
         sys.stdout.flush()
         while not stop.wait(0.5):
             pass
     finally:
+        if gcs is not None:
+            gcs.stop()
         if ps is not None:
             ps.stop()
         emu.stop()
