@@ -60,7 +60,7 @@ from workload import job_events  # noqa: E402
 from ledger.events import NewEvent, actor, format_time  # noqa: E402
 from ledger.events import data as ev  # noqa: E402
 from ledger.fold import evolve, initial  # noqa: E402
-from ledger.replay import load_state, save_snapshot  # noqa: E402
+from ledger.replay import load_state, save_snapshot, usable_snapshot  # noqa: E402
 from ledger.spec import spec_hash  # noqa: E402
 from ledger.spec.policy import parse_policy  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
@@ -162,6 +162,9 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None])
         try:
             if abs(store.head() - events) <= events // 100 and store.list_snapshots():  # saved last: built
                 progress(f"reusing {db} ({store.head():,} events)")
+                if usable_snapshot(store, store.head()) is None:  # the fold's code changed: as a reconciler would
+                    progress("  its job-state snapshot is of other code: saving one of this code")
+                    save_snapshot(store, load_state(store, use_snapshot=False))
                 return
         finally:
             store.close()
@@ -356,7 +359,7 @@ def part_reads(url: str, runs: int) -> dict[str, Any]:
     """`ledger list --json` and `ledger tpus --json` in-process (click), then the dashboard's pages."""
     from click.testing import CliRunner
 
-    from ledger.app.cli import main as cli
+    from ledger.app.cli import cli
 
     out: dict[str, Any] = {}
     runner = CliRunner()
@@ -368,7 +371,7 @@ def part_reads(url: str, runs: int) -> dict[str, Any]:
         out[name] = {"wall": statistics.median(s[0] for s in samples), "cpu": statistics.median(s[1] for s in samples)}
     with dashboard(url) as (proc, address, _):
         out["dashboard_start_s"] = _dashboard_started(address)
-        for path in ("/", "/tpus", "/queue", "/usage", "/api/jobs", "/api/tpus", "/jobs/user7/wait-00007"):
+        for path in ("/jobs", "/tpus", "/queue", "/usage", "/api/jobs", "/api/tpus", "/api/queue", "/jobs/user7/wait-00007"):
             times = [_get(address, path) for _ in range(runs + 1)][1:]
             out[f"GET {path}"] = {"wall": statistics.median(times) * 1000}
     return out
@@ -441,7 +444,7 @@ def part_day(url: str, now: float, hours: float, every: float) -> dict[str, Any]
                 rec.step()
                 rec.drain()
                 if n % per_hour == 0:
-                    for path in ("/", "/tpus", "/queue", "/api/jobs"):
+                    for path in ("/jobs", "/tpus", "/queue", "/api/jobs"):
                         _get(address, path)
                     samples["reconciler"].append(rss_kb())
                     samples["dashboard"].append(rss_kb(dash.pid))

@@ -25,7 +25,7 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
                      if e.seq <= state.position), key=lambda e: e.seq)
     rows = tpu_rows(state.jobs.values(), tpu_health(events))
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
-        print_json(rows)
+        print_json(rows, plain=True)
         return
 
     table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
