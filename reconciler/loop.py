@@ -154,6 +154,7 @@ class Reconciler:
         self.policy_source = policy_source
         self._follow_policy(self.config.policy)
         self._suspect_since: dict[str, float] = {}
+        self._zones: tuple[int, list[str], set[str]] = (-1, [], set())  # (position, zones to list, with queued resources)
         self.last_observed = Observed(now=0.0)
         self.passes = 0
         self.executor = Executor(
@@ -289,8 +290,10 @@ class Reconciler:
         self._load_health()
         obs = Observed(now=self.clock())
         zones = set()
-        qr_zones = queued_resource_zones(self.state.jobs)
-        for zone in sorted(zones_in_use(self.state.jobs)):
+        if self._zones[0] != self.state.position:  # the zones worth listing move only with the jobs
+            self._zones = (self.state.position, sorted(zones_in_use(self.state.jobs)), queued_resource_zones(self.state.jobs))
+        _, in_use, qr_zones = self._zones
+        for zone in in_use:
             if not self.health.may_try(zone, obs.now):
                 continue  # backing off: unobserved, so nothing is decided about it
             try:
