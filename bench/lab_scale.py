@@ -394,11 +394,7 @@ def dashboard(url: str) -> Iterator[tuple[subprocess.Popen, str, float]]:
         address = line.split(": ", 1)[1].split()[0].removeprefix("http://").rstrip("/")
         yield proc, address, time.perf_counter() - t0
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def _dashboard_started(address: str) -> float:
@@ -483,11 +479,16 @@ def watcher(url: str) -> Iterator[subprocess.Popen]:
             time.sleep(3)
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a process this script started (by its own handle), killing it if it lingers."""
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def part_probe(hosts_n: int, rounds: int) -> dict[str, Any]:
