@@ -7,7 +7,7 @@ each step recorded before the next is decided.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,8 +52,9 @@ def plan(
     config = config or PlanConfig()
     busy = set(in_flight)
     adopted = frozenset(taken_over)
-    holders = shared_holders(jobs)
-    first_in_line = {name: line[0].id for name, line in shared_lines(jobs).items()}  # once a pass: one scan
+    # Made at the first job that waits for a shared TPU, once a pass (most passes have none).
+    holders = _Lazy(lambda: shared_holders(jobs))
+    first_in_line = _Lazy(lambda: {name: line[0].id for name, line in shared_lines(jobs).items()})
     actions: list[Action] = []
     # Where each waiting job would go now (reconciler.placement); admission charges that.
     placing = placement.place_waiting(jobs, memory or CapacityMemory(), int(observed.now * 1_000_000), busy)
@@ -128,6 +129,28 @@ def resolutions(
         if job.pending_action and not (job.terminal and job.tpu is None)
         and (action := _resolve(job, obs, config, job.id in adopted)) is not None
     ]
+
+
+class _Lazy(Mapping[str, str]):
+    """A mapping made on first use: a pass where no job waits for a shared TPU makes neither
+    scan of every job."""
+
+    def __init__(self, make: Callable[[], dict[str, str]]) -> None:
+        self._make, self._data = make, None
+
+    def _made(self) -> dict[str, str]:
+        if self._data is None:
+            self._data = self._make()
+        return self._data
+
+    def __getitem__(self, key: str) -> str:
+        return self._made()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
 
 
 def shared_holders(jobs: Mapping[str, JobState]) -> dict[str, str]:
