@@ -21,7 +21,8 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     # Read models, not a replay: the jobs from the newest snapshot and the events after it,
     # the hosts' health from the few streams that hold it (readmodels.health_streams).
     state = load_state(store)
-    events = sorted((e for stream in health_streams(state.jobs.values()) for e in store.read_stream(stream)
+    # A job's first event is its `submitted` (the spec: its largest, and no health in it).
+    events = sorted((e for stream in health_streams(state.jobs.values()) for e in store.read_stream(stream, after_version=1)
                      if e.seq <= state.position), key=lambda e: e.seq)
     rows = tpu_rows(state.jobs.values(), tpu_health(events))
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
