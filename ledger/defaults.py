@@ -131,6 +131,9 @@ TPU_RECONNECT_MAX_S = 2.0
 # An action the API refused in a way no planning step answers (a delete denied, say) is
 # tried again after a jittered backoff capped at this, not at every pass.
 TPU_ACTION_BACKOFF_MAX_S = 60.0
+# The reconciler's fair-share and weekly-quota figures are made again when the usage fold
+# moved, the policy's meter changed, or this long passed (they drift only with the clock).
+FAIR_SHARE_REFRESH_S = 10.0
 # The stream of facts about the cloud rather than one job (job folds skip `_` streams).
 CLOUD_STREAM = "_cloud"
 

@@ -119,11 +119,14 @@ class JobState:
         return _clone(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in _FIELD_NAMES}  # dataclasses.fields() per call was half the cost
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobState:
         return cls(**d)
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(JobState))
 
 
 def split_job_id(job_id: str) -> tuple[str, str]:

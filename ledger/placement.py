@@ -10,52 +10,14 @@ An accelerator type the table does not know takes nothing: no number is made up 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from ledger import tpu_types
 from ledger.fold import JobState
 from ledger.spec.placement import choice
+from ledger.tpu_types import Footprint, footprint
 
-
-@dataclass(frozen=True, slots=True)
-class Footprint:
-    """What a placement takes: `chips` and `hosts` of every slice together."""
-
-    accelerator: str
-    family: str
-    slices: int
-    chips: int
-    hosts: int
-
-    @property
-    def chips_per_slice(self) -> int:
-        return self.chips // self.slices
-
-    @property
-    def hosts_per_slice(self) -> int:
-        return self.hosts // self.slices
-
-
-_FOOTPRINTS: dict[tuple[str, int], Footprint | None] = {}
-
-
-def footprint(accelerator: str, slices: int = 1) -> Footprint | None:
-    """`slices` slices of `accelerator` (e.g. 'v4-32'), or None when the type is unknown.
-    Looked up once per (type, slices): the usage fold asks for every interval of a ledger."""
-    key = (accelerator, slices)
-    try:
-        return _FOOTPRINTS[key]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable value read from a hand-written event
-        return None
-    kind = tpu_types.lookup(accelerator) if isinstance(accelerator, str) else None
-    n = slices if type(slices) is int and slices >= 1 else 1
-    found = Footprint(kind.name, kind.family, n, kind.chips * n, kind.hosts * n) if kind else None
-    if len(_FOOTPRINTS) < 4096:
-        _FOOTPRINTS[key] = found
-    return found
+__all__ = ["Footprint", "accelerator_of", "asked", "chips_of", "family_of", "footprint", "held", "slice_nodes",
+           "slices_of", "takes"]
 
 
 def chips_of(accelerator: str, slices: int = 1) -> int:

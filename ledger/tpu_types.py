@@ -7,8 +7,10 @@ Google Cloud: v2/v3/v4/v5p name TensorCores (2 per chip, 4 chips per host); v5e
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 _SIZES: dict[str, tuple[int, ...]] = {
     "v2": (8, 32, 128, 256, 512),
@@ -118,6 +120,54 @@ def lookup(name: str) -> AcceleratorType | None:
         return None
     chips, hosts = _counts(family, size)
     return AcceleratorType(name, family, size, chips, hosts)
+
+
+class Chips(NamedTuple):
+    """How many chips of which family: what admission counts against a quota."""
+
+    family: str
+    chips: int
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """What a placement takes (`slices` slices of `accelerator`): `chips` and `hosts` of every
+    slice together, and as `need` the (family, chips) a quota counts."""
+
+    accelerator: str
+    family: str
+    slices: int
+    chips: int
+    hosts: int
+    need: Chips
+
+    @property
+    def chips_per_slice(self) -> int:
+        return self.chips // self.slices
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.hosts // self.slices
+
+
+def footprint(accelerator: str, slices: int = 1) -> Footprint | None:
+    """`slices` slices of `accelerator` (e.g. 'v4-32'), or None when the type is unknown (or
+    not a name at all: a value read from a hand-written event). The one cache of the types:
+    the usage fold asks for every interval of a ledger, admission for every waiting job of
+    every pass, and each answer is the same object, made once per (type, slices)."""
+    try:
+        return _footprint(accelerator, slices)
+    except TypeError:  # an unhashable value
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _footprint(accelerator: str, slices: int) -> Footprint | None:
+    kind = lookup(accelerator) if isinstance(accelerator, str) else None
+    if kind is None:
+        return None
+    n = slices if type(slices) is int and slices >= 1 else 1
+    return Footprint(kind.name, kind.family, n, kind.chips * n, kind.hosts * n, Chips(kind.family, kind.chips * n))
 
 
 def all_types() -> list[AcceleratorType]:

@@ -67,85 +67,105 @@ def verify_rows(
 
 class _Walk:
     """verify's walk over rows in seq order, resumable: its state (versions, jobs) carries
-    from one range of rows to the next."""
+    from one range of rows to the next.
+
+    One loop: the rows' own checks (seq, chain, hash, version, schema) run in a generator
+    that feeds the fold's own `fold.apply_rows`, so the jobs are built by the very code that
+    replay runs, and a transition is illegal exactly when that fold records an anomaly."""
 
     def __init__(self, transitions: bool) -> None:
         self.transitions = transitions
         self.checker = RowChecker()
         self.versions: dict[str, int] = {}
-        # The fold of `fold.apply_rows`, inlined: this state is verify's own (every job is
-        # built here), data is not decoded for types whose fold ignores it, repeated texts once.
-        self.jobs: dict[str, fold.JobState] = {}
-        self.decoded: dict[str, object] = {}
+        self.state = LedgerState()
         self.prev_hash = GENESIS_HASH
         self.expected_seq = 1
         self.count = 0
+        self.problem: Report | None = None
 
     def run(self, rows: Iterable[tuple], *, chain: bool = True, progress: Callable[[int], None] | None = None) -> Report:
         """Walk `rows` (raw_rows' layout). chain=False takes fold_rows' layout and leaves out
         what depends on the row alone (hash, schema, the link to the row before), for a
         range another process checks."""
-        checker, versions, jobs, decoded = self.checker, self.versions, self.jobs, self.decoded
-        transitions = self.transitions
-        transition, initial, allowed_from, data_free = fold._transition, fold.initial, fold.ALLOWED_FROM, fold._DATA_FREE
-        no_data: dict = {}
-        loads = msgspec.json.decode
-        prev_hash = self.prev_hash
-        expected_seq = self.expected_seq
-        count = self.count
+        self.problem = None
+        checked = self._checked(rows, chain, progress)
+        if self.transitions:
+            checker, decode = self.checker, msgspec.json.decode
+
+            def loads(text: str) -> object:  # the schema check may have just decoded it
+                seen, value = checker.last_decoded
+                return value if chain and seen is text else decode(text)
+
+            fold.apply_rows(self.state, checked, loads)
+        else:
+            for _ in checked:
+                pass
+        if self.problem is not None:
+            return self.problem
+        if progress is not None:
+            progress(self.count)
+        return Report(self.count, self.expected_seq - 1, None)
+
+    def _checked(self, rows: Iterable[tuple], chain: bool, progress: Callable[[int], None] | None) -> Iterator[tuple]:
+        """The rows in fold_rows' layout, each checked before the fold sees it; the first
+        problem (a row's, or the fold's anomaly on the row before) ends the walk."""
+        checker, versions, jobs = self.checker, self.versions, self.state.jobs
+        prev_hash, expected_seq, count = self.prev_hash, self.expected_seq, self.count
+        folding = self.transitions
+        last: tuple[str, int, int] | None = None  # (stream, anomalies before, seq) of the row just folded
         try:
             for row in rows:
+                if last is not None and len(jobs[last[0]].anomalies) > last[1]:
+                    self.problem = self._illegal(last, count)
+                    return
+                last = None
                 if chain:
                     seq, stream, version, type_, time_, _, _, _, data_json, row_prev, hash_ = row
                 else:  # fold_rows' layout: what the walk needs, fewer columns to fetch
                     seq, stream, version, type_, time_, data_json = row
                 count += 1
                 if seq != expected_seq:
-                    return Report(count, expected_seq - 1, Problem(expected_seq, f"seq is not contiguous: expected {expected_seq}, found {seq}"))
+                    self.problem = Report(count, expected_seq - 1, Problem(expected_seq, f"seq is not contiguous: expected {expected_seq}, found {seq}"))
+                    return
                 if chain:
                     if row_prev != prev_hash:
-                        return Report(count, seq, Problem(seq, f"prev_hash does not match the hash of seq {seq - 1}: the chain is broken"))
+                        self.problem = Report(count, seq, Problem(seq, f"prev_hash does not match the hash of seq {seq - 1}: the chain is broken"))
+                        return
                     try:
                         actual = sealed_hash(*row[:10])
                     except (TypeError, ValueError) as exc:
-                        return Report(count, seq, Problem(seq, f"a column has the wrong type: {exc}"))
+                        self.problem = Report(count, seq, Problem(seq, f"a column has the wrong type: {exc}"))
+                        return
                     if actual != hash_:
-                        return Report(count, seq, Problem(seq, "hash mismatch: the event was altered after it was written"))
+                        self.problem = Report(count, seq, Problem(seq, "hash mismatch: the event was altered after it was written"))
+                        return
                     prev_hash = hash_
                 expected_version = versions.get(stream, 0) + 1
                 if version != expected_version:
-                    return Report(count, seq, Problem(seq, f"stream {stream!r} version is not contiguous: expected {expected_version}, found {version}"))
+                    self.problem = Report(count, seq, Problem(seq, f"stream {stream!r} version is not contiguous: expected {expected_version}, found {version}"))
+                    return
                 versions[stream] = version
                 if chain:
                     error = row_problem(checker, row)
                     if error is not None:
-                        return Report(count, seq, Problem(seq, error))
-                if transitions and stream[:1] != "_":  # fold.is_job_stream
-                    job = jobs.get(stream)
-                    if job is None:
-                        job = jobs[stream] = initial(stream)
-                    # Exactly the condition under which the fold records an anomaly.
-                    allowed = allowed_from.get(type_)
-                    if allowed is not None and job.state not in allowed:
-                        return Report(count, seq, Problem(seq, f"illegal transition in {stream}: {type_} from state {job.state or '(new)'}"))
-                    if type_ in data_free:
-                        data = no_data
-                    else:
-                        data = decoded.get(data_json)
-                        if data is None:
-                            if len(decoded) >= 16_384:
-                                decoded.clear()
-                            text, value = checker.last_decoded  # the schema check may have just decoded it
-                            data = decoded[data_json] = value if chain and text is data_json else loads(data_json)
-                    transition(job, type_, data, time_, seq, version)
+                        self.problem = Report(count, seq, Problem(seq, error))
+                        return
                 expected_seq += 1
+                if folding and stream[:1] != "_":  # fold.is_job_stream
+                    job = jobs.get(stream)
+                    last = (stream, len(job.anomalies) if job is not None else 0, seq)
+                yield seq, stream, version, type_, time_, data_json
                 if progress is not None and count % PROGRESS_EVERY == 0:
                     progress(count)
-            if progress is not None:
-                progress(count)
-            return Report(count, expected_seq - 1, None)
+            if last is not None and len(jobs[last[0]].anomalies) > last[1]:
+                self.problem = self._illegal(last, count)
         finally:
             self.prev_hash, self.expected_seq, self.count = prev_hash, expected_seq, count
+
+    def _illegal(self, last: tuple[str, int, int], count: int) -> Report:
+        stream, _, seq = last
+        anomaly = self.state.jobs[stream].anomalies[-1]
+        return Report(count, seq, Problem(seq, f"illegal transition in {stream}: {anomaly['type']} from state {anomaly['from']}"))
 
 
 def row_problem(checker: RowChecker, row: tuple) -> str | None:

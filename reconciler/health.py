@@ -11,7 +11,7 @@ success after it is the other (`api_reachable`): a blip records nothing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from google.api_core.retry import exponential_sleep_generator
@@ -94,6 +94,17 @@ class ZoneHealth:
         with self._lock:
             delays = exponential_sleep_generator(self.initial, self.maximum)
             self._zones[zone] = _Zone(since, failure, delays, now, calls=0, recorded=True)
+
+    def names(self) -> list[str]:
+        """The zones (or keys) failing now."""
+        with self._lock:
+            return list(self._zones)
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop what is known of `names` (keys nothing will be tried for again: a job that ended)."""
+        with self._lock:
+            for name in names:
+                self._zones.pop(name, None)
 
     def wake(self) -> None:
         """The endpoint is back (the channel reconnected): every failing zone may be tried now."""

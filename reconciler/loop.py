@@ -11,7 +11,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -87,6 +87,23 @@ def recheck_suspects(
     return first_seen
 
 
+def ended_backoffs(keys: Iterable[str], jobs: Mapping[str, JobState], obs: Observed) -> list[str]:
+    """The backoff keys nothing will be tried for again, so the map of backed-off actions
+    stays as small as what may still act: a job that ended and holds no TPU (or that the
+    ledger no longer knows), an orphan TPU (`orphan:<name>`) its zone's listing no longer shows."""
+    out = []
+    for key in keys:
+        if key.startswith("orphan:"):
+            name = key.removeprefix("orphan:")
+            if obs.zones and name not in obs.nodes and name not in obs.queued:
+                out.append(key)
+            continue
+        job = jobs.get(key)
+        if job is None or job.terminal and job.tpu is None:
+            out.append(key)
+    return out
+
+
 class Reconciler:
     def __init__(
         self,
@@ -106,9 +123,12 @@ class Reconciler:
         lease_ttl: float = 0.0,
         policy_source: Callable[[], Policy | None] | None = None,
         forget_job_key: Callable[[str], object] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`policy_source`: asked at every pass for the sharing policy in force (a file that
-        an admin may change); None keeps `config.policy` for good."""
+        an admin may change); None keeps `config.policy` for good. `clock`: the time a pass
+        plans at (epoch seconds), one place, so a simulation can drive a day of passes."""
+        self.clock = clock
         self.store_url = store_url
         self.tpu = tpu
         self.runner = runner
@@ -131,9 +151,11 @@ class Reconciler:
         self._caught_up_once = False
         # Fair share and weekly quotas need recent usage: the usage fold, fed the same tail.
         self.usage: UsageFold | None = None
+        self._usage_cache: tuple[tuple, float, admission.Usage] | None = None  # recent_usage's last answer
         self.policy_source = policy_source
         self._follow_policy(self.config.policy)
         self._suspect_since: dict[str, float] = {}
+        self._zones: tuple[int, list[str], set[str]] = (-1, [], set())  # (position, zones to list, with queued resources)
         self.last_observed = Observed(now=0.0)
         self.passes = 0
         # Told after every complete pass: (seconds it took, actions it planned). Metrics hook in here.
@@ -215,11 +237,20 @@ class Reconciler:
             self.usage = UsageFold(on_interval=self.meter.add)  # loaded at the next catch-up
 
     def recent_usage(self, now: float) -> admission.Usage:
-        """Fair-share and weekly figures at `now` (nothing without a sharing policy)."""
+        """Fair-share and weekly figures at `now` (nothing without a sharing policy). Made
+        again only when the usage fold moved (an event changed what is held), the meter
+        changed (a new half-life), or FAIR_SHARE_REFRESH_S passed: between events they
+        drift only with the clock, by seconds' worth of chip-hours."""
         if self.usage is None:
             return admission.NO_USAGE
+        key = (self.usage.position, self.meter)
+        if self._usage_cache is not None and self._usage_cache[0] == key \
+                and 0 <= now - self._usage_cache[1] < defaults.FAIR_SHARE_REFRESH_S:
+            return self._usage_cache[2]
         us = int(now * 1_000_000)
-        return admission.usage_at(self.meter, self.usage.open_intervals(us), us)
+        figures = admission.usage_at(self.meter, self.usage.open_intervals(us, held=True), us)
+        self._usage_cache = (key, now, figures)
+        return figures
 
     # -- the zones' TPU API: backoff, and one record per outage -------------------------------
     def _load_health(self) -> None:
@@ -230,7 +261,7 @@ class Reconciler:
         last: dict[str, Any] = {}
         for e in self.store().read_stream(defaults.CLOUD_STREAM):
             last[e.data.get("zone", "")] = e
-        now = time.time()
+        now = self.clock()
         for zone, e in last.items():
             if e.type == "api_unreachable":
                 since = parse_time(e.data["since"]).timestamp() if e.data.get("since") else now
@@ -242,9 +273,9 @@ class Reconciler:
         planning step can fix costs one intent and outcome a step, not one a pass."""
         zone = zone_of(failure.resource)
         if zone and kind_of(failure) == "transient":
-            self._record_change(self.health.failed(zone, failure, time.time()))
+            self._record_change(self.health.failed(zone, failure, self.clock()))
         else:
-            self.job_backoff.failed(job_id, failure, time.time())
+            self.job_backoff.failed(job_id, failure, self.clock())
 
     def _record_change(self, change: Change | None) -> None:
         if change is None:
@@ -269,10 +300,12 @@ class Reconciler:
 
     def observe(self) -> Observed:
         self._load_health()
-        obs = Observed(now=time.time())
+        obs = Observed(now=self.clock())
         zones = set()
-        qr_zones = queued_resource_zones(self.state.jobs)
-        for zone in sorted(zones_in_use(self.state.jobs)):
+        if self._zones[0] != self.state.position:  # the zones worth listing move only with the jobs
+            self._zones = (self.state.position, sorted(zones_in_use(self.state.jobs)), queued_resource_zones(self.state.jobs))
+        _, in_use, qr_zones = self._zones
+        for zone in in_use:
             if not self.health.may_try(zone, obs.now):
                 continue  # backing off: unobserved, so nothing is decided about it
             try:
@@ -282,9 +315,9 @@ class Reconciler:
                 log.debug("could not list zone %s: %s", zone, exc)
                 if kind_of(exc.failure) == "permanent":
                     obs.refused[zone] = exc.failure
-                self._record_change(self.health.failed(zone, exc.failure, time.time()))
+                self._record_change(self.health.failed(zone, exc.failure, self.clock()))
                 continue
-            self._record_change(self.health.succeeded(zone, time.time()))
+            self._record_change(self.health.succeeded(zone, self.clock()))
             zones.add(zone)
             obs.nodes.update({n.name: n for n in nodes})
             obs.queued.update({q.name: q for q in queued})
@@ -346,32 +379,34 @@ class Reconciler:
         # Unfinished intents first, from the jobs' state alone: under a crash loop a process
         # may not live through the usage fold, the zone listing and the SSH probes.
         self._catch_up_jobs()
-        self._take_up_unfinished()
+        adoptable = self._adoptable()  # once a pass: each asks the lease table for a dead peer's job
+        self._take_up_unfinished(adoptable)
         self._catch_up_usage()
         obs = self.last_observed = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
-                       taken_over=self._adoptable(), usage=self.recent_usage(obs.now), memory=self.capacity)
+                       taken_over=adoptable, usage=self.recent_usage(obs.now), memory=self.capacity)
         for action in actions:
             if self._may_act(action):
                 self._dispatch(action)
         self._let_go_of_ended_jobs()
+        self.job_backoff.forget(ended_backoffs(self.job_backoff.names(), self.state.jobs, obs))
         self._keep_snapshots()
         self.passes += 1
         for observe in self.pass_observers:
             observe(time.monotonic() - started, actions)
         return actions
 
-    def _take_up_unfinished(self) -> None:
+    def _take_up_unfinished(self, adoptable: list[str]) -> None:
         """Intents without an outcome are taken up before observing: resolving one needs no
         observation of the whole zone (it looks at its own node), and under a crash loop a
         process may not live through a full pass (SSH probes of every running job)."""
         unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
         if not unfinished:
             return
-        now = time.time()
-        for action in resolutions(unfinished, now, self.config, self._adoptable()):
+        now = self.clock()
+        for action in resolutions(unfinished, now, self.config, adoptable):
             zone = api_zone(action)
             if self._may_act(action) and (zone is None or self.health.may_try(zone, now)):
                 self._dispatch(action)
@@ -405,7 +440,7 @@ class Reconciler:
         job = self.state.jobs.get(action.job_id)
         job = job.copy() if job is not None else None  # the next catch-up folds in place
         key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
-        if key in self._in_flight or not self.job_backoff.may_try(key, time.time()):
+        if key in self._in_flight or not self.job_backoff.may_try(key, self.clock()):
             return
 
         def run() -> str:
@@ -413,7 +448,7 @@ class Reconciler:
             with logcontext.about(action.job_id, job.attempt if job is not None else None):
                 result = self.executor.execute(action, job)
                 if not result.startswith("failed"):
-                    self.job_backoff.succeeded(key, time.time())
+                    self.job_backoff.succeeded(key, self.clock())
                 self.on_action(action, result)
             return result
 

@@ -6,6 +6,7 @@ keys and values use lowercase letters, digits, `-` and `_`, at most 63 character
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -17,11 +18,12 @@ LABEL_OWNER = "tpu-ledger-owner"
 LABEL_ATTEMPT = "tpu-ledger-attempt"
 
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
+_DASHES = re.compile(r"-{2,}")
 
 
 def _slug(text: str, limit: int) -> str:
     slug = _UNSAFE.sub("-", text.lower()).strip("-")
-    return re.sub("-{2,}", "-", slug)[:limit].strip("-")
+    return _DASHES.sub("-", slug)[:limit].strip("-")
 
 
 def job_hash(job_id: str, submission: str = "") -> str:
@@ -29,7 +31,9 @@ def job_hash(job_id: str, submission: str = "") -> str:
     return hashlib.sha256(f"{job_id}\x00{submission}".encode()).hexdigest()[:8]
 
 
+@functools.lru_cache(maxsize=16_384)
 def node_name(job_id: str, submission: str, attempt: int) -> str:
+    """The node id of a job's attempt (planned again at every pass while the job waits: kept)."""
     digest = job_hash(job_id, submission)
     suffix = f"-{digest}-a{attempt}"
     stem = _slug(job_id.replace("/", "-"), 63 - len(suffix) - 3) or "job"

@@ -8,32 +8,19 @@ views ask too).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from ledger.fold import JobState
-from ledger.placement import Footprint, takes
-
-
-class Need(NamedTuple):
-    family: str
-    chips: int
+from ledger.placement import takes
+from ledger.tpu_types import Chips as Need
 
 
 def need_of(job: JobState, choice: int | None = None) -> Need | None:
     """The chips of which family the job holds (what was placed: its type times its slices),
     or else those its next attempt asks for (choice `choice` of its placements, as the
     placement step picked it; the first by default); None when its type is unknown. The
-    count itself is ledger.placement's, the one every reader asks."""
+    count itself is ledger.placement's, the one every reader asks (made once per type and
+    slices, in ledger.tpu_types)."""
     found = takes(job, choice)
-    if found is None:
-        return None
-    need = _NEEDS.get(id(found))  # footprints are made once per (type, slices): so are needs
-    if need is None or need[0] is not found:
-        need = _NEEDS[id(found)] = (found, Need(found.family, found.chips))
-    return need[1]
-
-
-_NEEDS: dict[int, tuple[Footprint, Need]] = {}
+    return found.need if found is not None else None
 
 
 def is_spot(job: JobState) -> bool:

@@ -7,7 +7,7 @@ each step recorded before the next is decided.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,7 +52,9 @@ def plan(
     config = config or PlanConfig()
     busy = set(in_flight)
     adopted = frozenset(taken_over)
-    holders = shared_holders(jobs)
+    # Made at the first job that waits for a shared TPU, once a pass (most passes have none).
+    holders = _Lazy(lambda: shared_holders(jobs))
+    first_in_line = _Lazy(lambda: {name: line[0].id for name, line in shared_lines(jobs).items()})
     actions: list[Action] = []
     # Where each waiting job would go now (reconciler.placement); admission charges that.
     placing = placement.place_waiting(jobs, memory or CapacityMemory(), int(observed.now * 1_000_000), busy)
@@ -65,7 +67,7 @@ def plan(
             wait = gate.waits[job.id]
             action = None if admission.recorded(job, wait) else _record(job, admission.queued(wait))
         else:
-            action = plan_job(job, observed, holders, jobs, config, adopted, placing.get(job.id),
+            action = plan_job(job, observed, holders, first_in_line, config, adopted, placing.get(job.id),
                               moved=memory is not None and job.id in memory.moved)
             if action is None and gate is not None and job.id in gate.preempt:
                 action = _record(job, admission.preemption(job, gate.preempt[job.id], reclaim=job.id in gate.reclaim))
@@ -129,6 +131,28 @@ def resolutions(
     ]
 
 
+class _Lazy(Mapping[str, str]):
+    """A mapping made on first use: a pass where no job waits for a shared TPU makes neither
+    scan of every job."""
+
+    def __init__(self, make: Callable[[], dict[str, str]]) -> None:
+        self._make, self._data = make, None
+
+    def _made(self) -> dict[str, str]:
+        if self._data is None:
+            self._data = self._make()
+        return self._data
+
+    def __getitem__(self, key: str) -> str:
+        return self._made()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+
 def shared_holders(jobs: Mapping[str, JobState]) -> dict[str, str]:
     """Shared TPU name -> the job holding it (a live job whose `tpu` names it)."""
     return {
@@ -170,14 +194,15 @@ def plan_job(
     job: JobState,
     obs: Observed,
     holders: Mapping[str, str],
-    jobs: Mapping[str, JobState],
+    first_in_line: Mapping[str, str],
     config: PlanConfig,
     adopted: frozenset[str] = frozenset(),
     placing: placement.Try | placement.Hold | None = None,
     moved: bool = False,
 ) -> Action | None:
     """`placing`: the placement step's answer for a job that waits for a TPU of its own;
-    `moved`: its TPU is another choice than its last attempt's (ledger.capacity)."""
+    `moved`: its TPU is another choice than its last attempt's (ledger.capacity); `holders`
+    and `first_in_line`: each shared TPU's holder and the job next in its line."""
     if job.pending_action:
         return _resolve(job, obs, config, job.id in adopted)
     if job.terminal:
@@ -192,7 +217,7 @@ def plan_job(
     if s == fold.CANCELLING:
         return Action("cancel", job.id, {"tpu": job.tpu, "stop": _may_run(job)}, "cancel requested")
     if s in (fold.PENDING, fold.QUEUED) and job.tpu is None or s == fold.RECOVERING and job.tpu is None:
-        return _acquire(job, obs, holders, jobs, config, placing)
+        return _acquire(job, obs, holders, first_in_line, config, placing)
     if job.tpu is None:
         return _record(job, ev.Failed(kind="lost_host", message=f"no TPU held in state {s}", final=True))
     zone = job.tpu.get("zone", "")
@@ -233,7 +258,7 @@ def _named(tpu: Mapping[str, Any], lost: int | None) -> str:
 
 
 def _acquire(
-    job: JobState, obs: Observed, holders: Mapping[str, str], jobs: Mapping[str, JobState], config: PlanConfig,
+    job: JobState, obs: Observed, holders: Mapping[str, str], first_in_line: Mapping[str, str], config: PlanConfig,
     placing: placement.Try | placement.Hold | None = None,
 ) -> Action | None:
     if (job.spec.get("tpu") or {}).get("shared"):
@@ -242,7 +267,7 @@ def _acquire(
         if holder and holder != job.id:
             reason = f"shared TPU {want['name']} is held by {holder}"
             return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
-        first = _first_in_line(want["name"], jobs)
+        first = first_in_line.get(want["name"], job.id)
         if first != job.id:
             reason = f"shared TPU {want['name']} goes to {first} first"
             return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
@@ -283,19 +308,21 @@ def queued_wait_s(job: JobState, chosen: Choice | None) -> float | None:
     return defaults.QUEUED_WAIT_S if index + 1 < len(placements(job.spec)) else None
 
 
-def shared_line(tpu_name: str, jobs: Mapping[str, JobState]) -> list[JobState]:
-    """The jobs waiting for shared TPU `tpu_name`, in the order they will get it (the first
-    is next when it frees up): higher priority first, then earlier submission."""
-    waiting = [
-        j for j in jobs.values()
-        if j.tpu is None and j.state in (fold.PENDING, fold.QUEUED, fold.RECOVERING)
-        and (j.spec.get("tpu") or {}).get("shared") and j.spec["tpu"].get("name") == tpu_name
-    ]
-    return sorted(waiting, key=lambda j: (-j.priority, j.submitted_seq))
+def shared_lines(jobs: Mapping[str, JobState]) -> dict[str, list[JobState]]:
+    """Shared TPU name -> the jobs waiting for it, in the order they will get it (the first
+    is next when it frees up): higher priority first, then earlier submission. One scan of
+    the jobs for every line (a pass asks each waiting job's line)."""
+    lines: dict[str, list[JobState]] = {}
+    for j in jobs.values():
+        if j.tpu is None and j.state in _SHARED_WAITING and (want := j.spec.get("tpu") or {}).get("shared"):
+            lines.setdefault(want.get("name"), []).append(j)
+    for line in lines.values():
+        line.sort(key=lambda j: (-j.priority, j.submitted_seq))
+    return lines
 
 
-def _first_in_line(tpu_name: str, jobs: Mapping[str, JobState]) -> str:
-    return shared_line(tpu_name, jobs)[0].id
+_SHARED_WAITING = frozenset({fold.PENDING, fold.QUEUED, fold.RECOVERING})
+
 
 
 def _watch_provisioning(job: JobState, node: NodeObs | None, obs: Observed, config: PlanConfig,
@@ -575,14 +602,16 @@ def queued_resource_zones(jobs: Mapping[str, JobState]) -> set[str]:
     """Zones where a live job uses (or may ask for, on any of its choices) a queued
     resource: only there is listing queued resources worth an API call."""
     zones = set()
+    seen: dict[int, tuple] = {}  # choice lists are interned (spec.placements): each looked at once (kept: ids stay theirs)
     for j in jobs.values():
         if (j.terminal or j.state == fold.BLOCKED) and j.tpu is None:
             continue
         tpu = j.tpu or {}
         if tpu.get("kind") == "queued_resource":
             zones.add(tpu.get("zone", ""))
-        elif not tpu:
-            zones.update(c.zone for c in placements(j.spec) if c.queued)
+        elif not tpu and id(choices := placements(j.spec)) not in seen:
+            seen[id(choices)] = choices
+            zones.update(c.zone for c in choices if c.queued)
     return zones
 
 
@@ -591,13 +620,16 @@ def zones_in_use(jobs: Mapping[str, JobState]) -> set[str]:
     zone of its choices: the placement step may pick any; a blocked job asks nothing until
     it is unblocked)."""
     zones = set()
+    seen: dict[int, tuple] = {}  # choice lists are interned (spec.placements): each looked at once (kept: ids stay theirs)
     for j in jobs.values():
         if j.tpu and j.tpu.get("zone"):
             zones.add(j.tpu["zone"])
         elif not j.terminal and j.state != fold.BLOCKED:
             choices = placements(j.spec)
             if choices:
-                zones.update(c.zone for c in choices if c.zone)
+                if id(choices) not in seen:
+                    seen[id(choices)] = choices
+                    zones.update(c.zone for c in choices if c.zone)
             elif (j.spec.get("tpu") or {}).get("zone"):
                 zones.add(j.spec["tpu"]["zone"])
     return zones

@@ -125,7 +125,7 @@ def recent_usage(store: SnapshotReader, policy: Policy | None, now: datetime | N
     assert policy is not None
     meter, fold = load_usage(store, policy.fair_share.half_life_hours)
     us = to_us(now or datetime.now(UTC))
-    return admission.usage_at(meter, fold.open_intervals(us), us)
+    return admission.usage_at(meter, fold.open_intervals(us, held=True), us)
 
 
 def capacity_memory(store: Reader) -> CapacityMemory:

@@ -67,7 +67,7 @@ class TpuHealth:
     a `clean` (the checks' repairs). Fed in ledger order, events or store rows alike, so the
     CLI (over the events it read) and the dashboard (over its tail) fold it the same way."""
 
-    TYPES = frozenset({"provisioning", "provisioned", "started", "failed", "action_outcome"})
+    TYPES = frozenset({"provisioning", "provisioned", "started", "failed", "action_outcome", "released"})
 
     def __init__(self) -> None:
         self.on: dict[str, str] = {}  # job stream -> the TPU it holds
@@ -76,6 +76,13 @@ class TpuHealth:
     def add(self, stream: str, type_: str, time: str, d: Mapping[str, Any]) -> None:
         if type_ in ("provisioning", "provisioned") and isinstance(d.get("tpu"), dict):
             self.on[stream] = str(d["tpu"].get("name", ""))
+        elif type_ == "released":
+            # Bounded by what is held: a TPU of the job's own is gone with its release (each
+            # attempt gets a new name); a shared one lives on, and keeps its last check.
+            name = self.on.pop(stream, "")
+            tpu = d.get("tpu")
+            if name and not (isinstance(tpu, dict) and tpu.get("shared")):
+                self.checks.pop(name, None)
         elif type_ == "started" and d.get("health") and self.on.get(stream):
             self.checks[self.on[stream]] = {"health": str(d["health"]), "time": time}
         elif type_ == "failed" and d.get("kind") == "host_unhealthy" and self.on.get(stream):
@@ -103,6 +110,30 @@ def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
         if e.type in fold.TYPES:
             fold.add(e.stream, e.type, e.time, e.data or {})
     return fold.checks
+
+
+def health_streams(jobs: Iterable[JobState]) -> set[str]:
+    """The job streams whose events say the last host check of every TPU `tpu_rows` lists:
+    `ledger tpus` reads these (besides the jobs' state from snapshot and tail), not the
+    whole ledger. A TPU of a job's own is checked only in its holder's stream (each attempt
+    gets a new name); a shared TPU in the stream of any job that held it, so every job that
+    asks for it, or released it lately (`JobState.released`), is read."""
+    jobs = list(jobs)
+    streams: set[str] = set()
+    shared: set[str] = set()
+    for job in jobs:
+        if job.tpu:
+            streams.add(job.id)
+            if job.tpu.get("shared"):
+                shared.add(str(job.tpu.get("name")))
+        elif not job.terminal and (want := job.spec.get("tpu") or {}).get("shared"):
+            shared.add(str(want.get("name")))
+    if shared:
+        for job in jobs:
+            want = job.spec.get("tpu") or {}
+            if want.get("shared") and str(want.get("name")) in shared or any(r and r[0] in shared for r in job.released):
+                streams.add(job.id)
+    return streams
 
 
 def placements_of(events: Iterable[Any]) -> list[dict[str, Any]]:

@@ -77,11 +77,12 @@ class Identity:
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """What `git verify-commit` said about a commit, against the allowed-signers file.
+    """What a commit's signature says, against the allowed-signers file (an SSH signature:
+    ledger.gitops.signed's check, the project's one SSHSIG verifier; an OpenPGP one: gpg's).
 
     good: verified and the key is listed (`principal` is its principal); none: unsigned;
     untrusted: a valid signature by a key the file does not list (or no file); bad: it does
-    not verify. `key` is the key's fingerprint, `detail` git's own words.
+    not verify. `key` is the key's fingerprint, `detail` the verifier's own words.
     """
 
     status: Literal["good", "none", "untrusted", "bad"]
@@ -185,7 +186,7 @@ def _signature_problem(sig: Signature | None, authors: tuple[Identity, ...], web
         return f"the commit is signed by key {sig.key or '?'}, which {ALLOWED_SIGNERS_PATH} does not list" + (
             f" ({sig.detail})" if sig.detail else "")
     if sig.status == "bad":
-        return f"the commit's signature does not verify ({sig.detail or 'git verify-commit failed'})"
+        return f"the commit's signature does not verify ({sig.detail or 'the signature check failed'})"
     if _authored_by(parse_identity(sig.principal), authors):
         return f"the commit is signed by {sig.principal}, an author of the change: an author cannot approve it"
     return None

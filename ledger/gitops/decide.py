@@ -13,6 +13,9 @@ a job may use an alias its own approved commit adds.
 
 A job under jobs/<owner>/ runs with <owner>'s secrets and quota: it is `rejected` unless
 <owner> wrote or approved the change, or a delegate the policy names did.
+
+A commit that changes the policy in force also means a `policy_changed` fact on the
+`_policy` stream (its price table and sharing rules, as they stand after the commit).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from ledger.spec.layout import (
     is_job_path,
 )
 from ledger.spec.names import job_id_for, safe_stream, shown
-from ledger.spec.policy import Policy, parse_policy
+from ledger.spec.policy import Policy, parse_policy, sharing_blocks
+from ledger.usage.prices import POLICY_STREAM
 
 
 @dataclass(slots=True)
@@ -177,6 +181,7 @@ def decide(
     forge) for a merged pull request's reviews, once per commit that needs them.
     """
     c = step.commit
+    policy_before = state.files.get(POLICY_PATH)
     policy = state.policy()
     owners = state.codeowners()
     out: list[tuple[str, NewEvent]] = []
@@ -321,7 +326,27 @@ def decide(
             added(ch.path, ch.new_blob)
 
     new_state = _applied(state, [ch for ch in accepted if ch not in early], step.blobs)
+    if new_state.files.get(POLICY_PATH) != policy_before:
+        out.append(policy_changed(step, new_state))
     return out, new_state, live
+
+
+def watcher_actor(branch: str, **extra: Any) -> dict[str, Any]:
+    return actor("watcher", "ledger watch", branch=branch, **extra)
+
+
+def policy_changed(step: StepInput, state: RepoState) -> tuple[str, NewEvent]:
+    """The policy in force changed with this commit: its price table becomes a fact of the
+    ledger, so usage reports price each interval as it was priced then, forever."""
+    entry = state.files.get(POLICY_PATH)
+    parsed = parse_policy(entry[1] if entry else None)
+    broken = any(m.pointer.startswith("/prices") or not m.pointer for m in parsed.errors)
+    prices = [ev.Price(family=f, pricing=p, usd_per_chip_hour=usd) for (f, p), usd in parsed.policy.prices.usd.items()]
+    data = ev.PolicyChanged(commit=step.commit.sha, prices=prices, blob=entry[0] if entry else ev.UNSET,
+                            branch=step.branch, broken=True if broken else ev.UNSET, sharing=sharing_blocks(parsed.policy))
+    return POLICY_STREAM, NewEvent("policy_changed", data, watcher_actor(step.branch),
+                                   key=f"policy:{step.commit.sha}:{entry[0] if entry else 'deleted'}",
+                                   causation=f"git:{step.commit.sha}")
 
 
 def _decides_approval(ch: Change) -> bool:

@@ -11,7 +11,6 @@ version conflict, re-reads the position and carries on from there.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,12 +21,9 @@ import msgspec
 from ledger.errors import ConflictError, StoreError, UsageError
 from ledger.events import NewEvent, actor
 from ledger.events.data import (
-    UNSET,
     EventDataError,
     HistoryRewritten,
     Note,
-    PolicyChanged,
-    Price,
     Quarantined,
     RewriteAccepted,
 )
@@ -35,15 +31,14 @@ from ledger.fold import LIVE, replay
 from ledger.forge.reviews import ReviewLookup
 from ledger.forge.webflow import WEB_FLOW_PRINCIPAL, WebFlowKeys, verdict
 from ledger.gitops.approval import Identity, Signature
-from ledger.gitops.decide import Ignored, RepoState, StepInput, Verifier, decide
+from ledger.gitops.decide import Ignored, RepoState, StepInput, Verifier, decide, watcher_actor
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
+from ledger.gitops.signed import committed_at, is_ssh, split_signed, ssh_verdict
 from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
 from ledger.spec.files import secrets_check
 from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_governed, is_job_path
-from ledger.spec.policy import parse_policy, sharing_blocks
 from ledger.store import Store
-from ledger.usage.prices import POLICY_STREAM
 
 Validator = Callable[[bytes, str, RepoState], Any]
 
@@ -154,10 +149,6 @@ def _load_state(repo: GitRepo, governing: dict[str, str]) -> RepoState:
     return RepoState(dict(state.files))
 
 
-def _watcher_actor(branch: str, **extra: Any) -> dict[str, Any]:
-    return actor("watcher", "ledger watch", branch=branch, **extra)
-
-
 def ingest(
     repo: GitRepo | str,
     store: Store,
@@ -226,7 +217,7 @@ def ingest(
             if commits is None:
                 data = HistoryRewritten(old_head=pos.commit, new_head=head, old_head_exists=repo.exists(pos.commit))
                 store.append(stream, [NewEvent(
-                    "history_rewritten", data, _watcher_actor(branch), key=f"rewritten:{pos.commit}:{head}",
+                    "history_rewritten", data, watcher_actor(branch), key=f"rewritten:{pos.commit}:{head}",
                 )], expected_version=pos.version)
                 continue
             if not commits:
@@ -278,9 +269,9 @@ def _quarantine(store: Store, branch: str, pos: Position, commit: Commit, exc: E
     stream = stream_for(branch)
     events = [
         NewEvent("quarantined", Quarantined(commit=commit.sha, error=error, kind=type(exc).__name__),
-                 _watcher_actor(branch), key=f"quarantined:{pos.commit}:{commit.sha}", causation=f"git:{commit.sha}"),
+                 watcher_actor(branch), key=f"quarantined:{pos.commit}:{commit.sha}", causation=f"git:{commit.sha}"),
         NewEvent("note", Note(kind="ingested", commit=commit.sha, base=pos.commit, governing=dict(pos.governing), events=1),
-                 _watcher_actor(branch), key=f"ingested:{pos.commit}:{commit.sha}", causation=f"git:{commit.sha}"),
+                 watcher_actor(branch), key=f"ingested:{pos.commit}:{commit.sha}", causation=f"git:{commit.sha}"),
     ]
     result = store.append(stream, events, expected_version=pos.version)
     if not result.duplicate:
@@ -309,30 +300,25 @@ def _authors(repo: GitRepo, commit: Commit, base: str | None) -> dict[str, tuple
     return {p: tuple(Identity(n, e) for n, e in who) for p, who in repo.path_authors(base, commit.sha).items()}
 
 
-_SIGNED_BY = re.compile(r'Good "git" signature for (.+?) with \S+ key (\S+)')
-_KEY = re.compile(r"key (SHA256:\S+)")
-
-
 def signature_verifier(repo: GitRepo, web_flow: WebFlowKeys | None = None) -> Verifier:
-    """git's verdict on a commit's signature, as the pure core reads it: an SSH signature
-    against the allowed signers, an OpenPGP one against GitHub's web-flow keys."""
+    """A commit's signature as the pure core reads it: an SSH signature checked by the
+    project's one SSHSIG verifier against the allowed signers (ledger.gitops.signed), an
+    OpenPGP one by git and gpg against GitHub's web-flow keys."""
 
     def verify(sha: str, allowed_signers: str) -> Signature:
-        keys = web_flow or _shipped_web_flow()
-        ok, said = repo.verify_commit(sha, allowed_signers, keys.home())
-        if "[GNUPG:]" in said:  # an OpenPGP signature: only GitHub's web-flow keys are known
-            found = verdict(said, keys.trusted)
-            return Signature(found.status, WEB_FLOW_PRINCIPAL if found.status == "good" else "", found.fingerprint,
-                             found.detail, web_flow=found.status == "good", kind="openpgp")
-        key = _KEY.search(said)
-        fingerprint = key.group(1) if key else ""
-        if ok and (good := _SIGNED_BY.search(said)):
-            return Signature("good", good.group(1), good.group(2), said)
-        if not said:
+        raw = repo.commit_object(sha)
+        payload, armored = split_signed(raw)
+        if armored is None:
             return Signature("none")
-        if "No principal matched" in said:
-            return Signature("untrusted", key=fingerprint)
-        return Signature("bad", key=fingerprint, detail=said.splitlines()[-1])
+        if is_ssh(armored):
+            return ssh_verdict(payload, armored, allowed_signers, committed_at(raw))
+        keys = web_flow or _shipped_web_flow()
+        _, said = repo.verify_openpgp(sha, keys.home())
+        if "[GNUPG:]" not in said:  # neither SSH nor OpenPGP (an X.509 signature, say)
+            return Signature("bad", detail=said.splitlines()[-1] if said else "a signature of an unknown kind")
+        found = verdict(said, keys.trusted)
+        return Signature(found.status, WEB_FLOW_PRINCIPAL if found.status == "good" else "", found.fingerprint,
+                         found.detail, web_flow=found.status == "good", kind="openpgp")
 
     return verify
 
@@ -416,20 +402,6 @@ def _changes_from_ledger(repo: GitRepo, store: Store, new: str, governing: dict[
     return changes
 
 
-def _policy_changed(step: StepInput, state: RepoState, branch: str) -> tuple[str, NewEvent]:
-    """The policy in force changed with this commit: its price table becomes a fact of the
-    ledger, so usage reports price each interval as it was priced then, forever."""
-    entry = state.files.get(POLICY_PATH)
-    parsed = parse_policy(entry[1] if entry else None)
-    broken = any(m.pointer.startswith("/prices") or not m.pointer for m in parsed.errors)
-    prices = [Price(family=f, pricing=p, usd_per_chip_hour=usd) for (f, p), usd in parsed.policy.prices.usd.items()]
-    data = PolicyChanged(commit=step.commit.sha, prices=prices, blob=entry[0] if entry else UNSET,
-                         branch=branch, broken=True if broken else UNSET, sharing=sharing_blocks(parsed.policy))
-    return POLICY_STREAM, NewEvent("policy_changed", data, _watcher_actor(branch),
-                                   key=f"policy:{step.commit.sha}:{entry[0] if entry else 'deleted'}",
-                                   causation=f"git:{step.commit.sha}")
-
-
 def _append_steps(
     store: Store, branch: str, pos: Position, steps: list[StepInput], state: RepoState,
     validate: Validator, hash_spec: Callable[[Any], str], live: _Liveness, report: IngestReport,
@@ -447,11 +419,8 @@ def _append_steps(
         return pending_live[jid] if jid in pending_live else live(jid)
 
     for step in steps:
-        before = state.files.get(POLICY_PATH)
         events, state, changed = decide(step, state, is_live, validate, hash_spec, sources.verify, sources.reviews)
         pending_live.update(changed)
-        if state.files.get(POLICY_PATH) != before:
-            events.append(_policy_changed(step, state, branch))
         for s, ev in events:
             if s == stream:
                 batches.append((s, [ev], git_version))
@@ -465,7 +434,7 @@ def _append_steps(
         marker = NewEvent(
             "note",
             Note(kind="ingested", commit=step.commit.sha, base=step.base, governing=state.blobs(), events=len(events)),
-            _watcher_actor(branch), key=f"ingested:{step.base}:{step.commit.sha}", causation=f"git:{step.commit.sha}",
+            watcher_actor(branch), key=f"ingested:{step.base}:{step.commit.sha}", causation=f"git:{step.commit.sha}",
         )
         markers.append(len(batches))
         batches.append((stream, [marker], git_version))

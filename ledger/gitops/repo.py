@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,19 +195,19 @@ class GitRepo:
                     found[path].append((name, email))
         return found
 
-    def verify_commit(self, sha: str, allowed_signers: str, gnupg_home: Path | None = None) -> tuple[bool, str]:
-        """`git verify-commit --raw` against an allowed-signers file given as text (written to
-        a temporary file for git and ssh-keygen) for an SSH signature, and against the
-        keyring in `gnupg_home` for an OpenPGP one: (verified, what git and gpg said)."""
+    def commit_object(self, sha: str) -> bytes:
+        """The raw commit object (`git cat-file commit`): what a signature signs, and the signature."""
+        return self.run_bytes("cat-file", "commit", sha)
+
+    def verify_openpgp(self, sha: str, gnupg_home: Path | None = None) -> tuple[bool, str]:
+        """`git verify-commit --raw` of an OpenPGP signature against the keyring in
+        `gnupg_home`: (verified, what git and gpg said). SSH signatures are checked by the
+        project's own verifier (ledger.gitops.signed), never here."""
         env = {"GNUPGHOME": str(gnupg_home)} if gnupg_home is not None else None
-        with tempfile.NamedTemporaryFile("w", prefix="allowed_signers.", encoding="utf-8") as fh:
-            fh.write(allowed_signers)
-            fh.flush()
-            status, out, err = self.repo.git.execute(
-                ["git", "-c", f"gpg.ssh.allowedSignersFile={fh.name}", "-c", "gpg.program=gpg",
-                 "verify-commit", "--raw", sha],
-                with_extended_output=True, with_exceptions=False, env=env,
-            )
+        status, out, err = self.repo.git.execute(
+            ["git", "-c", "gpg.program=gpg", "verify-commit", "--raw", sha],
+            with_extended_output=True, with_exceptions=False, env=env,
+        )
         return status == 0, "\n".join(x for x in (str(out).strip(), str(err).strip()) if x)
 
     # -- diffs ----------------------------------------------------------------------------

@@ -20,13 +20,14 @@ OWNER_MAX = 39
 NAME_MAX = 63
 TPU_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 TPU_NAME_MAX = 63
+_DASHES = re.compile(r"-{2,}")
 
 
 def _suggest(text: str, allow_underscore: bool) -> str:
     folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
     keep = "a-z0-9_-" if allow_underscore else "a-z0-9-"
     folded = re.sub(f"[^{keep}]+", "-", folded).strip("-_")
-    return re.sub(r"-{2,}", "-", folded)
+    return _DASHES.sub("-", folded)
 
 
 # Characters a shell gives a meaning to: a name holding one is refused for what it is.
@@ -134,5 +135,5 @@ def default_tpu_name(job_id: str) -> str:
     """A TPU name of the job's own, unique per job id and valid on Google Cloud."""
     digest = hashlib.sha256(job_id.encode()).hexdigest()[:6]
     base = job_id.replace("/", "-").replace("_", "-")
-    base = re.sub(r"-{2,}", "-", base)[: TPU_NAME_MAX - 7].rstrip("-")
+    base = _DASHES.sub("-", base)[: TPU_NAME_MAX - 7].rstrip("-")
     return f"{base}-{digest}"

@@ -241,11 +241,13 @@ class UsageFold:
             self._settle(key, values)
         return out
 
-    def open_intervals(self, now: int) -> list[Interval]:
-        """The interval each job is in, as it would close at `now` (within the window)."""
+    def open_intervals(self, now: int, *, held: bool = False) -> list[Interval]:
+        """The interval each job is in, as it would close at `now` (within the window);
+        with `held`, only those that hold chips (fair share and weekly quotas count no
+        other: a lab's thousands of waiting jobs are skipped, not built and dropped)."""
         found = []
         for job in self.jobs.values():
-            if job.open is not None and job.open[2]:
+            if job.open is not None and job.open[2] and (not held or job.open[0] != WAITING):
                 start, end = max(job.since, self.lo), min(now, self.hi)
                 if end > start:
                     category, key, chips = job.open

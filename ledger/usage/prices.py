@@ -29,7 +29,6 @@ def pricing_name(text: str) -> str:
     return "".join(c for c in text.lower() if c.isalnum())
 
 
-@functools.lru_cache(maxsize=256)
 def price_family(accelerator: str) -> str:
     """The family a price is looked up by: the type's (ledger.placement), else the name's
     prefix, so an unknown type's missing price is still named."""

@@ -86,6 +86,20 @@ def test_the_live_meter_keeps_up_with_the_tail(lab):
         live.close()
 
 
+def test_the_queue_is_made_once_per_position_and_refresh_and_again_after_an_event(lab):
+    url, store = lab
+    live = LiveLedger(url)
+    try:
+        first = views.queue_page(live, store)
+        assert views.queue_page(live, store) is first  # nothing happened: the same answer
+        append(store, "bob/e", [("submitted", {"spec": spec("v4-8")})])
+        live.fold(list(store.fold_rows(live.position, None)))
+        after = views.queue_page(live, store)
+        assert after is not first and "bob/e" in [r["job"] for r in after["rows"]]
+    finally:
+        live.close()
+
+
 def test_the_tpus_page_shows_the_last_host_check_live(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     store = open_store(url)

@@ -2,7 +2,8 @@
 and the exact event (and reason) the watcher records for it.
 
 Real repositories and pushes, real `ssh-keygen -t ed25519` keys, real `git commit -S`
-signatures checked by `git verify-commit` against the repository's own allowed-signers file.
+signatures checked by the project's SSHSIG verifier (ledger.gitops.signed) against the
+repository's own allowed-signers file (the payload it checks, by the real `ssh-keygen` too).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 from gitops_helpers import ALICE, BOB, CAROL, MALLORY, POLICY, Hub, git, spec
 
 from ledger.gitops import ingest
+from ledger.gitops.repo import GitRepo
+from ledger.gitops.signed import committed_at, is_ssh, split_signed, ssh_verdict
 
 SAM = ("Sam Steward", "sam@lab.example")
 JOB = "jobs/alice/a.yaml"
@@ -197,3 +200,27 @@ def test_approval_matrix(hub, store, keys, scenario, type_, expected):
     if type_ == "submitted":  # the actor is who asked, with who approved and merged beside
         assert (event.actor["kind"], event.actor["email"], event.actor.get("merger")) == (
             "git", expected["author"], expected.get("merger"))
+
+
+def test_a_commit_signature_is_checked_by_our_sshsig_verifier_on_the_payload_ssh_keygen_accepts(hub: Hub, keys, tmp_path):
+    hub.commit({"README.md": "unsigned\n"}, "an unsigned commit")
+    hub.write({JOB: spec()})
+    git(hub.work, *signed(keys["sam"]), "commit", "-q", "-S", "-m", "Add alice/a\n\nwith a body", author=SAM)
+    sha = git(hub.work, "rev-parse", "HEAD").strip()
+    raw = GitRepo(hub.work).commit_object(sha)
+    payload, armored = split_signed(raw)
+    assert armored is not None and is_ssh(armored) and b"gpgsig" not in payload and payload.endswith(b"with a body\n")
+    # the real ssh-keygen agrees that this is what git signed
+    (tmp_path / "allowed").write_text(allowed_signers(keys, "sam"))
+    (tmp_path / "sig").write_text(armored + "\n")
+    subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(tmp_path / "allowed"), "-I", SAM[1], "-n", "git",
+                    "-s", str(tmp_path / "sig")], input=payload, check=True, capture_output=True)
+    at = committed_at(raw)
+    good = ssh_verdict(payload, armored, allowed_signers(keys, "sam"), at)
+    assert (good.status, good.principal, good.key) == ("good", SAM[1], fingerprint(keys["sam"]))
+    assert ssh_verdict(payload.replace(b"with a body", b"with a bod!"), armored, allowed_signers(keys, "sam"), at).status == "bad"
+    assert ssh_verdict(payload, armored, allowed_signers(keys, "alice"), at).status == "untrusted"
+    retired = allowed_signers(keys, "sam").replace('namespaces="git"', 'namespaces="git",valid-before="20000101"')
+    assert ssh_verdict(payload, armored, retired, at).status == "untrusted"  # judged at the commit's time
+    unsigned = GitRepo(hub.work).commit_object(git(hub.work, "rev-parse", "HEAD~1").strip())
+    assert split_signed(unsigned) == (unsigned, None)

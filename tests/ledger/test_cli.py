@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from ledger import fold
 from ledger.app.cli import cli
+from ledger.app.readmodels import job_json
 from ledger.events import NewEvent, actor
 from ledger.replay import encode_state, load_state, save_snapshot
 from ledger.store.base import Snapshot
@@ -84,6 +85,16 @@ def test_inspect_timeline_and_json(ledger_file):
 def test_inspect_unknown_job(ledger_file):
     result = run(ledger_file, "inspect", "carol/nope")
     assert result.exit_code == 1 and "no job 'carol/nope'" in result.output and "ledger list" in result.output
+
+
+def test_list_json_is_the_same_text_json_writes_from_the_same_states(ledger_file):
+    out = run(ledger_file, "list", "--json").output
+    store = SQLiteStore(ledger_file)
+    try:
+        states = [job_json(j) for j in sorted(load_state(store).jobs.values(), key=lambda j: j.id)]
+    finally:
+        store.close()
+    assert out == json.dumps(states, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def test_list_filters(ledger_file):

@@ -40,8 +40,8 @@ CLASSES = {cls.__name__: cls for cls in DATA_TYPES.values()}
 APPEND_SITES = {
     "ledger/app/commands/overrides.py": 1,  # the overrides: cancel, resume, rerun, admit
     "ledger/app/queueview.py": 1,  # policy_applied: the sharing policy a reconciler enforces
-    "ledger/gitops/decide.py": 1,  # submitted, spec_updated, rejected, cancel_requested
-    "ledger/gitops/ingest.py": 6,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note, policy_changed
+    "ledger/gitops/decide.py": 2,  # submitted, spec_updated, rejected, cancel_requested; policy_changed
+    "ledger/gitops/ingest.py": 5,  # rewrite_accepted, history_rewritten, the `ingested` note, quarantined + its note
     "reconciler/executor.py": 7,  # intents, outcomes, what effects and the planner decided
     "reconciler/loop.py": 1,  # api_unreachable, api_reachable: a zone's TPU API down and back (`_cloud`)
     "reconciler/doctor/records.py": 2,  # the host checks' repairs: clean intent, clean outcome

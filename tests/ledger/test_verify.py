@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
-from ledger.verify import CHILD_SHARE, verify_rows, verify_store
+from ledger.replay import load_state
+from ledger.verify import CHILD_SHARE, _Walk, verify_rows, verify_store
 
 SUBMIT = {"spec": {}, "spec_hash": "ab12cd34", "commit": "c0ffee", "path": "jobs/alice/a.yaml"}
 
@@ -50,6 +51,18 @@ def test_damage_kinds(store_factory):
     assert p.position == 3 and "prev_hash" in p.reason
     p = first_problem(lambda r: r[1].__setitem__(8, '{"reason":"other"}'))
     assert p.position == 2 and "hash mismatch" in p.reason
+
+
+def test_verify_builds_the_jobs_with_the_folds_own_loop_and_stops_at_the_first_illegal_step(store_factory):
+    store = sample(store_factory)
+    walk = _Walk(transitions=True)
+    assert walk.run(store.raw_rows()).ok
+    assert walk.state.jobs == load_state(store, use_snapshot=False).jobs  # replay's fold, not a copy of it
+    store.append("bob/b", [NewEvent("finished", {})])  # bob's job never started
+    store.append("alice/a", [NewEvent("provisioned", {"tpu": {"name": "t1"}})])
+    report = verify_store(store)
+    assert report.problem.position == 5 and report.events == 5
+    assert report.problem.reason == "illegal transition in bob/b: finished from state pending"
 
 
 def test_version_gap_and_schema_and_transition(store_factory):

@@ -11,9 +11,12 @@ import pytest
 
 from ledger import defaults, fold
 from ledger.app.wiring import build
+from ledger.failures import from_status
+from ledger.fold import evolve, initial
 from ledger.store import open_store
 from reconciler.health import ZoneHealth
-from reconciler.loop import Reconciler
+from reconciler.loop import Reconciler, ended_backoffs
+from reconciler.model import NodeObs, Observed
 from tests.reconciler.conftest import ZONE, Harness, job_spec
 
 JOB = "alice/refused"
@@ -191,3 +194,18 @@ def test_a_delete_refused_for_good_is_retried_with_backoff_not_at_every_pass(har
         rec.close()
     harness.verify()
     no_tracebacks(caplog)
+
+
+def test_backoffs_of_jobs_that_ended_or_orphans_that_went_are_forgotten() -> None:
+    spec = {"spec": job_spec("x"), "spec_hash": "h", "commit": "c"}
+    live = evolve(initial("a/live"), "submitted", spec)
+    ended = evolve(evolve(initial("a/ended"), "submitted", spec), "cancelled", {})
+    backoff = ZoneHealth()
+    failure = from_status({"code": "PERMISSION_DENIED", "message": "no"})
+    for key in ("a/live", "a/ended", "a/unknown", "orphan:kept", "orphan:gone"):
+        backoff.failed(key, failure, 0.0)
+    obs = Observed(now=1.0, zones=frozenset({ZONE}), nodes={"kept": NodeObs("kept", ZONE, "READY")})
+    stale = ended_backoffs(backoff.names(), {j.id: j for j in (live, ended)}, obs)
+    assert sorted(stale) == ["a/ended", "a/unknown", "orphan:gone"]
+    backoff.forget(stale)
+    assert sorted(backoff.names()) == ["a/live", "orphan:kept"]

@@ -9,8 +9,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
+from ledger.app.readmodels import tpu_health, tpu_rows
 from ledger.events import NewEvent, actor
 from ledger.fold import replay
+from ledger.replay import load_state, save_snapshot
 from ledger.store import open_store
 
 SPEC = {"tpu": {"accelerator": "v4-8", "zone": "us-central2-b", "pricing": "spot"}, "command": {"cmd": "true"}}
@@ -93,3 +95,35 @@ def test_tpus_json_carries_the_health_of_the_last_host_check_as_the_table_shows_
     rows = json.loads(run(url, "tpus", "--json").output)
     assert [(r["tpu"], r["health"], bool(r["checked"])) for r in rows] == [("lab-v4-8-1", "warning", True)]
     assert "warni" in run(url, "tpus").output  # the table's health column (cut to the 80 columns of a pipe)
+
+
+def test_tpus_reads_snapshot_tail_and_the_holders_streams_and_answers_as_a_full_replay(tmp_path: Path):
+    shared = {"name": "lab-v4-8-1", "zone": "us-central2-b", "shared": True, "accelerator": "v4-8"}
+    own = {"name": "tl-carol-c-a1", "zone": "us-central2-b", "accelerator": "v4-8", "kind": "node"}
+    gone = {"name": "tl-dave-d-a1", "zone": "us-central2-b", "accelerator": "v4-8", "kind": "node"}
+    url = ledger_with(
+        tmp_path,
+        # the shared TPU's last check was made before the job that ended released it
+        ("ann/first", [("submitted", {"spec": SHARED}), ("provisioning", {"attempt": 1, "tpu": shared}),
+                       ("provisioned", {"tpu": shared, "hosts": [{"worker": 0}]}),
+                       ("started", {"spec_hash": "ab" * 32, "health": "fixed"}), ("finished", {}),
+                       ("released", {"tpu": shared, "reason": "job finished"})]),
+        ("bob/next", [("submitted", {"spec": SHARED}), ("queued", {"reason": "waits"})]),
+        ("carol/c", [("submitted", {"spec": SPEC}), ("provisioning", {"attempt": 1, "tpu": own}),
+                     ("provisioned", {"tpu": own, "hosts": [{"worker": 0}]}),
+                     ("started", {"spec_hash": "ab" * 32, "health": "warning"})]),
+        ("dave/d", [("submitted", {"spec": SPEC}), ("provisioning", {"attempt": 1, "tpu": gone}),
+                    ("provisioned", {"tpu": gone, "hosts": [{"worker": 0}]}),
+                    ("started", {"spec_hash": "ab" * 32, "health": "healthy"}), ("finished", {}),
+                    ("released", {"tpu": gone, "reason": "job finished"})]),
+    )
+    store = open_store(url)
+    save_snapshot(store, load_state(store, until=8))  # a snapshot mid-way: the rest is its tail
+    events = list(store.read_all())
+    store.close()
+    replayed = tpu_rows(replay(events).jobs.values(), tpu_health(events))
+    rows = json.loads(run(url, "tpus", "--json").output)
+    assert rows == replayed
+    assert [(r["tpu"], r["job"], r["health"]) for r in rows] == [
+        ("lab-v4-8-1", "bob/next", "fixed"), ("tl-carol-c-a1", "carol/c", "warning")]
+    assert "tl-dave-d-a1" not in tpu_health(events)  # a released TPU of a job's own is forgotten

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ledger.events import format_time
 from ledger.fold import JobState, evolve, initial
 from reconciler.model import HostObs, NodeObs, Observed, PlanConfig, QueuedObs
-from reconciler.plan import plan, tpu_request
+from reconciler.plan import plan, shared_lines, tpu_request
 
 ZONE = "us-central2-b"
 NOW = 1_800_000_000.0
@@ -195,6 +195,21 @@ def test_shared_tpu_is_held_by_one_job_and_the_next_waits_queued():
     b_job = evolve(b_job, "queued", recorded(acts["bob/b"])[0][1])
     acts = {x.job_id: x for x in plan({a_job.id: a_job, b_job.id: b_job}, observed())}
     assert recorded(acts["bob/b"])[0][0] == "provisioning"
+
+
+def test_each_shared_tpu_goes_to_the_first_of_its_own_line_priority_then_submission():
+    jobs = {}
+    for i, (pool, priority) in enumerate([("p1", 500), ("p2", 500), ("p1", 900), ("p2", 500), ("p1", 900)]):
+        s = {**spec(shared=True, name=pool), "priority": priority}
+        j = job([submitted(s)], job_id=f"u{i}/j")
+        j.submitted_seq = 10 - i  # later jobs were submitted earlier
+        jobs[j.id] = j
+    lines = shared_lines(jobs)
+    assert [j.id for j in lines["p1"]] == ["u4/j", "u2/j", "u0/j"] and [j.id for j in lines["p2"]] == ["u3/j", "u1/j"]
+    acts = {a.job_id: recorded(a)[0] for a in plan(jobs, observed())}
+    assert {k for k, (t, _) in acts.items() if t == "provisioning"} == {"u4/j", "u3/j"}
+    assert acts["u2/j"][1]["reason"] == "shared TPU p1 goes to u4/j first"
+    assert acts["u1/j"][1]["reason"] == "shared TPU p2 goes to u3/j first"
 
 
 def test_queued_retry_waits_with_backoff():

@@ -19,6 +19,14 @@ def test_footprint_counts_every_slice():
     assert (one.chips, one.hosts, two.chips, two.hosts, two.chips_per_slice, two.hosts_per_slice) == (16, 4, 32, 8, 16, 4)
     assert footprint("v9-8") is None and footprint("v4-8", "2") == footprint("v4-8")  # a hand-written event's junk
     assert slice_nodes(PLACED) == ["tl-q-0", "tl-q-1"] and slice_nodes({"name": "n"}) == ["n"]
+    assert footprint(["not", "a", "name"]) is None  # unhashable junk: no type, no error
+
+
+def test_each_type_and_slices_is_one_object_with_its_need_the_one_cache_of_types():
+    assert footprint("v4-32", 2) is footprint("v4-32", 2)
+    assert footprint("v4-32", 2).need == ("v4", 32) and footprint("v4-32", 2).need.family == "v4"
+    job = JobState(id="alice/j", spec=SPEC)
+    assert need_of(job) is footprint("v4-32").need  # admission's count is the table's own, not a copy
 
 
 def test_a_waiting_job_takes_the_choice_it_asks_for_and_a_holding_one_what_was_placed():

@@ -28,7 +28,7 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
     state = load_state(store)
     jobs = select_jobs(state.jobs.values(), owner=owner, state=state_)
     if as_json:
-        print_json([job_json(j) for j in jobs])
+        print_json([job_json(j) for j in jobs], plain=True)
         return
     out = console()
     out.print(jobs_table(jobs, f"{len(jobs)} job(s) at seq {state.position}"))

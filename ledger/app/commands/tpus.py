@@ -6,8 +6,8 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.readmodels import tpu_health, tpu_rows
-from ledger.fold import replay
+from ledger.app.readmodels import health_streams, tpu_health, tpu_rows
+from ledger.replay import load_state
 
 
 @click.command()
@@ -18,10 +18,15 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     its hosts' health at the last check (before a start, or `ledger doctor --fix`). A
     multislice job's TPU is listed slice by slice (its queued resource's nodes)."""
     store = store_from(ctx)
-    events = list(store.read_all())
-    rows = tpu_rows(replay(events).jobs.values(), tpu_health(events))
+    # Read models, not a replay: the jobs from the newest snapshot and the events after it,
+    # the hosts' health from the few streams that hold it (readmodels.health_streams).
+    state = load_state(store)
+    # A job's first event is its `submitted` (the spec: its largest, and no health in it).
+    events = sorted((e for stream in health_streams(state.jobs.values()) for e in store.read_stream(stream, after_version=1)
+                     if e.seq <= state.position), key=lambda e: e.seq)
+    rows = tpu_rows(state.jobs.values(), tpu_health(events))
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
-        print_json(rows)
+        print_json(rows, plain=True)
         return
 
     table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")

@@ -139,6 +139,8 @@ class LiveLedger:
         self.verifying = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._pages: dict[str, tuple[Any, Any]] = {}  # page -> (key, answer): `cached`
+        self._cache_lock = threading.Lock()
         self._store = open_store(store_url, create=False)  # the tail's own connection
         started = time.perf_counter()
         with store_errors(store_url):
@@ -259,10 +261,22 @@ class LiveLedger:
                 self.meter = meter
         now = self.now_us() if now_us is None else now_us
         with self.lock:
-            return admission.usage_at(meter, self.usage.open_intervals(now), now)
+            return admission.usage_at(meter, self.usage.open_intervals(now, held=True), now)
 
     def now_us(self) -> int:
         return to_us(datetime.now(UTC))
+
+    def cached(self, name: str, key: Any, make: Callable[[], Any]) -> Any:
+        """The answer of page `name` for `key` (a position, a moment), made once: requests
+        for the same key share it. One answer per page is kept, so this stays small."""
+        with self._cache_lock:
+            found = self._pages.get(name)
+        if found is not None and found[0] == key:
+            return found[1]
+        value = make()
+        with self._cache_lock:
+            self._pages[name] = (key, value)
+        return value
 
     def publisher(self, store: Store) -> dict[str, Any]:
         """The outbox publisher's cursor for this dashboard's topic and how far it lags."""

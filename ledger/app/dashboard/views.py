@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 
 import yaml
 
+from ledger import defaults
 from ledger.app.dashboard import charts, timeline
 from ledger.app.dashboard.live import LiveLedger, VerifyRun
 from ledger.app.queueview import queue_rows, queue_summary, recorded_policy, share_rows
@@ -39,7 +40,7 @@ from ledger.usage import summarize as usage_summary
 from reconciler import admission
 from reconciler.joblogs import LogView
 from reconciler.joblogs.view import output_name
-from reconciler.plan import shared_line
+from reconciler.plan import shared_lines
 
 PER_PAGE = 100
 MAX_PER_PAGE = 500
@@ -286,10 +287,11 @@ def tpus_page(live: LiveLedger) -> dict[str, Any]:
                                                      "holder": None, "line": []})
                 if not r["job_state"].startswith("waiting"):
                     entry["holder"] = r
+        lines = shared_lines(jobs) if shared else {}
         for name, entry in shared.items():
             entry["line"] = [{"job": j.id, "owner": j.owner, "state": j.state, "priority": j.priority,
                               "reason": j.queued_reason, "since": j.times.get("queued", "")}
-                             for j in shared_line(name, jobs)]
+                             for j in lines.get(name, [])]
         held = [r for r in rows if not r["job_state"].startswith("waiting")]
         return {"position": live.position, "rows": rows, "held": held, "shared": [shared[k] for k in sorted(shared)],
                 "chips": sum(r["chips"] for r in held)}
@@ -299,6 +301,14 @@ def queue_page(live: LiveLedger, store: Store) -> dict[str, Any]:
     """`ledger queue --json`'s rows (waiting jobs in admission order, why each waits) and
     `ledger queue --tree --json`'s fair tree, under the sharing rules the ledger records,
     from the live state and its usage."""
+    # The answer moves with the ledger (the recorded policy too is an event) and, between
+    # events, only with the clock (fair share and the week drift): made once per position
+    # and FAIR_SHARE_REFRESH_S, as the reconciler plans (10,000 waiting jobs: ~0.2 s each).
+    key = (live.position, int(live.now_us() // (defaults.FAIR_SHARE_REFRESH_S * 1_000_000)))
+    return live.cached("queue", key, lambda: _queue_page(live, store))
+
+
+def _queue_page(live: LiveLedger, store: Store) -> dict[str, Any]:
     policy = recorded_policy(store)
     usage = live.recent_usage(policy, store)
     with live.lock:
