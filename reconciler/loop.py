@@ -485,12 +485,16 @@ class Reconciler:
         finally:
             done.set()
             if follower is not None:
-                follower.join(5)
+                # Its waits last 0.5 s; a slow connect may take longer. Whoever called run()
+                # may drop the ledger next: the follower must not connect after we return.
+                follower.join(30)
 
     def _follow_appends(self, done: threading.Event) -> None:
         """Wake the loop on any new event (ours included: the next step of a story follows
         at once), on a store connection of this thread's own."""
         try:
+            if done.is_set():  # the run ended before this thread got going: connect to nothing
+                return
             head = self.store().head()
             while not done.is_set():
                 try:
