@@ -120,6 +120,8 @@ class LeaseKeeper:
             while not self._stop.wait(self.ttl / 3):
                 with self._lock:
                     names = list(self._held)
+                if not names:  # nothing to renew: no connection opened for nothing
+                    continue
                 if leases is None:
                     try:
                         leases = self._factory()
@@ -145,7 +147,9 @@ class LeaseKeeper:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.ttl)
+        # A renewal under way ends within its connect and one statement; waiting for it
+        # (not just a ttl) means no connection of this keeper outlives close().
+        self._thread.join(timeout=max(self.ttl, 30.0))
         with self._lock:
             for name in list(self._held):
                 with contextlib.suppress(Exception):  # unreachable: it expires by itself

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.conftest import GUARD
+
 PG_HOST = os.environ.get("LEDGER_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("LEDGER_TEST_PG_PORT", "5432"))
 
@@ -39,7 +41,7 @@ def pg_admin_url() -> str:
 
 
 @pytest.fixture(scope="module")
-def pg_database(pg_admin_url: str) -> Iterator[str]:
+def pg_database(pg_admin_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """URL of a database of its own for this test module."""
     import psycopg
 
@@ -50,7 +52,8 @@ def pg_database(pg_admin_url: str) -> Iterator[str]:
     try:
         yield f"{base}/{name}"
     finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        with request.config.stash[GUARD].shared_teardown("postgres"), \
+                psycopg.connect(pg_admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
