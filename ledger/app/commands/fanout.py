@@ -76,12 +76,7 @@ def fanout_cmd(ctx: click.Context, project: str | None, topic: str | None, subsc
         log.info("publishing %s to %s", safe_url(store.url), config.topic_path)
     service = Service("fanout", store.url, metrics_address, heartbeat=not once)
 
-    def lag() -> dict[str, Any]:
-        events, seconds = service.follower.outbox_lag(publisher.cursor)
-        return {"tpu_ledger_fanout_lag_events": [((config.topic_path,), events)],
-                "tpu_ledger_fanout_lag_seconds": [((config.topic_path,), seconds)]}
-
-    service.gauges(lag)
+    service.gauges(lambda: service.follower.outbox_gauges("fanout", config.topic_path, publisher.cursor))
     try:
         with service:
             if once:
@@ -181,6 +176,7 @@ def notify_cmd(ctx: click.Context, webhook: str | None, smtp: str | None, policy
     if follow:
         log.info("notifying from %s", safe_url(store.url))
     service = Service("notify", store.url, metrics_address, heartbeat=follow)
+    service.gauges(lambda: service.follower.outbox_gauges("notify", name, notifier.cursor))
     try:
         with service:
             if follow:

@@ -42,15 +42,13 @@ def observe_dashboard(service: Service, live: LiveLedger) -> Service:
 
     def values() -> dict[str, Any]:
         run = live.last_verify
-        events, seconds = service.follower.outbox_lag(cursor_name(live.topic))
         ended = None
         if run is not None:
             ended = datetime.fromisoformat(run.started.replace("Z", "+00:00")).timestamp() + run.seconds
         return {
             "tpu_ledger_verify_ok": None if run is None else (1 if run.ok else 0),
             "tpu_ledger_verify_last_run_timestamp_seconds": ended,
-            "tpu_ledger_fanout_lag_events": [((live.topic,), events)],
-            "tpu_ledger_fanout_lag_seconds": [((live.topic,), seconds)],
+            **service.follower.outbox_gauges("fanout", live.topic, cursor_name(live.topic)),
         }
 
     def policy():

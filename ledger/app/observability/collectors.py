@@ -98,6 +98,13 @@ class LedgerFollower:
         age = 0.0 if oldest is None else max(0.0, time.time() - parse_time(oldest.time).timestamp())
         return head - position, age
 
+    def outbox_gauges(self, kind: str, label: str, cursor: str) -> dict[str, Any]:
+        """The lag gauges `tpu_ledger_<kind>_lag_events` and `..._lag_seconds` of one outbox
+        (the fan-out's topic, a notifier's name) as scrape-time values, labelled `label`."""
+        events, seconds = self.outbox_lag(cursor)
+        return {f"tpu_ledger_{kind}_lag_events": [((label,), events)],
+                f"tpu_ledger_{kind}_lag_seconds": [((label,), seconds)]}
+
     def _count(self, rows: Iterable[tuple]) -> None:
         events = self.metrics.events
         for _seq, stream, _version, type_, time_, _data in rows:

@@ -46,6 +46,10 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tpu_ledger_fanout_lag_events": ("Events appended but not yet acknowledged by Pub/Sub (head minus the cursor).",
                                      ("topic",)),
     "tpu_ledger_fanout_lag_seconds": ("Age of the oldest event not yet published (0 when caught up).", ("topic",)),
+    "tpu_ledger_notify_lag_events": ("Events a notifier has not yet gone through (head minus its cursor).",
+                                     ("notifier",)),
+    "tpu_ledger_notify_lag_seconds": ("Age of the oldest event a notifier has not yet gone through (0 when caught up).",
+                                      ("notifier",)),
     "tpu_ledger_verify_ok": ("1 when the dashboard's last full verify found the ledger sound, 0 when it found a "
                              "problem or could not run.", ()),
     "tpu_ledger_verify_last_run_timestamp_seconds": ("When the dashboard's last full verify ended (Unix time).", ()),
