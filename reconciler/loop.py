@@ -23,6 +23,7 @@ from ledger.events import NewEvent, actor, format_time, parse_time
 from ledger.events import data as ev
 from ledger.failures import from_status, kind_of, status, summary
 from ledger.fold import JobState, LedgerState
+from ledger.observers import Observers
 from ledger.placement import slice_nodes
 from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
 from ledger.spec.policy import Policy
@@ -159,7 +160,7 @@ class Reconciler:
         self.last_observed = Observed(now=0.0)
         self.passes = 0
         # Told after every complete pass: (seconds it took, actions it planned). Metrics hook in here.
-        self.pass_observers: list[Callable[[float, list[Action]], None]] = []
+        self.pass_observers: Observers[[float, list[Action]]] = Observers()
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
             hosts_of=hosts_of, extra_args_of=extra_args_of, forget_job_key=forget_job_key,
@@ -394,8 +395,7 @@ class Reconciler:
         self.job_backoff.forget(ended_backoffs(self.job_backoff.names(), self.state.jobs, obs))
         self._keep_snapshots()
         self.passes += 1
-        for observe in self.pass_observers:
-            observe(time.monotonic() - started, actions)
+        self.pass_observers(time.monotonic() - started, actions)
         return actions
 
     def _take_up_unfinished(self, adoptable: list[str]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from ledger import defaults
 from ledger.errors import LedgerError, UsageError
 from ledger.failures import ApiFailure, kind_of, summary
+from ledger.observers import Observers
 from ledger.tpu_types import DEFAULT_RUNTIME, lookup
 from reconciler.model import NodeObs, OperationObs, QueuedObs
 
@@ -142,7 +143,7 @@ class TpuApi:
         self.calls = 0  # API calls made, for the benchmark's calls-per-pass figure
         self.timeout = defaults.TPU_CALL_TIMEOUT_S
         # Told of every call: (method, status code name, seconds). Metrics hook in here.
-        self.observers: list[Callable[[str, str, float], None]] = []
+        self.observers: Observers[[str, str, float]] = Observers()
         self._lock = threading.Lock()
 
     def parent(self, zone: str) -> str:
@@ -167,8 +168,7 @@ class TpuApi:
             code = failure.code
             raise TpuCallError(failure) from None
         finally:
-            for observe in self.observers:
-                observe(method, code, time.monotonic() - start)
+            self.observers(method, code, time.monotonic() - start)
 
     def on_reconnect(self, callback: Callable[[], None]) -> None:
         """Call `callback` whenever the channel becomes READY after it was not (the endpoint

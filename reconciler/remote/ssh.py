@@ -18,12 +18,12 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ledger import defaults
+from ledger.observers import Observers
 from reconciler.remote.errors import (
     AuthFailed,
     ChannelLost,
@@ -202,12 +202,10 @@ class SSHPool:
         # Told (event, host label, detail) of connections and failures: `connected`, `unreachable`,
         # `auth`, `host_key`, `channel_lost`, and `command_failed` (detail: the error's class,
         # HostUnreachable, CommandTimeout, ...) for every command that ends in an error. Metrics hook in here.
-        self.observers: list[Callable[[str, str, str], None]] = []
+        self.observers: Observers[[str, str, str]] = Observers()
 
     def _tell(self, event: str, host: Host, detail: str = "") -> None:
-        for observe in self.observers:
-            with contextlib.suppress(Exception):
-                observe(event, host.label, detail)
+        self.observers(event, host.label, detail)
 
     # -- connections ---------------------------------------------------------------------
     def _slot(self, host: Host) -> tuple:
