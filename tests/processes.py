@@ -25,3 +25,15 @@ def stop_with_sigterm(proc: subprocess.Popen, timeout: float = 60) -> tuple[str,
     """SIGTERM, then what the process wrote until it exited (it is killed if it outlives `timeout`)."""
     proc.send_signal(signal.SIGTERM)
     return proc.communicate(timeout=timeout)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """SIGTERM if it still runs, then wait; killed if it outlives `timeout` (a fixture's teardown)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -4,7 +4,6 @@ cursor is behind the head while a webhook hangs, and fall back to 0 once it answ
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from ledger.events import NewEvent
 from ledger.store.sqlite import SQLiteStore
 from tests.observability.conftest import free_port
 from tests.observability.test_service import get, samples, wait_for
+from tests.processes import stop
 from tests.usage.ledger_by_hand import submitted
 
 
@@ -96,11 +96,6 @@ def test_the_notifiers_lag_is_scraped_while_a_webhook_hangs(tmp_path: Path, ledg
         wait_for(lambda: lag(base) == (0, 0), "the lag to fall back to 0 once delivered")
         assert get(f"{base}/readyz")[0] == 200
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         out.close()
         store.close()

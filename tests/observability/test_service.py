@@ -24,6 +24,7 @@ from ledger.replay import load_state
 from ledger.store import open_heartbeats
 from ledger.store.sqlite import SQLiteStore
 from tests.observability.conftest import free_port
+from tests.processes import stop
 from tests.usage.ledger_by_hand import EVENTS
 
 WAIT_S = 90.0
@@ -86,13 +87,7 @@ def reconciler(ledger_file: Path, tmp_path: Path, ledger_cmd: list[str], repo_ro
         assert proc.poll() is None, (tmp_path / "reconcile.log").read_text()
         yield base, proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
         log.close()
 
 
