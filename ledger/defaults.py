@@ -131,6 +131,10 @@ TPU_RECONNECT_MAX_S = 2.0
 # An action the API refused in a way no planning step answers (a delete denied, say) is
 # tried again after a jittered backoff capped at this, not at every pass.
 TPU_ACTION_BACKOFF_MAX_S = 60.0
+# A release (delete) the TPU API refused for good (e.g. PERMISSION_DENIED on tpu.nodes.delete)
+# is tried again this often, not at the action backoff's pace: each try records its intent and
+# outcome, and the fix (an admin granting the permission) takes people, not seconds.
+RELEASE_REFUSED_RETRY_S = 600.0
 # The reconciler's fair-share and weekly-quota figures are made again when the usage fold
 # moved, the policy's meter changed, or this long passed (they drift only with the clock).
 FAIR_SHARE_REFRESH_S = 10.0

@@ -356,15 +356,29 @@ def _released(j: JobState, d: Mapping[str, Any]) -> None:
     if j.tpu is None or name in (None, j.tpu.get("name")):
         j.tpu = None
         j.hosts = []
+        if (j.last_error or {}).get("kind") == "release":
+            j.last_error = None  # deleted at last: nothing is wrong any more
 
 
 def _action_intent(j: JobState, d: Mapping[str, Any]) -> None:
     j.pending_action = dict(d)
 
 
+# The actions that delete a job's TPU: a refusal for good of one of them leaves the TPU
+# billing with no way to end it until someone grants what the API asks for.
+RELEASING_ACTIONS = frozenset({"release", "cancel"})
+
+
 def _action_outcome(j: JobState, d: Mapping[str, Any]) -> None:
     if j.pending_action and j.pending_action.get("action_id") == d.get("action_id"):
         j.pending_action = None
+    api = d.get("api")
+    if d.get("ok") is False and d.get("action") in RELEASING_ACTIONS and isinstance(api, Mapping) \
+            and api.get("kind") == "permanent":
+        # The state stays what it was (the job ended, or is cancelling): its error says why
+        # its TPU is still held, and the planner retries the release only now and then.
+        j.last_error = {"kind": "release", "message": d.get("error", ""), "code": api.get("code", ""),
+                        **({"permission": api["permission"]} if api.get("permission") else {})}
 
 
 _HANDLERS = {

@@ -98,6 +98,7 @@ class PlanConfig:
     intent_timeout_s: float = 600.0  # another reconciler's intent older than this is taken over
     policy: Policy | None = None  # quotas, priority classes, fair share (reconciler.admission); None = admit all
     lost_host_confirm_s: float = defaults.LOST_HOST_CONFIRM_S
+    release_refused_retry_s: float = defaults.RELEASE_REFUSED_RETRY_S
     # When the policy in force was last recorded (the `_policy` stream's newest event, ISO
     # UTC): a job the TPU API blocked before that is tried again.
     policy_since: str = ""

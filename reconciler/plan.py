@@ -205,6 +205,8 @@ def plan_job(
     and `first_in_line`: each shared TPU's holder and the job next in its line."""
     if job.pending_action:
         return _resolve(job, obs, config, job.id in adopted)
+    if _release_refused_lately(job, obs, config):
+        return None  # its TPU cannot be deleted until someone grants what the API asked for
     if job.terminal:
         return _release(job, "job ended")
     s = job.state
@@ -591,6 +593,15 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
             seen.add((tpu["zone"], tpu["name"]))
             actions.append(Action("collect_orphan", owner, {"tpu": tpu, "labels": node.labels}, "no live job holds it"))
     return actions
+
+
+def _release_refused_lately(job: JobState, obs: Observed, config: PlanConfig) -> bool:
+    """The TPU API refused for good to delete the TPU the job holds (its `last_error` says
+    what to grant), less than `release_refused_retry_s` ago: the release waits for the next try."""
+    if job.tpu is None or (job.last_error or {}).get("kind") != "release":
+        return False
+    age = _age(job, "action_outcome", obs.now)
+    return age is not None and age < config.release_refused_retry_s
 
 
 def _age(job: JobState, event_type: str, now: float) -> float | None:

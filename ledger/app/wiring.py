@@ -33,6 +33,7 @@ class Settings:
     orphan_grace_s: float = defaults.ORPHAN_GRACE_S
     intent_timeout_s: float = 600.0
     queued_retry_s: float = 10.0
+    release_refused_retry_s: float = defaults.RELEASE_REFUSED_RETRY_S
     lease_ttl_s: float = 15.0  # 0 = no leases: one reconciler acts on every job
     api_backoff_max_s: float = defaults.TPU_BACKOFF_MAX_S  # a failing zone's API is tried at least this often
     policy: Policy | None = None  # quotas, priority classes, fair share: None = admit every job
@@ -95,6 +96,7 @@ def build(settings: Settings, **overrides: Any):
         # With leases a peer's intent is taken over once its lease lapses, never by age.
         intent_timeout_s=settings.intent_timeout_s if settings.lease_ttl_s <= 0 else float("inf"),
         queued_retry_s=settings.queued_retry_s, policy=settings.policy,
+        release_refused_retry_s=settings.release_refused_retry_s,
     )
     rec = Reconciler(
         settings.store_url, TpuApi(settings.project, settings.tpu_endpoint), runner,

@@ -4,12 +4,17 @@ records (and that it verifies), and that no traceback is logged."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 
 import pytest
+from click.testing import CliRunner
 
 from ledger import defaults, fold
+from ledger.app.cli import cli
+from ledger.app.observability.collectors import JobsCollector, JobSources
 from ledger.app.wiring import build
 from ledger.failures import from_status
 from ledger.fold import evolve, initial
@@ -167,9 +172,14 @@ def test_an_outage_is_recorded_once_calls_back_off_and_work_resumes(harness: Har
     assert len(lines) == 2, lines
 
 
-def test_a_delete_refused_for_good_is_retried_with_backoff_not_at_every_pass(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_delete_refused_for_good_says_so_on_the_job_and_is_tried_again_only_now_and_then(
+        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """PERMISSION_DENIED on the delete: the job (still cancelling, its TPU billing) names the
+    permission to grant, and the release is tried again every `release_refused_retry_s`, not
+    at the action backoff's pace (each try records an intent and an outcome)."""
     harness.submit(JOB, job_spec("sleep 60", setup={"modules": []}))
-    rec = build(harness.settings())
+    retry_s = 3.0
+    rec = build(dataclasses.replace(harness.settings(), release_refused_retry_s=retry_s))
     try:
         deadline = time.monotonic() + 30
         while harness.job(JOB).state != fold.RUNNING and time.monotonic() < deadline:
@@ -178,22 +188,56 @@ def test_a_delete_refused_for_good_is_retried_with_backoff_not_at_every_pass(har
         harness.emu.fail_calls("DeleteNode", "PERMISSION_DENIED", n=2)
         harness.append(JOB, "cancel_requested", {"reason": "test"})
         passes = 0
+        while (harness.job(JOB).last_error or {}).get("kind") != "release" and passes < 200:
+            rec.step()
+            rec.drain(10)
+            passes += 1
+        job = harness.job(JOB)
+        assert job.state == fold.CANCELLING and job.tpu is not None
+        assert job.last_error["code"] == "PERMISSION_DENIED" and job.last_error["permission"] == "tpu.nodes.delete"
+        refused_at = time.monotonic()
+        while time.monotonic() - refused_at < retry_s * 0.6:  # well within the wait: no try at all
+            rec.step()
+            rec.drain(10)
+            time.sleep(0.05)
+        assert len(refusals(harness)) == 1, "the refused delete was asked again before its retry time"
+        rec.step()  # its fold catches up with the outcome (a retry refused again changes nothing of it: n=2)
+        assert release_refused_gauge(rec) == 1  # what the TpuLedgerReleaseRefused alert reads
+        for args in (["--json"], ["--wide"]):  # `ledger inspect` says it, in JSON and in words
+            shown = CliRunner().invoke(cli, ["--store", harness.store_url, "inspect", JOB, *args], catch_exceptions=False)
+            assert shown.exit_code == 0, shown.output
+        assert json.loads(CliRunner().invoke(cli, ["--store", harness.store_url, "inspect", JOB, "--json"]).output)[
+            "release_refused"]["permission"] == "tpu.nodes.delete"
+        assert "release refused: PERMISSION_DENIED: tpu.nodes.delete" in shown.output and "keeps billing" in shown.output
         deadline = time.monotonic() + 30
         while harness.job(JOB).state != fold.CANCELLED and time.monotonic() < deadline:
             rec.step()
             rec.drain(10)
-            passes += 1
             time.sleep(0.05)
-        assert harness.job(JOB).state == fold.CANCELLED
-        store = open_store(harness.store_url)
-        refused = [e.data for e in store.read_stream(JOB) if e.type == "action_outcome" and not e.data["ok"]]
-        store.close()
-        assert len(refused) == 2 and all(o["api"]["code"] == "PERMISSION_DENIED" for o in refused)
-        assert passes > 2 * len(refused), "the refused delete was asked again at every pass"
+        job = harness.job(JOB)
+        assert job.state == fold.CANCELLED and job.tpu is None and job.last_error is None
+        assert len(refusals(harness)) == 2  # n=2: the second try refused too, the third deleted it
+        rec.step()
+        assert release_refused_gauge(rec) == 0
     finally:
         rec.close()
     harness.verify()
     no_tracebacks(caplog)
+
+
+def release_refused_gauge(rec: Reconciler) -> float:
+    collector = JobsCollector(JobSources(jobs=lambda: rec.state.jobs, policy=lambda: None, queue=lambda: None))
+    return next(s.value for m in collector.collect() for s in m.samples if s.name == "tpu_ledger_release_refused")
+
+
+def refusals(harness: Harness) -> list[dict]:
+    store = open_store(harness.store_url)
+    try:
+        found = [e.data for e in store.read_stream(JOB) if e.type == "action_outcome" and not e.data["ok"]]
+    finally:
+        store.close()
+    assert all(o["api"]["code"] == "PERMISSION_DENIED" for o in found)
+    return found
 
 
 def test_backoffs_of_jobs_that_ended_or_orphans_that_went_are_forgotten() -> None:

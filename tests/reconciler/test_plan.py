@@ -171,6 +171,35 @@ def test_restart_budget_exhausted_fails_for_good_with_history():
     assert data["final"] and data["kind"] == "grpc" and data["rule"] == "exhausted" and len(data["history"]) == 3
 
 
+def test_a_release_refused_for_good_names_the_permission_and_waits_for_its_retry_time():
+    j, name = running_job()
+    j = evolve(j, "cancel_requested", {"reason": "spec deleted"})
+    a = only(plan({j.id: j}, observed(ready(name))))
+    intent = {"action_id": "a1", "action": a.kind, "params": {}, "holder": "reconciler"}
+    refusal = {"action_id": "a1", "action": "cancel", "ok": False, "error": "PERMISSION_DENIED: tpu.nodes.delete",
+               "api": {"code": "PERMISSION_DENIED", "kind": "permanent", "permission": "tpu.nodes.delete"}}
+    j = evolve(evolve(j, "action_intent", intent), "action_outcome", refusal, time=format_time_epoch(NOW - 5))
+    assert j.state == "cancelling" and j.tpu is not None
+    assert j.last_error == {"kind": "release", "message": refusal["error"], "code": "PERMISSION_DENIED",
+                            "permission": "tpu.nodes.delete"}
+    config = PlanConfig(release_refused_retry_s=60)
+    assert plan({j.id: j}, observed(ready(name)), config=config) == []  # 5 s after the refusal: wait
+    later = Observed(now=NOW + 60, zones=frozenset({ZONE}), nodes={name: ready(name)})
+    assert only(plan({j.id: j}, later, config=config)).kind == "cancel"  # its retry time: try again
+    gone = evolve(evolve(j, "released", {"tpu": j.tpu}), "cancelled", {})
+    assert gone.last_error is None and gone.tpu is None  # deleted at last: no error left
+
+
+def test_a_transient_release_failure_is_not_a_refusal_for_good():
+    j, name = running_job()
+    j = evolve(j, "cancel_requested", {"reason": "spec deleted"})
+    outcome = {"action_id": "a1", "action": "cancel", "ok": False, "error": "UNAVAILABLE",
+               "api": {"code": "UNAVAILABLE", "kind": "transient"}}
+    j = evolve(j, "action_outcome", outcome, time=format_time_epoch(NOW - 5))
+    assert j.last_error is None
+    assert only(plan({j.id: j}, observed(ready(name)), config=PlanConfig(release_refused_retry_s=60))).kind == "cancel"
+
+
 def test_cancel_requested_cancels_whatever_the_state():
     j, name = running_job()
     j = evolve(j, "cancel_requested", {"reason": "spec deleted"})

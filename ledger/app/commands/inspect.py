@@ -15,10 +15,10 @@ from ledger.app.commands.common import print_json, store_from
 from ledger.app.commands.usage import accounting_line
 from ledger.app.queueview import policy_at, policy_option, queue_rows
 from ledger.app.readmodels import placement_label, placements_of
+from ledger.defaults import RELEASE_REFUSED_RETRY_S
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
-from ledger.events import Event
-from ledger.fold import replay
+from ledger.fold import JobState, replay
 from ledger.spec.policy import Policy
 from ledger.store import Reader
 from ledger.timeline import Row, compact, wrap
@@ -53,9 +53,11 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
     if not events:
         raise LedgerError(f"no job {job!r} in the ledger at {store.url}", hint="`ledger list` shows the job ids (owner/name)")
     policy = policy_at(policy_path, store)
+    state = replay(events).jobs.get(job)
+    refused = release_refused(state)
     if as_json:
-        print_json({"job": job, "events": [e.to_dict() for e in events], "waiting": waiting_row(store, job, policy, events),
-                    "placements": placements_of(events)})
+        print_json({"job": job, "events": [e.to_dict() for e in events], "waiting": waiting_row(store, job, policy, state),
+                    "placements": placements_of(events), "release_refused": refused})
         return
 
     title = f"{job}: {len(events)} event(s)"
@@ -73,7 +75,11 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
     if usage is not None:
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
-    row = waiting_row(store, job, policy, events)
+    if refused is not None:
+        line = (f"release refused: {refused['message']} (TPU {refused['tpu']} keeps billing; tried again every "
+                f"{int(RELEASE_REFUSED_RETRY_S // 60)} minutes)")
+        click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
+    row = waiting_row(store, job, policy, state)
     if row is not None:
         line = f"waiting: #{row['position']} in the queue ({row['class']}, {row['wait']}): {row['reason']}"
         if row.get("placement") and row["placement"] not in row["reason"]:
@@ -81,13 +87,20 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
 
 
-def waiting_row(store: Reader, job: str, policy: Policy | None, events: list[Event]) -> dict[str, Any] | None:
+def waiting_row(store: Reader, job: str, policy: Policy | None, state: JobState | None) -> dict[str, Any] | None:
     """The job's row of `ledger queue --json` (its place and why it waits) while it waits
     for a TPU; None otherwise. The text's last line and the JSON's `waiting` both come from it."""
-    state = replay(events).jobs.get(job)
     if state is None or state.tpu is not None or state.terminal:
         return None
     return next((r for r in queue_rows(store, policy) if r["job"] == job), None)
+
+
+def release_refused(state: JobState | None) -> dict[str, Any] | None:
+    """The TPU API refused for good to delete the TPU the job still holds: which TPU, and the
+    one line that says what to grant (`last_error` of kind `release`); None otherwise."""
+    if state is None or state.tpu is None or (state.last_error or {}).get("kind") != "release":
+        return None
+    return {"tpu": state.tpu.get("name", ""), **state.last_error}
 
 
 def _wide_table(title: str, rows: list[Row]) -> None:

@@ -186,10 +186,13 @@ class JobsCollector(Collector):
         jobs = stable_jobs(self.sources.jobs())
         by_state: dict[str, int] = {}
         chips: dict[tuple[str, str, str], int] = {}
+        refused = 0  # TPUs the API refuses for good to delete: they bill until an admin acts
         teams = teams_by_owner(self.sources.policy())
         for job in jobs:
             state = job.state or "new"
             by_state[state] = by_state.get(state, 0) + 1
+            if job.tpu is not None and (job.last_error or {}).get("kind") == "release":
+                refused += 1
             if job.tpu is None or job.tpu.get("shared"):  # a shared TPU is the lab's, not the job's
                 continue
             took = held(job.tpu)
@@ -205,6 +208,7 @@ class JobsCollector(Collector):
         for labels, n in sorted(chips.items()):
             held_.add_metric(list(labels), n)
         yield held_
+        yield gauge("tpu_ledger_release_refused", refused)
         try:
             summary = self.sources.queue()
         except Exception as exc:  # the fold moved under the queue's reading: next scrape

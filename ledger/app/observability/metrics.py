@@ -38,6 +38,8 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tpu_ledger_lease_holder": ("1 while this reconciler holds its member lease (0: it lost it), by holder.",
                                 ("holder",)),
     "tpu_ledger_leases_held": ("Job leases this reconciler holds.", ()),
+    "tpu_ledger_release_refused": ("TPUs whose delete the TPU API refused for good (the job names the permission to "
+                                   "grant): they keep billing until an admin acts.", ()),
     "tpu_ledger_orphaned_tpus": ("Managed TPUs no live job holds, past the grace period, at the last pass.", ()),
     "tpu_ledger_reconcile_last_success_timestamp_seconds": ("When the last reconcile pass completed (Unix time).", ()),
     "tpu_ledger_watcher_last_success_timestamp_seconds": ("When the watcher last read the branch and was up to date "
