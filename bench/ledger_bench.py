@@ -9,7 +9,10 @@ shared): durable single-event append (synchronous=FULL, and NORMAL for compariso
 append, full replay without snapshot, snapshot + 1,000-event tail, inspect of one job,
 verify, and peak RSS of a full replay (in a child process). Durable single and batched
 appends of both libraries take turns (blocks of BLOCK appends, transaction by transaction),
-so a ratio compares them under the same disk and the same neighbours.
+so a ratio compares them under the same disk and the same neighbours. Beside them, in the
+same turns, the SQL alone: rows computed beforehand and inserted with no Python around them,
+into our schema (with and without its insert trigger) and into eventsourcing's: the floor
+under each library's append, which bounds the ratio any Python could reach.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import argparse
 import json
 import os
 import resource
+import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,7 +39,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 from workload import workload  # noqa: E402
 
 from ledger import fold  # noqa: E402
-from ledger.events import NewEvent, actor, dumps  # noqa: E402
+from ledger.events import GENESIS_HASH, NewEvent, actor, dumps, sealed_hash  # noqa: E402
 from ledger.replay import load_state, save_snapshot  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
 from ledger.verify import verify_store  # noqa: E402
@@ -65,30 +71,121 @@ def fresh(path: Path) -> Path:
 
 
 # -- tpu-ledger --------------------------------------------------------------------------
-def batched_pair(ours_path: Path, es_path: Path, data) -> tuple[float, float, float, float]:
-    """Batched appends (JOBS_PER_TX jobs' events a transaction) into fresh ledgers, ours and
-    eventsourcing's taking turns transaction by transaction, for the reason single_pair
-    gives. (our wall, our CPU, their wall, their CPU)."""
-    store = SQLiteStore(fresh(ours_path))
-    recorder = es_recorder(str(fresh(es_path)))
-    totals = [0.0, 0.0, 0.0, 0.0]
-    for i in range(0, len(data), JOBS_PER_TX):
-        chunk = data[i:i + JOBS_PER_TX]
-
-        def ours(chunk=chunk):
-            store.append_many([(job, events, 0) for job, events in chunk])
-
-        def theirs(chunk=chunk):
-            recorder.insert_events([es_stored(job, v, e) for job, events in chunk for v, e in enumerate(events, 1)])
-
-        for fn in ((ours, theirs) if i // JOBS_PER_TX % 2 == 0 else (theirs, ours)):
+def take_turns(rounds: int, turns_of: Callable[[int], dict[str, Callable[[], object]]]) -> dict[str, tuple[float, float]]:
+    """Each round, every participant's turn (name -> work) runs once, in the given order on
+    even rounds and reversed on odd ones, so all of them meet the same disk and the same
+    neighbours (on a shared machine the fsync time drifts by 2x within a minute, which back-
+    to-back runs of one library then the other turned into ratios from 0.5x to 1.5x).
+    {name: (total wall, total CPU)}."""
+    totals: dict[str, tuple[float, float]] = {}
+    for i in range(rounds):
+        turns = list(turns_of(i).items())
+        for name, fn in turns if i % 2 == 0 else reversed(turns):
             wall, cpu, _ = timed(fn)
-            at = 0 if fn is ours else 2
-            totals[at] += wall
-            totals[at + 1] += cpu
+            total_wall, total_cpu = totals.get(name, (0.0, 0.0))
+            totals[name] = (total_wall + wall, total_cpu + cpu)
+    return totals
+
+
+def sealed_rows(batches: list[tuple[str, list[NewEvent]]], head: tuple[int, str] = (0, GENESIS_HASH)) -> list[tuple]:
+    """The rows our store writes for these batches (new streams) after `head` (ids, encodings
+    and the hash chain computed here, outside any timing), for the SQL-alone participants."""
+    rows: list[tuple] = []
+    seq, prev_hash = head
+    for stream, events in batches:
+        for version, new in enumerate(events, 1):
+            seq += 1
+            row = (seq, stream, version, new.type, new.time or "2026-01-01T00:00:00.000000Z", dumps(new.actor),
+                   new.resolve_id(stream), new.causation, dumps(new.data))
+            hash_ = sealed_hash(*row, prev_hash)
+            rows.append((*row, prev_hash, hash_))
+            prev_hash = hash_
+    return rows
+
+
+def sql_ledger(path: Path, *, trigger: bool = True, like: Path | None = None) -> sqlite3.Connection:
+    """A fresh ledger made by our store (its schema and triggers), or a copy of the closed
+    ledger `like`, then a plain connection to it with the store's settings (WAL,
+    synchronous=FULL); `trigger=False` drops the insert trigger (a bench-only file: what the
+    growth check costs)."""
+    if like is None:
+        SQLiteStore(fresh(path)).close()
+    else:
+        shutil.copyfile(like, fresh(path))
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("PRAGMA cache_size = -65536")
+    if not trigger:
+        db.execute("DROP TRIGGER events_contiguous")
+    return db
+
+
+def es_sql(path: Path, like: Path | None = None) -> sqlite3.Connection:
+    """eventsourcing's table, made by its recorder (or a copy of its closed file `like`), on
+    a plain connection (its settings)."""
+    if like is None:
+        es_recorder(str(fresh(path))).datastore.close()
+    else:
+        shutil.copyfile(like, fresh(path))
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    return db
+
+
+def insert_rows(db: sqlite3.Connection, rows: list[tuple]) -> None:
+    """Our rows in one transaction, 100 a statement like the store (the SQL-alone floor)."""
+    db.execute("BEGIN IMMEDIATE")
+    for start in range(0, len(rows), 100):
+        chunk = rows[start:start + 100]
+        db.execute(INSERT_ROWS[len(chunk)], [value for row in chunk for value in row])
+    db.execute("COMMIT")
+
+
+INSERT_ROWS = {n: "INSERT INTO events VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n) for n in range(1, 101)}
+ES_INSERT = "INSERT INTO stored_events VALUES (?, ?, ?, ?)"
+
+
+def batched_pair(workdir: Path, data) -> dict[str, tuple[float, float]]:
+    """Batched appends (JOBS_PER_TX jobs' events a transaction) into fresh ledgers, taking
+    turns transaction by transaction: ours and eventsourcing's, and beside them the SQL alone
+    (rows computed beforehand): ours with and without the insert trigger, and theirs."""
+    store = SQLiteStore(fresh(workdir / "ours.db"))
+    recorder = es_recorder(str(fresh(workdir / "es.db")))
+    rows = sealed_rows(data)
+    starts = [0]
+    for _, events in data:
+        starts.append(starts[-1] + len(events))
+    sql, bare, es_db = sql_ledger(workdir / "sql.db"), sql_ledger(workdir / "bare.db", trigger=False), es_sql(workdir / "es-sql.db")
+    es_rows = es_row_tuples(es_stored(job, v, e) for job, events in data for v, e in enumerate(events, 1))
+
+    def turns(i: int) -> dict[str, Callable[[], object]]:
+        first, last = i * JOBS_PER_TX, min((i + 1) * JOBS_PER_TX, len(data))
+        chunk, span = data[first:last], slice(starts[first], starts[last])
+
+        def es_sql_turn() -> None:
+            es_db.execute("BEGIN")
+            es_db.executemany(ES_INSERT, es_rows[span])
+            es_db.execute("COMMIT")
+
+        return {
+            "ours": lambda: store.append_many([(job, events, 0) for job, events in chunk]),
+            "theirs": lambda: recorder.insert_events([es_stored(job, v, e) for job, events in chunk
+                                                      for v, e in enumerate(events, 1)]),
+            "ours_sql": lambda: insert_rows(sql, rows[span]),
+            "ours_sql_no_trigger": lambda: insert_rows(bare, rows[span]),
+            "theirs_sql": es_sql_turn,
+        }
+
+    totals = take_turns(-(-len(data) // JOBS_PER_TX), turns)
     store.close()
     recorder.datastore.close()
-    return totals[0], totals[1], totals[2], totals[3]
+    for db in (sql, bare, es_db):
+        db.close()
+    for name in ("sql.db", "bare.db", "es-sql.db"):
+        fresh(workdir / name)
+    return totals
 
 
 def ours_single(path: Path, synchronous: str, run: int) -> tuple[float, float]:
@@ -105,36 +202,51 @@ def ours_single(path: Path, synchronous: str, run: int) -> tuple[float, float]:
     return wall, cpu
 
 
-def single_pair(ours_path: Path, es_path: Path, run: int) -> tuple[float, float, float, float]:
-    """Durable single appends, ours and eventsourcing's taking turns in blocks of BLOCK: both
-    meet the same disk and the same neighbours (on a shared machine the fsync time drifts by
-    2x within a minute, which back-to-back runs of SINGLE appends each turned into ratios
-    from 0.5x to 1.5x). (our wall, our CPU, their wall, their CPU)."""
-    store = SQLiteStore(ours_path)
-    recorder = es_recorder(str(es_path))
+def single_pair(workdir: Path, run: int) -> dict[str, tuple[float, float]]:
+    """Durable single appends, ours and eventsourcing's taking turns in blocks of BLOCK, and
+    beside them the SQL alone of each (one commit of a row computed beforehand, into a copy
+    of the same ledger file: what SQLite and the disk take for one durable row, no Python)."""
+    sql, es_db = sql_ledger(workdir / "sql-single.db", like=workdir / "ours.db"), es_sql(workdir / "es-sql-single.db", workdir / "es.db")
+    store = SQLiteStore(workdir / "ours.db")
+    recorder = es_recorder(str(workdir / "es.db"))
     who = actor("reconciler", "bench")
     ours_stream, es_stream = f"bench/single-FULL-{run}", f"bench/single-{run}"
-    totals = [0.0, 0.0, 0.0, 0.0]
-    for start in range(0, SINGLE, BLOCK):
-        block = range(start, min(start + BLOCK, SINGLE))
+    head = sql.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    rows = sealed_rows([(f"bench/sql-{run}", [NewEvent("note", {"text": f"tick {n}"}, who, key=str(n)) for n in range(SINGLE)])], head)
+    es_rows = es_row_tuples(es_stored(f"bench/sql-{run}", n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))
+                            for n in range(SINGLE))
 
-        def ours(block=block):
+    def turns(i: int) -> dict[str, Callable[[], object]]:
+        block = range(i * BLOCK, min((i + 1) * BLOCK, SINGLE))
+
+        def ours() -> None:
             for n in block:
                 store.append(ours_stream, [NewEvent("note", {"text": f"tick {n}"}, who, key=str(n))], expected_version=n)
 
-        def theirs(block=block):
+        def theirs() -> None:
             for n in block:
                 recorder.insert_events([es_stored(es_stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
 
-        first, second = (ours, theirs) if start // BLOCK % 2 == 0 else (theirs, ours)
-        for fn in (first, second):
-            wall, cpu, _ = timed(fn)
-            at = 0 if fn is ours else 2
-            totals[at] += wall
-            totals[at + 1] += cpu
+        def ours_sql() -> None:
+            for n in block:
+                sql.execute(INSERT_ROWS[1], rows[n])
+
+        def theirs_sql() -> None:
+            for n in block:  # eventsourcing commits with BEGIN, INSERT, COMMIT
+                es_db.execute("BEGIN")
+                es_db.execute(ES_INSERT, es_rows[n])
+                es_db.execute("COMMIT")
+
+        return {"ours": ours, "theirs": theirs, "ours_sql": ours_sql, "theirs_sql": theirs_sql}
+
+    totals = take_turns(-(-SINGLE // BLOCK), turns)
     store.close()
     recorder.datastore.close()
-    return totals[0], totals[1], totals[2], totals[3]
+    sql.close()
+    es_db.close()
+    fresh(workdir / "sql-single.db")
+    fresh(workdir / "es-sql-single.db")
+    return totals
 
 
 def ours_writers(path: Path, writers: int, run: int) -> tuple[float, float]:
@@ -226,6 +338,11 @@ def es_stored(job: str, version: int, event: NewEvent):
     return StoredEvent(originator_id=job, originator_version=version, topic=event.type, state=state)
 
 
+def es_row_tuples(stored) -> list[tuple]:
+    """eventsourcing's rows as its SQLite recorder inserts them (originator id, version, topic, state)."""
+    return [(e.originator_id, e.originator_version, e.topic, e.state) for e in stored]
+
+
 def es_fill_recorder(recorder, data) -> tuple[float, float]:
     """Batched inserts into any eventsourcing recorder (SQLite here, PostgreSQL in pg_bench)."""
 
@@ -285,18 +402,22 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
 
     for r in range(runs):
         progress(f"run {r + 1}/{runs}: batched append")
-        wall, cpu, es_wall, es_cpu = batched_pair(ours_db, es_db, data)
-        add("batched_append_per_s", total / wall)
-        add("batched_append_cpu_per_s", total / cpu)
-        add("es_batched_append_per_s", total / es_wall)
-        add("es_batched_append_cpu_per_s", total / es_cpu)
+        totals = batched_pair(workdir, data)
+        for name, key in (("ours", "batched_append"), ("theirs", "es_batched_append"), ("ours_sql", "sql_batched"),
+                          ("ours_sql_no_trigger", "sql_no_trigger_batched"), ("theirs_sql", "es_sql_batched")):
+            wall, cpu = totals[name]
+            add(f"{key}_per_s", total / wall)
+            add(f"{key}_cpu_per_s", total / cpu)
 
         progress(f"run {r + 1}/{runs}: single appends")
-        wall, cpu, es_wall, es_cpu = single_pair(ours_db, es_db, r)
-        add("single_append_full_per_s", SINGLE / wall)
-        add("single_append_cpu_us", cpu / SINGLE * 1e6)
-        add("es_single_append_per_s", SINGLE / es_wall)
-        add("es_single_append_cpu_us", es_cpu / SINGLE * 1e6)
+        totals = single_pair(workdir, r)
+        for name, key in (("ours", "single_append"), ("theirs", "es_single_append"), ("ours_sql", "sql_single"),
+                          ("theirs_sql", "es_sql_single")):
+            wall, cpu = totals[name]
+            add(f"{key}_wall_us", wall / SINGLE * 1e6)
+            add(f"{key}_cpu_us", cpu / SINGLE * 1e6)
+        add("single_append_full_per_s", SINGLE / totals["ours"][0])
+        add("es_single_append_per_s", SINGLE / totals["theirs"][0])
         wall, cpu = ours_single(ours_db, "NORMAL", r)
         add("single_append_normal_per_s", SINGLE / wall)
         for writers in WRITERS:
@@ -381,12 +502,18 @@ def figures(med: dict[str, float]) -> list[dict]:
 ROWS = [  # label, ours key, eventsourcing key, format
     ("single append, durable (FULL), events/s", "single_append_full_per_s", "es_single_append_per_s", "{:,.0f}"),
     ("single append, CPU us per append (besides the fsync)", "single_append_cpu_us", "es_single_append_cpu_us", "{:.0f}"),
+    ("single append, wall us per append", "single_append_wall_us", "es_single_append_wall_us", "{:.0f}"),
+    ("  SQL alone (a row made beforehand, one commit), wall us", "sql_single_wall_us", "es_sql_single_wall_us", "{:.0f}"),
+    ("  SQL alone, CPU us", "sql_single_cpu_us", "es_sql_single_cpu_us", "{:.0f}"),
     ("single append, synchronous=NORMAL, events/s", "single_append_normal_per_s", None, "{:,.0f}"),
     ("durable single append, 2 writer threads, events/s", "single_append_full_2w_per_s", "es_single_append_2w_per_s", "{:,.0f}"),
     ("durable single append, 8 writer threads, events/s", "single_append_full_8w_per_s", "es_single_append_8w_per_s", "{:,.0f}"),
     ("durable append, 10 events per commit, events/s", "grouped_append_full_per_s", None, "{:,.0f}"),
     ("batched append, events/s", "batched_append_per_s", "es_batched_append_per_s", "{:,.0f}"),
     ("batched append, events per CPU-s", "batched_append_cpu_per_s", "es_batched_append_cpu_per_s", "{:,.0f}"),
+    ("  SQL alone (rows made beforehand), events per CPU-s", "sql_batched_cpu_per_s", "es_sql_batched_cpu_per_s", "{:,.0f}"),
+    ("  SQL alone without our insert trigger, per CPU-s", "sql_no_trigger_batched_cpu_per_s", "es_sql_batched_cpu_per_s",
+     "{:,.0f}"),
     ("full replay, s", "replay_full_s", "es_replay_full_s", "{:.2f}"),
     ("full replay, CPU s", "replay_full_cpu_s", "es_replay_full_cpu_s", "{:.2f}"),
     ("snapshot + 1,000-event tail, ms", "replay_snapshot_tail_s", None, "ms"),

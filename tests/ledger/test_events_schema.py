@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import uuid
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +22,9 @@ from ledger.events import (
     canonical,
     dumps,
     event_id,
+    format_time,
+    now,
+    parse_time,
     random_id,
     row_hash,
     seal,
@@ -59,6 +64,32 @@ def test_ids_are_deterministic_uuids():
     assert uuid.UUID(a).version == 5 and str(uuid.UUID(a)) == a
     r = random_id()
     assert uuid.UUID(r).version == 4 and str(uuid.UUID(r)) == r and r != random_id()
+
+
+def test_an_id_is_spelled_as_every_earlier_version_spelled_it():
+    # Stored ids are what makes a retried append a no-op: the same key must give the same
+    # id across releases (these were made by the strftime-era code, before the faster spelling).
+    assert event_id("s0/j", "k0") == "93172b9d-ab73-545f-8cb8-5ad015e92072"
+    assert event_id("s1/j", "k1") == "c02ec549-28f7-5902-b466-cd98704f1a93"
+    assert event_id("s2999/j", "k2999") == "2c8a0ca1-576f-5ac9-a224-c9dd571b8d02"
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=st.text(min_size=1, max_size=40), key=st.text(max_size=40))
+def test_ids_are_rfc_4122_and_keep_the_streams_prefix(stream, key):
+    keyed, fresh = uuid.UUID(event_id(stream, key)), uuid.UUID(random_id(stream))
+    assert (keyed.version, fresh.version) == (5, 4)
+    assert keyed.variant == fresh.variant == uuid.RFC_4122
+    assert str(keyed)[:9] == str(fresh)[:9]  # the stream's 4 bytes lead both (ids of a stream sit together)
+    assert uuid.UUID(random_id()).variant == uuid.RFC_4122
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7))])))
+def test_times_are_spelled_as_strftime_spelled_them(moment):
+    assert format_time(moment) == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert parse_time(format_time(moment)) == moment
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", now())
 
 
 def test_the_published_schema_is_the_one_generated_from_the_classes():
