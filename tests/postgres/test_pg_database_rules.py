@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
-from ledger.errors import LedgerError, StoreError
+from ledger.errors import ConflictError, LedgerError, StoreError
 from ledger.events import NewEvent
 from ledger.store import open_store, upgrade_store
 from ledger.store.base import FORMAT_VERSION
@@ -139,6 +139,29 @@ def test_wait_for_append_sleeps_on_listen_instead_of_polling(pg, pg_url):
         timer.join()
         writer.close()
     assert len(reads) <= 4
+
+
+def test_a_one_event_append_keeps_every_rule_of_a_batch(pg):
+    """One event on one stream goes through append_one (scalar arguments), not append_batches:
+    the same fencing, idempotency, chain and a single NOTIFY with the new head."""
+    s = f'"{pg.schema}"'
+    with raw(pg) as listener:
+        listener.execute(f'LISTEN "{pg.schema}_appended"')
+        first = pg.append("a/a", [NewEvent("note", {"text": "k"}, key="k")], expected_version=3)
+        assert (first.positions, first.version, first.duplicate) == ((4,), 4, False)
+        assert [n.payload for n in listener.notifies(timeout=1.0)] == ["4"]  # one, not one per trigger
+        # A retry of the keyed event stores nothing and answers with its position, whatever
+        # the expected version says now (the first attempt's answer may have been lost).
+        again = pg.append("a/a", [NewEvent("note", {"text": "k"}, key="k")], expected_version=3)
+        assert (again.positions, again.version, again.duplicate) == ((4,), 4, True)
+        # A fenced writer (a stale expected version) is refused and stores nothing.
+        with pytest.raises(ConflictError) as info:
+            pg.append("a/a", [NewEvent("note", {"text": "stale"})], expected_version=3)
+        assert (info.value.expected, info.value.actual) == (3, 4)
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == []  # nothing moved, nothing said
+    assert pg.head() == 4 and verify_store(pg).ok  # the server's hash is ledger.events' hash
+    with raw(pg) as conn:
+        assert conn.execute(f"SELECT count(*) FROM pg_trigger WHERE tgrelid = '{s}.head'::regclass").fetchone() == (0,)
 
 
 def test_no_upsert_or_merge_removes_or_rewrites_a_row(pg):
