@@ -220,3 +220,21 @@ def test_a_read_command_on_a_broken_ledger_schema_says_so_in_one_line(pg, pg_url
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ledger ") and "does not exist" in lines[0], lines
 
+
+
+def test_paged_reads_with_read_ahead_return_each_row_once_in_order(pg, monkeypatch):
+    """Pages of 2 rows: every read crosses pages, and each next page is read on the helper
+    thread while the caller holds the one before."""
+    from ledger.store.postgres import recorder
+
+    monkeypatch.setattr(recorder, "PAGE", 2)
+    pg.append("b/b", [NewEvent("note", {"text": str(i)}) for i in range(6)])  # seq 4..9
+    assert [e.seq for e in pg.read_all()] == list(range(1, 10))
+    assert [e.seq for e in pg.read_all(after=2, limit=5)] == [3, 4, 5, 6, 7]
+    assert [e.seq for e in pg.read_all(after=2, limit=4)] == [3, 4, 5, 6]
+    assert [r[0] for r in pg.fold_rows(1, 8)] == list(range(2, 9))
+    assert [r[0] for r in pg.raw_rows(0, 4)] == [1, 2, 3, 4]
+    rows = pg.fold_rows(0, None)
+    assert next(rows)[0] == 1  # a read left unfinished: the connection still serves others
+    rows.close()
+    assert pg.head() == 9 and pg.append("a/a", [NewEvent("note", {})], expected_version=3).positions == (10,)
