@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import statistics
 import sys
@@ -199,10 +200,14 @@ def es_replay(url: str, schema: str) -> tuple[float, float, int]:
 # -- the run -------------------------------------------------------------------------------
 def run(events: int, jobs: int, runs: int, url: str | None, with_es: bool, progress) -> dict:
     scratch = Scratch(url)
+    load_before = os.getloadavg()
     try:
-        return _run(scratch, events, jobs, runs, with_es, progress)
+        res = _run(scratch, events, jobs, runs, with_es, progress)
     finally:
         scratch.drop()
+    # The machine may be shared: the 1-minute load average at the start and the end.
+    res["load"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
+    return res
 
 
 def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, progress) -> dict:
@@ -284,7 +289,8 @@ def print_table(res: dict) -> None:
     from rich.table import Table
 
     t = Table(title=f"PostgreSQL ledger, {res['events']} events / {res['jobs']} jobs, median of {res['runs']} "
-                    f"({res['server']}, synchronous_commit={res['settings']['synchronous_commit']})")
+                    f"({res['server']}, synchronous_commit={res['settings']['synchronous_commit']}, "
+                    f"load {res['load'][0]:.2f} -> {res['load'][1]:.2f})")
     t.add_column("measure")
     t.add_column("tpu-ledger", justify="right")
     t.add_column("eventsourcing", justify="right")
@@ -322,7 +328,8 @@ def main() -> None:
     jobs = args.jobs or max(1, args.events // 100)
 
     def progress(msg: str) -> None:
-        print(f"  {msg}", file=sys.stderr, flush=True)
+        print(f"  {msg} (load {os.getloadavg()[0]:.2f}, {time.strftime('%H:%M:%S', time.gmtime())} UTC)",
+              file=sys.stderr, flush=True)
 
     res = run(args.events, jobs, args.runs, args.url, not args.no_eventsourcing, progress)
     if args.json:

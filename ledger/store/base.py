@@ -43,10 +43,13 @@ from ledger.events import EVENT_TYPES, Event, NewEvent, body_text, dumps, row_ha
 # 4: an older format is no longer upgraded by whoever opens it: only `ledger upgrade` does.
 #    SQLite's insert trigger reads the head row once (seq and hash), not twice. PostgreSQL's
 #    schema is unchanged.
-FORMAT_VERSION = 4
+# 5: PostgreSQL: append_one (one event, scalar arguments), the growth trigger probes each new
+#    row's neighbours instead of sorting the batch, and the append functions NOTIFY
+#    themselves (no trigger on head).
+FORMAT_VERSION = 5
 # Older formats `ledger upgrade` brings to FORMAT_VERSION in place (the upgrade only replaces
 # triggers, indexes and the snapshot cache, never an event).
-UPGRADABLE_FROM = frozenset({2, 3})
+UPGRADABLE_FROM = frozenset({2, 3, 4})
 UPGRADE_COMMAND = "ledger upgrade"
 
 _KNOWN_TYPES = frozenset(EVENT_TYPES)

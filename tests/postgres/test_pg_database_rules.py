@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
-from ledger.errors import LedgerError, StoreError
+from ledger.errors import ConflictError, LedgerError, StoreError
 from ledger.events import NewEvent
 from ledger.store import open_store, upgrade_store
 from ledger.store.base import FORMAT_VERSION
@@ -141,6 +141,29 @@ def test_wait_for_append_sleeps_on_listen_instead_of_polling(pg, pg_url):
     assert len(reads) <= 4
 
 
+def test_a_one_event_append_keeps_every_rule_of_a_batch(pg):
+    """One event on one stream goes through append_one (scalar arguments), not append_batches:
+    the same fencing, idempotency, chain and a single NOTIFY with the new head."""
+    s = f'"{pg.schema}"'
+    with raw(pg) as listener:
+        listener.execute(f'LISTEN "{pg.schema}_appended"')
+        first = pg.append("a/a", [NewEvent("note", {"text": "k"}, key="k")], expected_version=3)
+        assert (first.positions, first.version, first.duplicate) == ((4,), 4, False)
+        assert [n.payload for n in listener.notifies(timeout=1.0)] == ["4"]  # one, not one per trigger
+        # A retry of the keyed event stores nothing and answers with its position, whatever
+        # the expected version says now (the first attempt's answer may have been lost).
+        again = pg.append("a/a", [NewEvent("note", {"text": "k"}, key="k")], expected_version=3)
+        assert (again.positions, again.version, again.duplicate) == ((4,), 4, True)
+        # A fenced writer (a stale expected version) is refused and stores nothing.
+        with pytest.raises(ConflictError) as info:
+            pg.append("a/a", [NewEvent("note", {"text": "stale"})], expected_version=3)
+        assert (info.value.expected, info.value.actual) == (3, 4)
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == []  # nothing moved, nothing said
+    assert pg.head() == 4 and verify_store(pg).ok  # the server's hash is ledger.events' hash
+    with raw(pg) as conn:
+        assert conn.execute(f"SELECT count(*) FROM pg_trigger WHERE tgrelid = '{s}.head'::regclass").fetchone() == (0,)
+
+
 def test_no_upsert_or_merge_removes_or_rewrites_a_row(pg):
     """PostgreSQL has no silent REPLACE: every way to overwrite or drop a row is an UPDATE or
     a DELETE, and the row triggers refuse those whoever writes (a raw psycopg connection)."""
@@ -197,3 +220,21 @@ def test_a_read_command_on_a_broken_ledger_schema_says_so_in_one_line(pg, pg_url
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ledger ") and "does not exist" in lines[0], lines
 
+
+
+def test_paged_reads_with_read_ahead_return_each_row_once_in_order(pg, monkeypatch):
+    """Pages of 2 rows: every read crosses pages, and each next page is read on the helper
+    thread while the caller holds the one before."""
+    from ledger.store.postgres import recorder
+
+    monkeypatch.setattr(recorder, "PAGE", 2)
+    pg.append("b/b", [NewEvent("note", {"text": str(i)}) for i in range(6)])  # seq 4..9
+    assert [e.seq for e in pg.read_all()] == list(range(1, 10))
+    assert [e.seq for e in pg.read_all(after=2, limit=5)] == [3, 4, 5, 6, 7]
+    assert [e.seq for e in pg.read_all(after=2, limit=4)] == [3, 4, 5, 6]
+    assert [r[0] for r in pg.fold_rows(1, 8)] == list(range(2, 9))
+    assert [r[0] for r in pg.raw_rows(0, 4)] == [1, 2, 3, 4]
+    rows = pg.fold_rows(0, None)
+    assert next(rows)[0] == 1  # a read left unfinished: the connection still serves others
+    rows.close()
+    assert pg.head() == 9 and pg.append("a/a", [NewEvent("note", {})], expected_version=3).positions == (10,)

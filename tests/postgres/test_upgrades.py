@@ -88,15 +88,28 @@ def stored_format(url: str) -> int:
     return int(sql(url, "SELECT value FROM {s}.meta WHERE key = 'format'")[0][0])
 
 
+# What format 4 had on PostgreSQL and format 5 has not: a trigger on head that sent the
+# NOTIFY (format 5's append functions send it themselves), and no append_one.
+FORMAT_4_POSTGRES = [
+    """CREATE OR REPLACE FUNCTION {s}.notify_append() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify(TG_TABLE_SCHEMA || '_appended', NEW.seq::text);
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE TRIGGER head_notify AFTER UPDATE ON {s}.head
+        FOR EACH ROW WHEN (NEW.seq > OLD.seq) EXECUTE FUNCTION {s}.notify_append()""",
+    "DROP FUNCTION {s}.append_one",
+]
+
+
 def make_previous_format(url: str) -> None:
-    """Turn the ledger into what format PREVIOUS code wrote: SQLite gets format 3's trigger back
-    (PostgreSQL's format-3 schema is format 4's)."""
-    assert PREVIOUS == 3, "a new format: teach this test what the previous one looked like"
+    """Turn the ledger into what format PREVIOUS code wrote: PostgreSQL gets format 4's head
+    trigger back and loses append_one (SQLite's format-4 file is format 5's)."""
+    assert PREVIOUS == 4, "a new format: teach this test what the previous one looked like"
     if url.startswith("sqlite:///"):
-        sql(url, "BEGIN", "DROP TRIGGER events_contiguous", FORMAT_3_TRIGGER,
-            f"UPDATE meta SET value = '{PREVIOUS}' WHERE key = 'format'", "COMMIT")
+        sql(url, f"UPDATE meta SET value = '{PREVIOUS}' WHERE key = 'format'")
     else:
-        sql(url, f"UPDATE {{s}}.meta SET value = '{PREVIOUS}' WHERE key = 'format'")
+        sql(url, *FORMAT_4_POSTGRES, f"UPDATE {{s}}.meta SET value = '{PREVIOUS}' WHERE key = 'format'")
 
 
 def run(url: str, *args: str, tmp: Path) -> tuple[int, list[str], str]:
@@ -142,6 +155,9 @@ def test_the_upgraded_ledger_has_the_new_formats_guarantees(ledger):
     if ledger.startswith("sqlite:///"):  # format 4's trigger replaced format 3's
         (definition,), = sql(ledger, "SELECT sql FROM sqlite_master WHERE name = 'events_contiguous'")
         assert "ORDER BY seq DESC LIMIT 1" in definition and "MAX(seq)" not in definition
+    else:  # format 4's head trigger is gone: one append, one NOTIFY (not two), through append_one
+        assert sql(ledger, "SELECT count(*) FROM pg_trigger WHERE tgrelid = '{s}.head'::regclass") == [(0,)]
+        assert notified_by_one_append(ledger) == [str(len(rows(ledger)))]
     head = rows(ledger)[-1]
     with pytest.raises((sqlite3.IntegrityError, psycopg.Error)):  # still only grows at its head
         sql(ledger, "INSERT INTO {s}.events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash)"
@@ -149,6 +165,19 @@ def test_the_upgraded_ledger_has_the_new_formats_guarantees(ledger):
     with pytest.raises((sqlite3.IntegrityError, psycopg.Error)):
         sql(ledger, "DELETE FROM {s}.events")
     assert len(rows(ledger)) == head[0]
+
+
+def notified_by_one_append(url: str) -> list[str]:
+    """The payloads LISTEN hears on the ledger's channel for one single-event append."""
+    dsn, schema = split_url(url, None)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{schema}_appended"')
+        store = open_store(url, create=False)
+        try:
+            store.append("c/c", [NewEvent("note", {"text": "heard"})])
+        finally:
+            store.close()
+        return [n.payload for n in listener.notifies(timeout=2.0)]
 
 
 @pytest.mark.parametrize("older", sorted(UPGRADABLE_FROM))

@@ -46,11 +46,14 @@ class PgDatabase:
         otherwise a ledger in any format but this code's is refused (base.check_format)."""
         self.url = url
         self.dsn, self.schema = split_url(url, schema)
-        # The NOTIFY channel of appends; schema.sql's notify_append names it the same way.
+        # The NOTIFY channel of appends (schema.sql's append functions and move_head notify it).
         self.channel = f"{self.schema}_appended"
         self.lock = threading.RLock()
         self.conn = self.connect()
-        self._names = {"s": sql.Identifier(self.schema).as_string(self.conn)}
+        # {s}: the schema; {channel}: the NOTIFY channel as a literal (the append functions
+        # and move_head notify it).
+        self._names = {"s": sql.Identifier(self.schema).as_string(self.conn),
+                       "channel": sql.Literal(self.channel).as_string(self.conn)}
         self.q = self.statements("queries.sql")
         try:
             self._init_schema(create, upgrade)
@@ -135,7 +138,9 @@ class PgDatabase:
                 if found is None or check_format(found, self.safe_url, upgrade=upgrading):
                     if found is not None and not force:
                         check_no_holders([r[0] for r in conn.execute(self.q["live_holders"])], self.safe_url)
-                    scripts = ([f"upgrade-{found}.sql"] if found is not None else []) + ["schema.sql"]
+                    # Every step from the format found (upgrade-N.sql: N -> N + 1), then schema.sql.
+                    steps = range(int(found), FORMAT_VERSION) if found is not None else range(0)
+                    scripts = [f"upgrade-{n}.sql" for n in steps] + ["schema.sql"]
                     for filename in scripts:
                         conn.execute(self.render(sqlfiles.script(PACKAGE, filename)))  # type: ignore[arg-type]
                     conn.execute(self.q["set_format"], (str(FORMAT_VERSION),))

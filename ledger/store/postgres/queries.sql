@@ -25,6 +25,11 @@ SELECT seq, hash FROM {s}.head FOR UPDATE;
 -- name: head
 SELECT seq FROM {s}.head;
 
+-- One event on one stream: scalar arguments (schema.sql, append_one).
+-- name: append_one
+SELECT r_duplicate, r_seq, r_version FROM {s}.append_one(
+    %s::text, %s::bigint, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::boolean);
+
 -- name: append
 SELECT duplicate, positions, version FROM {s}.append_batches(
     %b::text[], %b::bigint[], %b::int[], %b::text[], %b::text[], %b::text[], %b::text[],
@@ -38,6 +43,9 @@ SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::text[], %s::tex
 
 -- name: move_head
 UPDATE {s}.head SET seq = %s, hash = %s;
+
+-- name: notify_head
+SELECT pg_notify({channel}, %s::text);
 
 -- Keyset pages in seq order.
 -- name: page

@@ -6,8 +6,10 @@
   the head only after the previous one committed, and PostgreSQL makes a commit visible
   before it releases its row locks, so a reader that sees seq N already sees every seq < N.
   Paged reads (`seq > after ORDER BY seq LIMIT n`) never miss a late event below a page.
-- One round trip per append: `append_batches()` (PL/pgSQL, schema.sql) locks the head,
-  checks versions and idempotency keys, chains, inserts and moves the head, in autocommit.
+- One round trip per append: `append_one()` (one event; scalar arguments) or
+  `append_batches()` (anything else; column arrays), PL/pgSQL in schema.sql, locks the head,
+  checks versions and idempotency keys, chains, inserts, moves the head and NOTIFYs, in
+  autocommit.
   The hashed bytes are ledger.events.body_text's: this module cuts each event's body into
   the text before and after the parts only the server knows (prev_hash, seq, version), and
   the server splices those in (`_MID`, `_TAIL` below are the only layout it adds).
@@ -16,6 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 
@@ -35,7 +38,7 @@ from ledger.store.postgres.database import PgDatabase
 PAGE = 10_000  # rows per round trip when reading in seq order
 _NO_LIMIT = 2**62
 
-# append_batches hashes prev_hash || pre || prev_hash || _MID || seq || post || version || _TAIL.
+# event_hash (schema.sql) hashes prev_hash || pre || prev_hash || _MID || seq || post || version || _TAIL.
 _MID = '","seq":'
 _TAIL = "}"
 _PREFIX = '"prev_hash":"'
@@ -46,7 +49,7 @@ def splice_parts(
     stream: str, type_: str, time: str, actor_json: str, id_: str, causation: str | None, data_json: str
 ) -> tuple[str, str]:
     """(pre, post): an event's canonical body (body_text) without its prev_hash, seq and
-    version, cut where append_batches splices them back in."""
+    version, cut where event_hash (schema.sql) splices them back in."""
     body = body_text(0, stream, 0, type_, time, actor_json, id_, causation, data_json, "")
     # The last mark is the envelope's own: what follows it (stream, time, type) are JSON
     # strings whose quotes are escaped, so they cannot hold it; data (before it) can.
@@ -62,7 +65,7 @@ def _check_splice() -> None:
     prev = "ab" * 32
     spliced = prev + pre + prev + _MID + "12" + post + "7" + _TAIL
     if spliced != prev + body_text(12, args[0], 7, *args[1:], prev):
-        raise RuntimeError("ledger.events.body_text's layout changed: update append_batches (schema.sql) and _MID/_TAIL")
+        raise RuntimeError("ledger.events.body_text's layout changed: update event_hash (schema.sql) and _MID/_TAIL")
 
 
 _check_splice()
@@ -110,6 +113,11 @@ class PostgresRecorder(AppendOne):
         db = self._db
         with db.lock:
             try:
+                if len(ids) == len(streams) == 1:  # one event on one stream: the common case, the cheap call
+                    dup, seq, version = db.conn.execute(db.q["append_one"], (  # type: ignore[misc]
+                        streams[0], expected[0], ids[0], types[0], times[0], actors[0], causations[0], datas[0],
+                        pres[0], posts[0], keyed[0] is not None), prepare=True).fetchone()
+                    return [AppendResult((seq,), version, dup)]
                 rows = db.conn.execute(db.q["append"], (streams, expected, counts, *cols)).fetchall()  # type: ignore[arg-type]
             except psycopg.Error as exc:
                 if exc.sqlstate == "LDG02":
@@ -137,6 +145,7 @@ class PostgresRecorder(AppendOne):
                     with db.conn.pipeline():
                         db.conn.execute(db.q["insert"], [list(col) for col in zip(*rows, strict=True)])  # type: ignore[arg-type]
                         db.conn.execute(db.q["move_head"], (events[-1].seq, events[-1].hash))  # type: ignore[arg-type]
+                        db.conn.execute(db.q["notify_head"], (events[-1].seq,))  # type: ignore[arg-type]
             except psycopg.Error as exc:
                 raise self._append_error(exc, "retry; the append was rolled back") from exc
 
@@ -193,17 +202,33 @@ class PostgresRecorder(AppendOne):
 
     def _pages(self, query: str, after: int, until: int | None, limit: int | None) -> Iterator[list[tuple]]:
         # Keyset pages, each its own snapshot: safe because seq order is commit order, so a
-        # later page can hold nothing that belonged before an earlier one.
+        # later page can hold nothing that belonged before an earlier one. While the caller
+        # works on a page (a replay folds it), the next one is read on a helper thread, so the
+        # server's scan and the transfer overlap the fold instead of adding to it; the thread
+        # starts at the second page, so short reads (a tail, one page) never make one.
         until = until if until is not None else _NO_LIMIT
         left = limit if limit is not None else -1
-        while left != 0:
-            size = PAGE if left < 0 else min(PAGE, left)
-            rows = self._db.execute(self._db.q[query], (after, until, size))
-            if not rows:
-                return
-            yield rows
-            after = rows[-1][0]
-            if left > 0:
-                left -= len(rows)
-            if len(rows) < size:
-                return
+        statement = self._db.q[query]
+
+        def fetch(after: int, size: int) -> list[tuple]:
+            return self._db.execute(statement, (after, until, size))
+
+        size = PAGE if left < 0 else min(PAGE, left)
+        rows = fetch(after, size)
+        pool: ThreadPoolExecutor | None = None
+        try:
+            while rows:
+                if left > 0:
+                    left -= len(rows)
+                ahead = None
+                if len(rows) == size and left != 0:
+                    size = PAGE if left < 0 else min(PAGE, left)
+                    pool = pool or ThreadPoolExecutor(1, thread_name_prefix="ledger-read-ahead")
+                    ahead = pool.submit(fetch, rows[-1][0], size)
+                yield rows
+                if ahead is None:
+                    return
+                rows = ahead.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)

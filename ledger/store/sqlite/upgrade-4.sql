@@ -1,0 +1,2 @@
+-- Format 4 -> 5, in the transaction that then runs schema.sql and triggers.sql: nothing to
+-- do here. Format 5 changed the PostgreSQL store (ledger/store/postgres/upgrade-4.sql).
