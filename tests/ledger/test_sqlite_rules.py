@@ -87,6 +87,28 @@ def test_the_sqlite3_shell_cannot_replace_a_row_either(ledger):
     unchanged(path, rows)
 
 
+def test_a_format_4_ledger_is_upgraded_by_recording_the_format_alone(ledger):
+    """Format 5 changed only PostgreSQL: a format-4 SQLite file keeps its rows, triggers and
+    snapshots; `ledger upgrade` records the format, and the rules hold as before."""
+    path, rows = ledger
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("UPDATE meta SET value = '4' WHERE key = 'format'")
+    before = db.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    db.close()
+    with pytest.raises(StoreError, match=f"has format 4, older than this tpu-ledger's format {FORMAT_VERSION}"):
+        SQLiteStore(path)
+    assert upgrade_store(f"sqlite:///{path}") == (4, FORMAT_VERSION)
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == (str(FORMAT_VERSION),)
+        assert db.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall() == before
+        with pytest.raises(sqlite3.IntegrityError, match="stored already"):
+            db.execute(refusals(rows)[0][0])
+    finally:
+        db.close()
+    unchanged(path, rows)
+
+
 def test_a_format_2_ledger_is_upgraded_in_place_by_ledger_upgrade(ledger):
     path, rows = ledger
     db = sqlite3.connect(path, isolation_level=None)

@@ -160,7 +160,8 @@ class SQLiteDatabase:
                     if not force and "leases" in {r[0] for r in self._db.execute(self._q["tables"])}:
                         holders = [r[0] for r in self._db.execute(self._q["live_holders"], (time.time(),))]
                         check_no_holders(holders, str(self.path))
-                    self._run(f"upgrade-{found}.sql", "schema.sql", "triggers.sql")
+                    # Every step from the format found (upgrade-N.sql: N -> N + 1), as PostgreSQL does.
+                    self._run(*(f"upgrade-{n}.sql" for n in range(found, FORMAT_VERSION)), "schema.sql", "triggers.sql")
                     self._db.execute(self._q["set_format"], (str(FORMAT_VERSION),))
                 if dry_run:
                     raise _RollBack
