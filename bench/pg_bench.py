@@ -34,6 +34,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 import ledger_bench  # noqa: E402
 import psycopg  # noqa: E402
+import psycopg.sql  # noqa: E402
 from ledger_bench import es_stored, timed  # noqa: E402
 from workload import workload  # noqa: E402
 
@@ -198,11 +199,12 @@ def es_replay(url: str, schema: str) -> tuple[float, float, int]:
 
 
 # -- the run -------------------------------------------------------------------------------
-def run(events: int, jobs: int, runs: int, url: str | None, with_es: bool, progress) -> dict:
+def run(events: int, jobs: int, runs: int, url: str | None, with_es: bool, progress, vacuumed: bool = False) -> dict:
     scratch = Scratch(url)
     load_before = os.getloadavg()
     try:
-        res = _run(scratch, events, jobs, runs, with_es, progress)
+        res = _run(scratch, events, jobs, runs, with_es, progress, vacuumed)
+        res["vacuumed"] = vacuumed
     finally:
         scratch.drop()
     # The machine may be shared: the 1-minute load average at the start and the end.
@@ -210,7 +212,19 @@ def run(events: int, jobs: int, runs: int, url: str | None, with_es: bool, progr
     return res
 
 
-def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, progress) -> dict:
+def vacuum(url: str, schema: str) -> None:
+    """VACUUM (ANALYZE) every table of `schema`: the state autovacuum leaves a ledger in after a
+    while. Without it, the first read of a freshly filled table also sets every row's hint bits
+    (writes on the server), which a ledger pays once, not at every replay."""
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s AND table_type = 'BASE TABLE'",
+            (schema,))]
+        for table in tables:
+            conn.execute(psycopg.sql.SQL("VACUUM (ANALYZE) {}").format(psycopg.sql.Identifier(schema, table)))
+
+
+def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, progress, vacuumed: bool = False) -> dict:
     progress(f"generating {events} events over {jobs} jobs")
     data = list(workload(events, jobs))
     total = sum(len(e) for _, e in data)
@@ -239,6 +253,9 @@ def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, pro
         ours[f"{label}_per_s"] = median(rates)
         ours[f"{label}_cpu_s"] = median(cpus)
 
+    if vacuumed:
+        progress("tpu-ledger: VACUUM (ANALYZE)")
+        vacuum(scratch.url, main)
     for label, fn in (("replay", ours_replay), ("fold_rows", ours_rows), ("scan", ours_scan)):
         walls, cpus = [], []
         for r in range(runs):
@@ -267,6 +284,9 @@ def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, pro
                 cpus.append(cpu)
             es[f"{label}_per_s"] = median(rates)
             es[f"{label}_cpu_s"] = median(cpus)
+        if vacuumed:
+            progress("eventsourcing: VACUUM (ANALYZE)")
+            vacuum(scratch.url, es_main)
         walls, cpus = [], []
         for r in range(runs):
             progress(f"eventsourcing: replay run {r + 1}/{runs}")
@@ -324,6 +344,8 @@ def main() -> None:
                         "database on postgresql://postgres@127.0.0.1:5432")
     parser.add_argument("--no-eventsourcing", action="store_true", help="skip the eventsourcing side")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--vacuum", action="store_true", help="VACUUM (ANALYZE) each side's filled tables before its "
+                        "replays (the steady state autovacuum keeps a live ledger in; default: replays of the fresh fill)")
     args = parser.parse_args()
     jobs = args.jobs or max(1, args.events // 100)
 
@@ -331,7 +353,7 @@ def main() -> None:
         print(f"  {msg} (load {os.getloadavg()[0]:.2f}, {time.strftime('%H:%M:%S', time.gmtime())} UTC)",
               file=sys.stderr, flush=True)
 
-    res = run(args.events, jobs, args.runs, args.url, not args.no_eventsourcing, progress)
+    res = run(args.events, jobs, args.runs, args.url, not args.no_eventsourcing, progress, args.vacuum)
     if args.json:
         print(json.dumps(res, indent=2, sort_keys=True))
     else:
