@@ -45,7 +45,8 @@ SNAPSHOT_EVERY = 10_000
 # (LZ4: 49 MB of text at 20k jobs keeps in 4.4 MB and comes back in ~15 ms). Beside them, a
 # small index says of every job what readers select on (`JobIndex`), so a reader decodes
 # only the jobs it shows (`LazyState`): `ledger tpus` the TPUs' holders, `ledger list
-# --owner` one user's jobs, and `ledger list --json` writes the pieces as they are. The
+# --owner` one user's jobs, and `ledger list --json` writes the pieces as they are. Those
+# who decode every job (reconciler, dashboard) load the jobs' fields as plain tuples. The
 # container is a pickle of plain values (tuples, lists, str, bytes), read by an unpickler
 # that refuses every global: nothing in a snapshot can name code to run.
 _MAGIC = b"TLS2"
@@ -86,6 +87,34 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"snapshot refers to {module}.{name}; snapshots hold plain data only")
 
 
+def _shared(value: Any, strings: dict[str, str], seen: dict[bytes, Any]) -> Any:
+    """`value` with equal strings made one object, and equal lists and dicts too (same
+    types, same order: equal pickles), so the pickle writes each once and loading makes
+    each once. 10k jobs' states repeat most of their content (dict keys, states, failure
+    records, the same TPU): 15 MB -> 5 MB, and loading 3x faster. Sharing is safe because
+    states never edit a field in place (fold._clone copies `times`, the one exception)."""
+    kind = type(value)
+    if kind is str:
+        return strings.setdefault(value, value)
+    if kind is dict or kind is list:
+        key = pickle.dumps(value, protocol=5)
+        found = seen.get(key)
+        if found is not None:
+            return found
+        if kind is dict:
+            out: Any = {_shared(k, strings, seen): _shared(v, strings, seen) for k, v in value.items()}
+        else:
+            out = [_shared(v, strings, seen) for v in value]
+        seen[key] = out
+        return out
+    return value
+
+
+def _own_times(times: dict[str, str], strings: dict[str, str]) -> dict[str, str]:
+    """`times` is the field a transition edits in place: each job keeps a dict of its own."""
+    return {strings.setdefault(k, k): strings.setdefault(v, v) for k, v in times.items()}
+
+
 def encode_state(state: LedgerState) -> bytes:
     names = tuple(f.name for f in dataclasses.fields(JobState))
     where: dict[str, tuple[int, int, int]] = {}
@@ -103,13 +132,21 @@ def encode_state(state: LedgerState) -> bytes:
         chunks.append(lz4.block.compress(bytes(text)))
     # The index in the state's own order (a full replay's: first event first), the pieces by id.
     index = [tuple(JobIndex.of(job)) for job in state.jobs.values()]
-    return _MAGIC + pickle.dumps((state.position, names, index, [where[row[0]] for row in index], chunks), protocol=5)
+    # And every job's fields, in the index's order, for those who decode every job (the
+    # reconciler, the dashboard): plain tuples with equal values shared, in a pickle of its
+    # own that lazy readers never load (2.5x faster to load than parsing the texts).
+    strings: dict[str, str] = {}
+    seen: dict[bytes, Any] = {}
+    rows = pickle.dumps([
+        tuple(_shared(getattr(job, n), strings, seen) if n != "times" else _own_times(job.times, strings) for n in names)
+        for job in state.jobs.values()
+    ], protocol=5)
+    return _MAGIC + pickle.dumps((state.position, names, index, [where[row[0]] for row in index], chunks, rows), protocol=5)
 
 
 # msgspec builds the dataclass as it parses (half the time of JobState(**dict)), and refuses
-# a piece whose value has not the field's type: the snapshot is then ignored, not misread.
+# a piece whose value has not the field's type.
 _ONE = msgspec.json.Decoder(JobState)
-_MANY = msgspec.json.Decoder(list[JobState])
 
 
 def _job_id(job: JobState) -> str:
@@ -127,11 +164,12 @@ class LazyState:
     slice of it, written out as it is."""
 
     def __init__(self, position: int, index: dict[str, JobIndex], where: dict[str, tuple[int, int, int]],
-                 chunks: list[bytes]) -> None:
+                 chunks: list[bytes], rows: bytes = b"") -> None:
         self.position = position
         self.index = index
         self._where = where  # id -> (chunk, start, end) in the chunk's text
         self._chunks = chunks
+        self._rows = rows  # every job's fields, in the index's order (a pickle)
         self._plain: dict[int, bytes] = {}
         self._jobs: dict[str, JobState] = {}  # decoded, or folded since the snapshot
         self._folded: set[str] = set()  # changed since the snapshot: its piece is stale
@@ -189,21 +227,23 @@ class LazyState:
 
     def decoded(self, check: bool = False) -> LedgerState:
         """Every job decoded, in the index's order (what the reconciler and the dashboard
-        keep). `check` (ledger verify): raise ValueError unless the index says of each job
-        what its state says, so a verified snapshot vouches for what lazy readers select on."""
+        keep), from the snapshot's rows. `check` (ledger verify): raise ValueError unless
+        the index and each job's text say what its row says, so a verified snapshot vouches
+        for what lazy readers read too."""
         found: dict[str, JobState] = {}
-        for n in range(len(self._chunks)):
-            for job in _MANY.decode(self._chunk(n)):
-                found[job.id] = job
-            self._plain.pop(n, None)
+        if self._where:
+            rows = load_plain(self._rows)
+            if len(rows) != len(self._where):
+                raise ValueError("the rows and the index hold different jobs")
+            found = {row[0]: JobState(*row) for row in rows}
         found.update((i, self._jobs[i]) for i in self._folded)
         jobs = {i: found[i] for i in self.index}
         if len(jobs) != len(found):
-            raise ValueError("the index and the pieces hold different jobs")
+            raise ValueError("the index and the rows hold different jobs")
         if check:
             for i, job in jobs.items():
                 if self.index[i] != JobIndex.of(job) or (i not in self._folded and self.job(i) != job):
-                    raise ValueError(f"the index does not say what the state of job {i} says")
+                    raise ValueError(f"the index or the text of job {i} does not say what its row says")
         return LedgerState(self.position, jobs)
 
 
@@ -212,14 +252,14 @@ def decode_lazy(blob: bytes) -> LazyState | None:
     if not blob.startswith(_MAGIC):
         return None
     try:
-        position, names, index, places, chunks = load_plain(blob[len(_MAGIC):])
+        position, names, index, places, chunks, rows = load_plain(blob[len(_MAGIC):])
         if tuple(names) != tuple(f.name for f in dataclasses.fields(JobState)):
             return None
-        rows = dict(zip((row[0] for row in index), map(JobIndex._make, index), strict=True))
-        where = dict(zip(rows, places, strict=True))
+        index_rows = dict(zip((row[0] for row in index), map(JobIndex._make, index), strict=True))
+        where = dict(zip(index_rows, places, strict=True))
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError, IndexError):
         return None
-    return LazyState(position, rows, where, chunks)
+    return LazyState(position, index_rows, where, chunks, rows)
 
 
 @contextlib.contextmanager
@@ -250,7 +290,8 @@ def decode_state(blob: bytes, check: bool = False) -> LedgerState | None:
         return None
     try:
         return lazy.decoded(check)
-    except (msgspec.DecodeError, lz4.block.LZ4BlockError, TypeError, KeyError, IndexError, ValueError):  # ValidationError too
+    except (msgspec.DecodeError, lz4.block.LZ4BlockError, pickle.UnpicklingError, TypeError, KeyError, IndexError,
+            ValueError, EOFError):  # msgspec's ValidationError too
         return None
 
 

@@ -122,10 +122,27 @@ def test_an_index_that_lies_about_a_job_is_caught_by_verify(store_factory):
 
     store = two_jobs(store_factory)
     real = load_state(store)
-    position, names, index, places, chunks = pickle.loads(encode_state(real)[4:])
+    position, names, index, places, chunks, rows = pickle.loads(encode_state(real)[4:])
     index = [(*row[:2], "finished", *row[3:]) if row[0] == "alice/a" else row for row in index]
-    lie = b"TLS2" + pickle.dumps((position, names, index, places, chunks), protocol=5)
+    lie = b"TLS2" + pickle.dumps((position, names, index, places, chunks, rows), protocol=5)
     assert decode_lazy(lie).select(state="finished") == ["alice/a"]  # what a lazy reader would believe
+    insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
+    [verdict] = verify_snapshots(store)
+    assert verdict.rebuilt and verdict.problem == "its state does not decode to its position"
+
+
+def test_a_text_that_lies_about_a_job_is_caught_by_verify(store_factory):
+    """`ledger list --json` writes the snapshot's text of each job: verify checks it says
+    what the job's state says, not only the rows the full decoders load."""
+    import pickle
+
+    store = two_jobs(store_factory)
+    real = load_state(store)
+    position, names, index, _, _, rows = pickle.loads(encode_state(real)[4:])
+    _, _, _, places, chunks, _ = pickle.loads(finished(real, "alice/a")[4:])
+    lie = b"TLS2" + pickle.dumps((position, names, index, places, chunks, rows), protocol=5)
+    assert decode_lazy(lie).job("alice/a").state == fold.FINISHED  # what `ledger list --json` would print
+    assert decode_state(lie) == real  # what the reconciler would load
     insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
     [verdict] = verify_snapshots(store)
     assert verdict.rebuilt and verdict.problem == "its state does not decode to its position"
