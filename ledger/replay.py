@@ -197,9 +197,14 @@ class LazyState:
     def jobs(self, ids: Iterable[str]) -> list[JobState]:
         return [self.job(i) for i in ids]
 
-    def texts(self, ids: Iterable[str]) -> Iterator[bytes | memoryview]:
-        """The jobs' items of `ledger list --json` (jsontext.item of each state), for
-        jsontext.write_list: a run of jobs stored side by side comes as one slice."""
+    def texts(self, ids: list[str]) -> Iterator[bytes | memoryview]:
+        """The jobs' items of `ledger list --json` (jsontext.item of each state), `ids` in
+        id order (`select`), for jsontext.write_list: a run of jobs stored side by side
+        comes as one slice; every job of an unchanged snapshot, as its chunks."""
+        if not self._folded and len(ids) == len(self._where):  # all of them, in the chunks' order
+            for n in range(len(self._chunks)):
+                yield memoryview(self._chunk(n))[1:-1]
+            return
         run: tuple[int, int, int] | None = None  # chunk, start, end
         for i in ids:
             at = None if i in self._folded else self._where.get(i)
@@ -222,6 +227,8 @@ class LazyState:
 
     def select(self, *, owner: str | None = None, state: str | None = None) -> list[str]:
         """The ids of the jobs of that owner and in that state, in id order."""
+        if owner is None and state is None:
+            return sorted(self.index)
         return sorted(i for i, x in self.index.items()
                       if (owner is None or x.owner == owner) and (state is None or x.state == state))
 
