@@ -163,21 +163,36 @@ class LazyState:
     separated as `jsontext.pretty` separates a list's: a run of consecutive jobs is one
     slice of it, written out as it is."""
 
-    def __init__(self, position: int, index: dict[str, JobIndex], where: dict[str, tuple[int, int, int]],
+    def __init__(self, position: int, index: list[tuple], places: list[tuple[int, int, int]],
                  chunks: list[bytes], rows: bytes = b"") -> None:
         self.position = position
-        self.index = index
-        self._where = where  # id -> (chunk, start, end) in the chunk's text
+        self._index_rows = index  # JobIndex fields, as stored
+        self._places = places  # each job's (chunk, start, end) in its chunk's text, in the same order
+        self._index: dict[str, JobIndex] | None = None  # made when first asked (a listing of all needs no index)
+        self._where_of: dict[str, tuple[int, int, int]] | None = None
         self._chunks = chunks
         self._rows = rows  # every job's fields, in the index's order (a pickle)
         self._plain: dict[int, bytes] = {}
         self._jobs: dict[str, JobState] = {}  # decoded, or folded since the snapshot
         self._folded: set[str] = set()  # changed since the snapshot: its piece is stale
 
+    @property
+    def index(self) -> dict[str, JobIndex]:
+        """Every job's JobIndex by id, in the state's order."""
+        if self._index is None:
+            self._index = dict(zip((r[0] for r in self._index_rows), map(JobIndex._make, self._index_rows), strict=True))
+        return self._index
+
+    @property
+    def _where(self) -> dict[str, tuple[int, int, int]]:
+        if self._where_of is None:
+            self._where_of = dict(zip((r[0] for r in self._index_rows), self._places, strict=True))
+        return self._where_of
+
     @classmethod
     def of(cls, state: LedgerState) -> LazyState:
         """A state already decoded (a replay without a snapshot), behind the same face."""
-        lazy = cls(state.position, {}, {}, [])
+        lazy = cls(state.position, [], [], [])
         lazy.update(state.jobs)
         return lazy
 
@@ -201,7 +216,7 @@ class LazyState:
         """The jobs' items of `ledger list --json` (jsontext.item of each state), `ids` in
         id order (`select`), for jsontext.write_list: a run of jobs stored side by side
         comes as one slice; every job of an unchanged snapshot, as its chunks."""
-        if not self._folded and len(ids) == len(self._where):  # all of them, in the chunks' order
+        if not self._folded and len(ids) == len(self._places):  # all of them, in the chunks' order
             for n in range(len(self._chunks)):
                 yield memoryview(self._chunk(n))[1:-1]
             return
@@ -228,7 +243,7 @@ class LazyState:
     def select(self, *, owner: str | None = None, state: str | None = None) -> list[str]:
         """The ids of the jobs of that owner and in that state, in id order."""
         if owner is None and state is None:
-            return sorted(self.index)
+            return sorted(self.index) if self._index is not None else sorted(r[0] for r in self._index_rows)
         return sorted(i for i, x in self.index.items()
                       if (owner is None or x.owner == owner) and (state is None or x.state == state))
 
@@ -262,11 +277,12 @@ def decode_lazy(blob: bytes) -> LazyState | None:
         position, names, index, places, chunks, rows = load_plain(blob[len(_MAGIC):])
         if tuple(names) != tuple(f.name for f in dataclasses.fields(JobState)):
             return None
-        index_rows = dict(zip((row[0] for row in index), map(JobIndex._make, index), strict=True))
-        where = dict(zip(index_rows, places, strict=True))
+        if len(index) != len(places) or any(len(row) != len(JobIndex._fields) for row in index) \
+                or any(len(at) != 3 for at in places):
+            return None
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError, IndexError):
         return None
-    return LazyState(position, index_rows, where, chunks, rows)
+    return LazyState(position, index, places, chunks, rows)
 
 
 @contextlib.contextmanager
