@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -385,13 +386,20 @@ def _ok(result: Any) -> None:
 @contextlib.contextmanager
 def dashboard(url: str) -> Iterator[tuple[subprocess.Popen, str, float]]:
     t0 = time.perf_counter()
+    # Its address is in its log line "... dashboard of <store>: http://host:port/ ..." (stderr,
+    # with the structured logs); the rest of its output goes nowhere, so no pipe fills.
     proc = subprocess.Popen([sys.executable, "-m", "ledger", "--store", url, "dashboard", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        if not line.startswith("dashboard of"):
-            raise SystemExit(f"the dashboard did not start: {line}{proc.stderr.read()}")  # type: ignore[union-attr]
-        address = line.split(": ", 1)[1].split()[0].removeprefix("http://").rstrip("/")
+        seen = []
+        for line in proc.stderr:  # type: ignore[union-attr]
+            seen.append(line)
+            if "dashboard of " in line:
+                break
+        else:
+            raise SystemExit(f"the dashboard did not start: {''.join(seen[-20:])}")
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+        address = line.split("dashboard of ", 1)[1].split(": ", 1)[1].split()[0].removeprefix("http://").rstrip("/")
         yield proc, address, time.perf_counter() - t0
     finally:
         stop(proc)

@@ -22,6 +22,7 @@ from ledger.events import GENESIS_HASH, sealed_hash
 from ledger.events.data import OverrideSignature
 from ledger.events.schema import RowChecker
 from ledger.fold import LedgerState
+from ledger.replay import code_version as snapshot_code
 from ledger.replay import decode_state, fold_into, no_cyclic_gc, snapshot_problem
 from ledger.store import open_store
 from ledger.store.base import Reader, Snapshot, SnapshotReader
@@ -355,7 +356,7 @@ def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
     the usage fold rebuilt the same way. Snapshots of other code are checked by hash only
     (replay never uses them)."""
     verdicts = []
-    code, usage_code = fold.code_version(), usage_snapshot.code_version()
+    code, usage_code = snapshot_code(), usage_snapshot.code_version()
     state = LedgerState()
     usage: dict[str, usage_snapshot.Kept] = {}  # a fold per usage snapshot name (half-life)
     with no_cyclic_gc():
@@ -369,7 +370,7 @@ def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
                 continue
             fold_into(state, store.fold_rows(state.position, snap.position))
             state.position = snap.position
-            decoded = decode_state(snap.state)
+            decoded = decode_state(snap.state, check=True)
             if decoded is None or decoded.position != snap.position:
                 problem = "its state does not decode to its position"
             else:

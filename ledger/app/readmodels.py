@@ -13,6 +13,7 @@ import msgspec
 
 from ledger.fold import JobState
 from ledger.placement import accelerator_of, held, slice_nodes
+from ledger.replay import JobIndex
 from ledger.usage import CATEGORIES, UsageReport
 
 
@@ -112,28 +113,34 @@ def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
     return fold.checks
 
 
-def health_streams(jobs: Iterable[JobState]) -> set[str]:
+def health_streams(jobs: Iterable[JobIndex]) -> set[str]:
     """The job streams whose events say the last host check of every TPU `tpu_rows` lists:
     `ledger tpus` reads these (besides the jobs' state from snapshot and tail), not the
     whole ledger. A TPU of a job's own is checked only in its holder's stream (each attempt
     gets a new name); a shared TPU in the stream of any job that held it, so every job that
-    asks for it, or released it lately (`JobState.released`), is read."""
+    asks for it, or released it lately (`JobState.released`), is read. Chosen from the
+    jobs' index (`replay.JobIndex`): no job's state is decoded for it."""
     jobs = list(jobs)
     streams: set[str] = set()
     shared: set[str] = set()
     for job in jobs:
-        if job.tpu:
+        if job.held is not None:
             streams.add(job.id)
-            if job.tpu.get("shared"):
-                shared.add(str(job.tpu.get("name")))
-        elif not job.terminal and (want := job.spec.get("tpu") or {}).get("shared"):
-            shared.add(str(want.get("name")))
+            if job.held_shared:
+                shared.add(job.held)
+        elif not job.terminal and job.wants_shared is not None:
+            shared.add(job.wants_shared)
     if shared:
         for job in jobs:
-            want = job.spec.get("tpu") or {}
-            if want.get("shared") and str(want.get("name")) in shared or any(r and r[0] in shared for r in job.released):
+            if job.wants_shared in shared or any(name in shared for name in job.released):
                 streams.add(job.id)
     return streams
+
+
+def tpu_jobs(jobs: Iterable[JobIndex]) -> list[str]:
+    """The jobs `tpu_rows` shows a row of: those holding a TPU, and live ones waiting for a
+    shared one (in id order). Chosen from the index, so only these are decoded."""
+    return sorted(j.id for j in jobs if j.held is not None or (not j.terminal and j.wants_shared is not None))
 
 
 def placements_of(events: Iterable[Any]) -> list[dict[str, Any]]:

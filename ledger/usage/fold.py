@@ -224,15 +224,17 @@ class UsageFold:
         return self
 
     # -- reading ----------------------------------------------------------------------------
-    def figures(self, now: int | None = None) -> dict[AccountKey, list[int]]:
+    def figures(self, now: int | None = None, opened: list[Interval] | None = None) -> dict[AccountKey, list[int]]:
         """Every account's figures (indexes: the categories, then PREEMPTIONS, LOST,
         RECOVERIES, RECOVER_US) with each job's open interval counted up to `now` (us; capped
         by the window's end; None = the window's end, or nothing open when it has none).
-        The fold itself is not changed: ask again later, feed it more."""
+        `opened`: `open_intervals(now)` when the caller has it already (the dashboard's
+        usage page also adds them to its weekly table). The fold itself is not changed: ask
+        again later, feed it more."""
         out = {key: values[:] for key, values in self.accounts.items()}
         end = self.hi if now is None else min(now, self.hi)
         if end < _FAR:
-            for iv in self.open_intervals(end):
+            for iv in self.open_intervals(end) if opened is None or end != now else opened:
                 values = out.get(iv.key)
                 if values is None:
                     values = out[iv.key] = blank()

@@ -118,3 +118,48 @@ def test_the_tpus_page_shows_the_last_host_check_live(tmp_path: Path):
         assert status == 200 and 'class="state health-warning"' in page
     finally:
         store.close()
+
+
+def test_the_queue_page_shows_a_page_of_rows_with_links_to_the_others_and_keeps_its_filters(lab):
+    """A lab's 10,000 waiting jobs are read a page at a time: the page says how many there
+    are, links to the previous and next pages with the filters kept, and /api/queue still
+    answers every row."""
+    import re
+
+    url, store = lab
+    for i in range(5):
+        append(store, f"bob/w{i}", [("submitted", {"spec": spec("v4-8")})])
+    with serve(url) as site:
+        every = get_json(site.url, "/api/queue")
+        assert len(every) == 7
+        order = [r["job"] for r in every]
+
+        def shown(path: str) -> tuple[int, list[str], str]:
+            status, _, page = get(site.url, path)
+            return status, re.findall(r'<tr data-job="([^"]+)"', page), page
+
+        status, jobs, page = shown("/queue?per_page=3")
+        assert status == 200 and jobs == order[:3]
+        assert "7 job(s)" in page and "1–3 shown, page 1 of 3" in page
+        assert 'rel="next" href="/queue?page=2&amp;per_page=3"' in page and 'rel="prev"' not in page
+        status, jobs, page = shown("/queue?per_page=3&page=3")
+        assert jobs == order[6:] and 'rel="prev" href="/queue?page=2&amp;per_page=3"' in page and 'rel="next"' not in page
+        assert shown("/queue?per_page=3&page=99")[1] == order[6:]  # past the end: the last page
+        # an owner's jobs, a page at a time, the filter kept in the links
+        bobs = [j for j in order if j.startswith("bob/")]
+        status, jobs, page = shown("/queue?owner=bob&per_page=2")
+        assert jobs == bobs[:2] and "5 of them match" in page
+        assert 'href="/queue?owner=bob&amp;page=2&amp;per_page=2"' in page
+        assert shown("/queue?owner=bob&per_page=2&page=3")[1] == bobs[4:]
+        # by what they wait for: each count in the heading links to its jobs
+        waits = {r["wait"] for r in every}
+        assert len(waits) > 1
+        page = shown("/queue")[2]
+        for wait in waits:
+            assert f'href="/queue?wait={wait}"' in page
+            assert shown(f"/queue?wait={wait}")[1] == [r["job"] for r in every if r["wait"] == wait]
+        status, jobs, page = shown("/queue?owner=nobody")
+        assert status == 200 and jobs == [] and "No waiting job matches." in page
+        assert shown("/queue")[1] == order  # fewer than a page: all of them, no pager
+        assert 'class="pager"' not in shown("/queue")[2]
+        assert get(site.url, "/queue?page=x")[0] == 400

@@ -17,7 +17,7 @@ from ledger import fold
 from ledger.app.cli import cli
 from ledger.app.readmodels import job_json
 from ledger.events import NewEvent, actor
-from ledger.replay import encode_state, load_state, save_snapshot
+from ledger.replay import code_version, encode_state, load_state, save_snapshot
 from ledger.store.base import Snapshot
 from ledger.store.sqlite import SQLiteStore
 
@@ -135,7 +135,7 @@ def test_a_forged_snapshot_is_refused_by_list_and_named_by_verify(ledger_file):
     result = run(ledger_file, "verify")
     assert result.exit_code == 1 and "snapshot 'ledger' at seq 7" in result.stderr and "does not match its hash" in result.stderr
     # Forged with every hash recomputed: only verify's rebuild from the events can tell.
-    forged = Snapshot.seal("ledger", fold.code_version(), 7, real_hash(ledger_file, 7), encode_state(lie))
+    forged = Snapshot.seal("ledger", code_version(), 7, real_hash(ledger_file, 7), encode_state(lie))
     db.execute("UPDATE snapshots SET state = ?, hash = ?", (forged.state, forged.hash))
     db.close()
     report = json.loads(run(ledger_file, "verify", "--json").stdout)
@@ -290,3 +290,25 @@ def test_store_url_options(tmp_path):
     store.close()
     with pytest.raises(UsageError):
         open_store(f"sqlite:///{tmp_path / 'n.db'}?fsync=never")
+
+
+def test_list_json_from_a_snapshots_pieces_and_its_tail_is_the_text_of_a_full_replay(ledger_file):
+    """`ledger list --json` writes the snapshot's own text of each job it did not fold, and
+    folds the tail's jobs: byte for byte what printing a full replay's states gives."""
+    from ledger import jsontext
+    from ledger.app.readmodels import job_json, select_jobs
+
+    store = SQLiteStore(ledger_file)
+    save_snapshot(store, load_state(store, until=3))  # alice/a provisioning: the rest is its tail
+    store.append("carol/c", [NewEvent("submitted", {**SUBMIT, "path": "jobs/carol/c.yaml"}, GIT, time="2026-01-01T12:00:00.000000Z")])
+    store.append("bob/b", [NewEvent("cancel_requested", {}, GIT, time="2026-01-01T12:01:00.000000Z")])
+    full = load_state(store, use_snapshot=False)
+    [snap] = store.list_snapshots()
+    store.close()
+    assert snap.position == 3 < full.position
+    for args, owner in ((), None), (("--owner", "alice"), "alice"), (("--owner", "nobody"), "nobody"):
+        expected = jsontext.pretty([job_json(j) for j in select_jobs(full.jobs.values(), owner=owner)]).decode() + "\n"
+        assert run(ledger_file, "list", *args, "--json").output == expected
+    assert [j["id"] for j in json.loads(run(ledger_file, "list", "--json").output)] == ["alice/a", "bob/b", "carol/c"]
+    assert run(ledger_file, "list", "--owner", "nobody", "--json").output == "[]\n"
+    assert [j["id"] for j in json.loads(run(ledger_file, "list", "--state", "running", "--json").output)] == ["alice/a"]

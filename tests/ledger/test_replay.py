@@ -10,14 +10,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import fold
+from ledger import fold, jsontext
 from ledger.errors import UsageError
 from ledger.events.schema import validate_event
 from ledger.replay import (
+    JobIndex,
+    code_version,
+    decode_lazy,
     decode_state,
     encode_state,
     fold_into,
     fold_rows,
+    load_lazy,
     load_state,
     maybe_snapshot,
     resolve_until,
@@ -66,6 +70,24 @@ def test_snapshot_plus_tail_equals_full_replay(store_factory, batches, cut, earl
     assert as_data(load_state(store)) == as_data(load_state(store, use_snapshot=False))
     j = int(k * earlier)  # before the snapshot: it must not be used
     assert as_data(load_state(store, until=j)) == as_data(load_state(store, until=j, use_snapshot=False))
+    for until in (None, j):  # the lazy read of the same snapshot and tail, job by job
+        assert_lazy_is(load_lazy(store, until=until), load_state(store, until=until, use_snapshot=False))
+
+
+def assert_lazy_is(lazy, full: fold.LedgerState) -> None:
+    """`lazy` (LazyState) answers what the full replay `full` says: every job, in its order,
+    the index, the selections, and `ledger list --json`'s text of any selection."""
+    assert lazy.position == full.position and list(lazy.index) == list(full.jobs)
+    assert lazy.index == {i: JobIndex.of(j) for i, j in full.jobs.items()}
+    assert as_data(lazy.decoded()) == as_data(full)
+    owners = sorted({j.owner for j in full.jobs.values()})
+    for owner in [None, *owners[:2]]:
+        ids = lazy.select(owner=owner)
+        assert ids == sorted(i for i, j in full.jobs.items() if owner is None or j.owner == owner)
+        assert lazy.jobs(ids) == [full.jobs[i] for i in ids]
+        assert jsontext.pretty_list(lazy.texts(ids)) == jsontext.pretty([full.jobs[i].to_dict() for i in ids])
+    every = lazy.select()
+    assert jsontext.pretty_list(lazy.texts(every[1::2])) == jsontext.pretty([full.jobs[i].to_dict() for i in every[1::2]])
 
 
 def test_snapshot_encoding_round_trips_and_refuses_code(store_factory):
@@ -75,8 +97,55 @@ def test_snapshot_encoding_round_trips_and_refuses_code(store_factory):
     store.append("alice/a", [fold_event("submitted", spec={"x": 1}, spec_hash="ab" * 4, commit="c", path="p")])
     state = load_state(store)
     assert as_data(decode_state(encode_state(state))) == as_data(state)
-    assert decode_state(b"TLS1" + pickle.dumps(fold.JobState("x/y"))) is None  # names a class: refused
+    assert decode_state(b"TLS2" + pickle.dumps(fold.JobState("x/y"))) is None  # names a class: refused
     assert decode_state(b"not a snapshot") is None
+    assert decode_state(encode_state(state)[:-40]) is None  # cut short
+    blob = encode_state(state)
+    assert decode_state(b"TLS1" + blob[4:]) is None  # the earlier encoding's magic: not this code's
+
+
+def test_snapshots_of_the_earlier_encoding_are_never_loaded(store_factory):
+    """The encoding is part of a job-state snapshot's code version: a snapshot the fold's
+    same code saved in another encoding is not even looked at (no warning, no misreading)."""
+    assert code_version() != fold.code_version()
+    store = store_factory()
+    store.append("alice/a", [fold_event("submitted", spec={"x": 1}, spec_hash="ab" * 4, commit="c", path="p")])
+    store.save_snapshot(Snapshot.seal("ledger", fold.code_version(), 1, store.hash_at(1), b"TLS1 earlier"))
+    assert store.load_snapshot("ledger", code_version()) is None
+    assert as_data(load_state(store)) == as_data(load_state(store, use_snapshot=False))
+
+
+def test_an_index_that_lies_about_a_job_is_caught_by_verify(store_factory):
+    """Lazy readers choose jobs by the snapshot's index: verify checks it says what each
+    job's state says, not only the states."""
+    import pickle
+
+    store = two_jobs(store_factory)
+    real = load_state(store)
+    position, names, index, places, chunks, rows = pickle.loads(encode_state(real)[4:])
+    index = [(*row[:2], "finished", *row[3:]) if row[0] == "alice/a" else row for row in index]
+    lie = b"TLS2" + pickle.dumps((position, names, index, places, chunks, rows), protocol=5)
+    assert decode_lazy(lie).select(state="finished") == ["alice/a"]  # what a lazy reader would believe
+    insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
+    [verdict] = verify_snapshots(store)
+    assert verdict.rebuilt and verdict.problem == "its state does not decode to its position"
+
+
+def test_a_text_that_lies_about_a_job_is_caught_by_verify(store_factory):
+    """`ledger list --json` writes the snapshot's text of each job: verify checks it says
+    what the job's state says, not only the rows the full decoders load."""
+    import pickle
+
+    store = two_jobs(store_factory)
+    real = load_state(store)
+    position, names, index, _, _, rows = pickle.loads(encode_state(real)[4:])
+    _, _, _, places, chunks, _ = pickle.loads(finished(real, "alice/a")[4:])
+    lie = b"TLS2" + pickle.dumps((position, names, index, places, chunks, rows), protocol=5)
+    assert decode_lazy(lie).job("alice/a").state == fold.FINISHED  # what `ledger list --json` would print
+    assert decode_state(lie) == real  # what the reconciler would load
+    insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
+    [verdict] = verify_snapshots(store)
+    assert verdict.rebuilt and verdict.problem == "its state does not decode to its position"
 
 
 def test_snapshot_policy(store_factory):
@@ -143,7 +212,7 @@ def finished(state: fold.LedgerState, job_id: str) -> bytes:
 def test_a_forged_snapshot_is_ignored_by_replay_and_named_by_verify(store_factory, caplog):
     store = two_jobs(store_factory)
     real = load_state(store)
-    forged = Snapshot("ledger", fold.code_version(), 2, store.hash_at(2), finished(real, "alice/a"), "0" * 64)
+    forged = Snapshot("ledger", code_version(), 2, store.hash_at(2), finished(real, "alice/a"), "0" * 64)
     insert_raw(store_factory, store.url, forged)
     with caplog.at_level(logging.WARNING, logger="ledger.replay"):
         assert load_state(store).jobs["alice/a"].state == "pending"
@@ -159,7 +228,7 @@ def test_a_snapshot_forged_with_consistent_hashes_is_caught_by_verify(store_fact
     store = two_jobs(store_factory)
     real = load_state(store)
     # Everything a forger can recompute: the event hash from the chain, its own hash.
-    insert_raw(store_factory, store.url, Snapshot.seal("ledger", fold.code_version(), 2, store.hash_at(2),
+    insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2),
                                                        finished(real, "alice/a")))
     [verdict] = verify_snapshots(store)
     assert verdict.rebuilt
@@ -176,7 +245,7 @@ def test_a_snapshot_from_another_chain_is_not_used(store_factory, caplog):
     with caplog.at_level(logging.WARNING, logger="ledger.replay"):
         assert as_data(load_state(ours)) == as_data(load_state(ours, use_snapshot=False))
     assert "made from another event at seq 2" in caplog.text
-    past = Snapshot.seal("ledger", fold.code_version(), 9, "ab" * 32, snap.state)  # past the head
+    past = Snapshot.seal("ledger", code_version(), 9, "ab" * 32, snap.state)  # past the head
     insert_raw(store_factory, ours.url, past)
     assert [v.problem for v in verify_snapshots(ours)] == [
         "it was made from another event at seq 2 than the ledger holds",

@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-import msgspec
 
-from ledger import defaults
+from ledger import defaults, jsontext
 from ledger.fanout import start_publisher_thread
 from ledger.store import Store, open_store
 
@@ -31,11 +30,20 @@ def print_json(value: Any, *, plain: bool = False) -> None:
     18 MB in 0.2 s instead of 2.2 s). Anything else (a datetime, a set) goes through json's
     `default=str`, which msgspec would write differently."""
     if plain:
-        text = msgspec.json.format(msgspec.json.encode(value, order="sorted"), indent=2)
-        sys.stdout.write(text.decode() + "\n")
+        sys.stdout.write(jsontext.pretty(value).decode() + "\n")
         return
     json.dump(value, sys.stdout, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     sys.stdout.write("\n")
+
+
+def print_json_items(items: Iterable[bytes | memoryview]) -> None:
+    """A list whose items are already JSON text (`jsontext.item`), as print_json(plain=True)
+    prints the list of their values, written as it comes."""
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    jsontext.write_list(out, items)
+    out.write(b"\n")
+    out.flush()
 
 
 def console():

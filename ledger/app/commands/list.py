@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.common import console, print_json_items, store_from
 from ledger.app.commands.replay import jobs_table
-from ledger.app.readmodels import job_json, select_jobs
 from ledger.fold import BLOCKED, LIVE, TERMINAL
-from ledger.replay import load_state
+from ledger.replay import load_lazy
 
 
 @click.command("list")
@@ -25,11 +24,15 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
     if state_ is not None and state_ not in LIVE | TERMINAL:
         raise click.BadParameter(f"{state_!r}; one of {', '.join(sorted(LIVE | TERMINAL))}", param_hint="--state")
     store = store_from(ctx)
-    state = load_state(store)
-    jobs = select_jobs(state.jobs.values(), owner=owner, state=state_)
+    # The newest snapshot's index and the events after it: the jobs are chosen by the index
+    # (readmodels.select_jobs' order, by id), and `--json` writes the snapshot's text of each
+    # as it is; only the table decodes the jobs it shows.
+    state = load_lazy(store)
+    ids = state.select(owner=owner, state=state_)
     if as_json:
-        print_json([job_json(j) for j in jobs], plain=True)
+        print_json_items(state.texts(ids))
         return
+    jobs = state.jobs(ids)
     out = console()
     out.print(jobs_table(jobs, f"{len(jobs)} job(s) at seq {state.position}"))
     for job in jobs:  # the TPU API refused it for good: say why, and what to do

@@ -6,8 +6,8 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.readmodels import health_streams, tpu_health, tpu_rows
-from ledger.replay import load_state
+from ledger.app.readmodels import health_streams, tpu_health, tpu_jobs, tpu_rows
+from ledger.replay import load_lazy
 
 
 @click.command()
@@ -18,13 +18,14 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     its hosts' health at the last check (before a start, or `ledger doctor --fix`). A
     multislice job's TPU is listed slice by slice (its queued resource's nodes)."""
     store = store_from(ctx)
-    # Read models, not a replay: the jobs from the newest snapshot and the events after it,
-    # the hosts' health from the few streams that hold it (readmodels.health_streams).
-    state = load_state(store)
+    # Read models, not a replay: the jobs from the newest snapshot's index and the events
+    # after it, only the TPUs' holders decoded; the hosts' health from the few streams that
+    # hold it (readmodels.health_streams).
+    state = load_lazy(store)
     # A job's first event is its `submitted` (the spec: its largest, and no health in it).
-    events = sorted((e for stream in health_streams(state.jobs.values()) for e in store.read_stream(stream, after_version=1)
+    events = sorted((e for stream in health_streams(state.index.values()) for e in store.read_stream(stream, after_version=1)
                      if e.seq <= state.position), key=lambda e: e.seq)
-    rows = tpu_rows(state.jobs.values(), tpu_health(events))
+    rows = tpu_rows(state.jobs(tpu_jobs(state.index.values())), tpu_health(events))
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows, plain=True)
         return

@@ -252,8 +252,9 @@ class Dashboard:
         return self.render("tpus.html", title="TPUs", nav="tpus", d=views.tpus_page(self.live))
 
     async def queue(self, request: Request) -> Response:
+        query = views.QueueQuery.parse(request.query_params)
         data = await run_in_threadpool(self._queue)
-        return self.render("queue.html", title="queue", nav="queue", d=data)
+        return self.render("queue.html", title="queue", nav="queue", d=data, q=query, shown=views.queue_shown(data, query))
 
     def _queue(self) -> dict[str, Any]:
         with self.pool.store() as store:
