@@ -329,12 +329,15 @@ def admit(
     taken: set[str] = {v.id for vs in p.given.values() for v in vs}
     blocked: list[JobState] = []  # held back by their own quotas: their reason is settled at the end
     current = None  # the class being looked at: jobs come by priority, so by class
+    priority, cls = None, 0  # a class is looked up once per priority (jobs come by priority)
     for job in waiting:
         need = needs[job.id]
         if need is None or need.chips == 0:
             decision.admitted.add(job.id)  # nothing to count: an unknown type fails at provisioning
             continue
-        if (cls := p.class_of(job.priority)) != current:
+        if job.priority != priority:
+            priority, cls = job.priority, p.class_of(job.priority)
+        if cls != current:
             p.flush()  # what the higher classes wait for is kept from this one
             current = cls
         wait = p.own(job, need, cls)

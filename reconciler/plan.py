@@ -63,8 +63,7 @@ def plan(
     for job in jobs.values():
         if job.state in fold.TERMINAL and job.tpu is None or job.id in busy:  # job.terminal, without a call per job
             continue
-        if gate is not None and job.id in gate.waits:  # held back: recorded once per reason
-            wait = gate.waits[job.id]
+        if gate is not None and (wait := gate.waits.get(job.id)) is not None:  # held back: recorded once per reason
             action = None if admission.recorded(job, wait) else _record(job, admission.queued(wait))
         else:
             action = plan_job(job, observed, holders, first_in_line, config, adopted, placing.get(job.id),
