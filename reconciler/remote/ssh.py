@@ -430,7 +430,12 @@ class SSHPool:
 
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
+        # poll(), not select(): a reconciler with a thousand hosts holds descriptors past
+        # FD_SETSIZE (1,024: each connection a socket, each channel waited on a pipe pair),
+        # which select() refuses with "filedescriptor out of range".
+        ready = select.poll()
         try:
+            ready.register(chan, select.POLLIN)
             chan.exec_command(command)
             if stdin is not None:
                 chan.sendall(stdin)
@@ -448,7 +453,7 @@ class SSHPool:
                     raise CommandTimeout(f"{host.label}: command exceeded {timeout:g}s")
                 if chan.closed and not chan.exit_status_ready():
                     raise ChannelLost(f"{host.label} ({key_name(host)}): channel closed without an exit status")
-                select.select([chan], [], [], min(left, 1.0))
+                ready.poll(min(left, 1.0) * 1000)
             code = chan.recv_exit_status()
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.drop(host)
