@@ -16,12 +16,13 @@ import os
 import random
 import select
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger import defaults
 from reconciler.remote.errors import (
@@ -58,14 +59,34 @@ class KnownHosts:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        # The file's content as last read, and the keys parsed from exactly that content.
+        # Parsing every line at every connect made a thousand first connections quadratic
+        # (paramiko's load checks each line against every key before it): 1,000 hosts took
+        # minutes of CPU. Each lookup still reads the file: any change to it is seen.
+        self._parsed: tuple[bytes, Any] = (b"", None)
+        self._parse_lock = threading.Lock()
 
     def lookup(self, name: str) -> dict[str, paramiko.PKey]:
         import paramiko  # start-up time: paramiko (0.2 s CPU) loads at the first SSH use, not when a reconciler starts
 
-        keys = paramiko.HostKeys()
-        if self.path.exists():
-            keys.load(str(self.path))
-        return dict(keys.lookup(name) or {})
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        with self._parse_lock:
+            seen, keys = self._parsed
+            if keys is None or data != seen:
+                if keys is not None and seen.endswith(b"\n") and data.startswith(seen):
+                    tail = data[len(seen):]  # lines appended (what `record` does): load merges them as it would in one read
+                else:
+                    keys, tail = paramiko.HostKeys(), data
+                if tail:
+                    with tempfile.NamedTemporaryFile(prefix="known_hosts.") as f:
+                        f.write(tail)
+                        f.flush()
+                        keys.load(f.name)
+                self._parsed = (data, keys)
+            return dict(keys.lookup(name) or {})
 
     def record(self, name: str, key: paramiko.PKey) -> None:
         """Add a first-seen key; refuse if another process recorded a different one meanwhile."""
