@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.fold import JobState
-from ledger.spec.placement import choice
+from ledger.spec.placement import placements
 from ledger.tpu_types import Footprint, footprint
 
 __all__ = ["Footprint", "accelerator_of", "asked", "chips_of", "family_of", "footprint", "held", "slice_nodes",
@@ -47,9 +47,10 @@ def held(tpu: Mapping[str, Any] | None) -> Footprint | None:
 
 def asked(spec: Mapping[str, Any], index: int = 0) -> Footprint | None:
     """What choice `index` of a normalised spec takes (a shared TPU: its one accelerator)."""
-    found = choice(spec, index) if isinstance(spec, dict) else None
-    if found is not None:
-        return footprint(found.accelerator, found.slices)
+    if isinstance(spec, dict):
+        choices = placements(spec)
+        if 0 <= index < len(choices):
+            return choices[index].takes
     tpu = spec.get("tpu") if isinstance(spec, Mapping) else None
     return held(tpu) if isinstance(tpu, Mapping) else None
 

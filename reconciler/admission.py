@@ -50,7 +50,7 @@ from typing import Any
 
 from ledger import fold
 from ledger.events import data as ev
-from ledger.fold import JobState
+from ledger.fold import TERMINAL, JobState
 from ledger.spec.policy import Policy, Quota
 from ledger.usage.fairtree import FairTree, fair_tree
 from ledger.usage.fold import Interval
@@ -182,11 +182,11 @@ class _Pass:
             for scope, _ in self.scopes(owner):
                 self.week[(scope, family)] = self.week.get((scope, family), 0.0) + hours
 
-    def own(self, job: JobState, need: Need) -> Wait | None:
+    def own(self, job: JobState, need: Need, cls: int) -> Wait | None:
         """`_first_blocker`, remembered while nothing is admitted: it depends on the owner, the need,
-        the class (the chips kept for the classes above it are all known by the time a job
+        the class `cls` (the chips kept for the classes above it are all known by the time a job
         of that class is looked at: jobs come by priority) and what is held."""
-        key = (job.owner, need, self.class_of(job.priority), job.admitted_by, self.version)
+        key = (job.owner, need, cls, job.admitted_by, self.version)
         found = self._own.get(key, self)
         if found is self:
             if len(self._own) > 65536:
@@ -300,11 +300,11 @@ def admit(
     needs: dict[str, Need | None] = {}
     unsettled: set[str] = set()  # families with a waiting job's action in flight: no preemption now
     for job in jobs.values():
-        if job.terminal and job.tpu is None:
+        if job.state in TERMINAL and job.tpu is None:  # job.terminal, without a call per job of the ledger
             continue  # most of a ledger: nothing held, nothing asked
         need = needs[job.id] = need_of(job, asks.get(job.id))
         holds = job.tpu is not None or bool(job.pending_action and (job.pending_action.get("params") or {}).get("tpu"))
-        if not holds and not job.terminal and job.state in WAITING_STATES and not job.cancel_requested:
+        if not holds and job.state in WAITING_STATES and not job.cancel_requested:  # (no waiting state is terminal)
             if job.id in p.busy and need is not None:
                 p.add(p.held, job.owner, need)  # what it asks for may be under way
                 unsettled.add(need.family)
@@ -329,15 +329,18 @@ def admit(
     taken: set[str] = {v.id for vs in p.given.values() for v in vs}
     blocked: list[JobState] = []  # held back by their own quotas: their reason is settled at the end
     current = None  # the class being looked at: jobs come by priority, so by class
+    priority, cls = None, 0  # a class is looked up once per priority (jobs come by priority)
     for job in waiting:
         need = needs[job.id]
         if need is None or need.chips == 0:
             decision.admitted.add(job.id)  # nothing to count: an unknown type fails at provisioning
             continue
-        if (cls := p.class_of(job.priority)) != current:
+        if job.priority != priority:
+            priority, cls = job.priority, p.class_of(job.priority)
+        if cls != current:
             p.flush()  # what the higher classes wait for is kept from this one
             current = cls
-        wait = p.own(job, need)
+        wait = p.own(job, need, cls)
         if wait is not None:
             decision.waits[job.id] = wait
             if wait.unit != WEEK and wait.detail != TOO_BIG and not job.admitted_by:
@@ -367,7 +370,7 @@ def admit(
     for job in blocked:
         need = needs[job.id]
         assert need is not None
-        if (wait := p.own(job, need)) is not None:
+        if (wait := p.own(job, need, p.class_of(job.priority))) is not None:
             decision.waits[job.id] = wait
     spent: dict[tuple[Any, ...], Wait | None] = {}
     for job in running:

@@ -149,6 +149,9 @@ def place_waiting(jobs: Mapping[str, JobState], memory: CapacityMemory, now_us: 
     slow = []
     out: dict[str, Try | Hold] = {}
     keys, rounds, ran_on = memory.keys, memory.rounds, memory.ran_on
+    # choice list (interned: jobs alike share one) -> (it, its first choice's Try, or None when
+    # the memory knows that choice's key): asked once per list this pass, not once per job.
+    firsts: dict[int, tuple[tuple[Choice, ...], Try | None]] = {}
     for job in jobs.values():
         intent = job.pending_action
         if intent is not None:
@@ -160,10 +163,14 @@ def place_waiting(jobs: Mapping[str, JobState], memory: CapacityMemory, now_us: 
         choices = placements(job.spec)
         if not choices:
             continue
-        if job.id not in rounds and not ran_on.get(job.id) and choices[0].key not in keys:
-            out[job.id] = _first(choices[0])
-        else:
-            slow.append(job)
+        if job.id not in rounds and not ran_on.get(job.id):
+            first = firsts.get(id(choices))
+            if first is None or first[0] is not choices:  # kept with the list: its id stays its own
+                first = firsts[id(choices)] = (choices, Try(choices[0]) if choices[0].key not in keys else None)
+            if first[1] is not None:
+                out[job.id] = first[1]
+                continue
+        slow.append(job)
     slow.sort(key=lambda j: (-j.priority, j.submitted_seq, j.id))
     alike: dict[tuple, Try | Hold | None] = {}  # jobs with the same choices and rules, no round of their own
     for job in slow:
@@ -185,8 +192,3 @@ def place_waiting(jobs: Mapping[str, JobState], memory: CapacityMemory, now_us: 
         if isinstance(got, Try) and got.probe:
             probing.add(got.choice.key)
     return out
-
-
-@functools.lru_cache(maxsize=4096)
-def _first(c: Choice) -> Try:
-    return Try(c)

@@ -61,10 +61,9 @@ def plan(
     asks = {jid: got.choice.index for jid, got in placing.items() if isinstance(got, placement.Try)}
     gate = admission.admit(jobs, config.policy, usage, busy=busy, asks=asks) if admission.active(config.policy) else None  # type: ignore[arg-type]
     for job in jobs.values():
-        if job.id in busy or (job.terminal and job.tpu is None):
+        if job.state in fold.TERMINAL and job.tpu is None or job.id in busy:  # job.terminal, without a call per job
             continue
-        if gate is not None and job.id in gate.waits:  # held back: recorded once per reason
-            wait = gate.waits[job.id]
+        if gate is not None and (wait := gate.waits.get(job.id)) is not None:  # held back: recorded once per reason
             action = None if admission.recorded(job, wait) else _record(job, admission.queued(wait))
         else:
             action = plan_job(job, observed, holders, first_in_line, config, adopted, placing.get(job.id),
@@ -559,16 +558,17 @@ def _resolve(job: JobState, obs: Observed, config: PlanConfig, adopted: bool = F
 def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig) -> list[Action]:
     if not obs.nodes:
         return []
-    held = {n for j in jobs.values() if j.tpu for n in (j.tpu["name"], *slice_nodes(j.tpu))}
-    # A node released within the grace period is being deleted by its job, not orphaned.
     # ISO UTC times compare as text: one cutoff per pass, no parsing per job.
     cutoff = format_time(datetime.fromtimestamp(obs.now - config.orphan_grace_s, UTC))
-    for j in jobs.values():
+    held: set[str] = set()
+    for j in jobs.values():  # one loop over the ledger's jobs for the three kinds of node held
+        if j.tpu:
+            held.update((j.tpu["name"], *slice_nodes(j.tpu)))
+        # A node released within the grace period is being deleted by its job, not orphaned.
         for name, when in j.released:
             if when > cutoff:
                 held.add(name)
-    # A provisioning intent names its node before the node exists: never collect it.
-    for j in jobs.values():
+        # A provisioning intent names its node before the node exists: never collect it.
         if j.pending_action and (tpu := (j.pending_action.get("params") or {}).get("tpu")):
             held.update((tpu.get("name", ""), *slice_nodes(tpu)))
     orphans = [

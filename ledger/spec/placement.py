@@ -11,7 +11,7 @@ its own `gcsfuse` and `args_flags` (place-dependent settings). Pure: no I/O.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger import defaults, tpu_types
@@ -38,6 +38,9 @@ class Choice:
     pricing: str
     reservation: str | None
     slices: int
+    # What the choice takes (its type times its slices; None for an unknown type): made once
+    # with the choice, since every pass asks it of every waiting job (admission's chips).
+    takes: tpu_types.Footprint | None = field(default=None, compare=False, repr=False)
 
     @property
     def queued(self) -> bool:
@@ -109,8 +112,10 @@ def _choice(index: int, row: dict, base: dict) -> Choice:
     def get(name: str, default: Any = None) -> Any:
         return row.get(name, base.get(name, default))
 
-    return Choice(index, str(get("allocation_mode", "tpu-vm")), str(get("accelerator", "")), str(get("zone", "")),
-                  str(get("version", "") or ""), str(get("pricing", "ondemand")), get("reservation"), int(get("slices", 1) or 1))
+    accelerator, slices = str(get("accelerator", "")), int(get("slices", 1) or 1)
+    return Choice(index, str(get("allocation_mode", "tpu-vm")), accelerator, str(get("zone", "")),
+                  str(get("version", "") or ""), str(get("pricing", "ondemand")), get("reservation"), slices,
+                  tpu_types.footprint(accelerator, slices))
 
 
 def choice(spec: dict, index: int) -> Choice | None:

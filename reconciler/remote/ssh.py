@@ -16,11 +16,12 @@ import os
 import random
 import select
 import socket
+import tempfile
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger import defaults
 from ledger.observers import Observers
@@ -58,14 +59,34 @@ class KnownHosts:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        # The file's content as last read, and the keys parsed from exactly that content.
+        # Parsing every line at every connect made a thousand first connections quadratic
+        # (paramiko's load checks each line against every key before it): 1,000 hosts took
+        # minutes of CPU. Each lookup still reads the file: any change to it is seen.
+        self._parsed: tuple[bytes, Any] = (b"", None)
+        self._parse_lock = threading.Lock()
 
     def lookup(self, name: str) -> dict[str, paramiko.PKey]:
         import paramiko  # start-up time: paramiko (0.2 s CPU) loads at the first SSH use, not when a reconciler starts
 
-        keys = paramiko.HostKeys()
-        if self.path.exists():
-            keys.load(str(self.path))
-        return dict(keys.lookup(name) or {})
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        with self._parse_lock:
+            seen, keys = self._parsed
+            if keys is None or data != seen:
+                if keys is not None and seen.endswith(b"\n") and data.startswith(seen):
+                    tail = data[len(seen):]  # lines appended (what `record` does): load merges them as it would in one read
+                else:
+                    keys, tail = paramiko.HostKeys(), data
+                if tail:
+                    with tempfile.NamedTemporaryFile(prefix="known_hosts.") as f:
+                        f.write(tail)
+                        f.flush()
+                        keys.load(f.name)
+                self._parsed = (data, keys)
+            return dict(keys.lookup(name) or {})
 
     def record(self, name: str, key: paramiko.PKey) -> None:
         """Add a first-seen key; refuse if another process recorded a different one meanwhile."""
@@ -428,7 +449,12 @@ class SSHPool:
 
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
+        # poll(), not select(): a reconciler with a thousand hosts holds descriptors past
+        # FD_SETSIZE (1,024: each connection a socket, each channel waited on a pipe pair),
+        # which select() refuses with "filedescriptor out of range".
+        ready = select.poll()
         try:
+            ready.register(chan, select.POLLIN)
             chan.exec_command(command)
             if stdin is not None:
                 chan.sendall(stdin)
@@ -446,7 +472,7 @@ class SSHPool:
                     raise CommandTimeout(f"{host.label}: command exceeded {timeout:g}s")
                 if chan.closed and not chan.exit_status_ready():
                     raise ChannelLost(f"{host.label} ({key_name(host)}): channel closed without an exit status")
-                select.select([chan], [], [], min(left, 1.0))
+                ready.poll(min(left, 1.0) * 1000)
             code = chan.recv_exit_status()
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.drop(host)

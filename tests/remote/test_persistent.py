@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -54,6 +55,29 @@ def test_one_connection_per_host_however_many_probes(pod, runner_for, wait_for):
     assert r.pool.connects == len(pod.hosts)
     assert len(sessions(pod)) == len(pod.hosts)  # the server agrees: one session process each
     assert len(r.watchers) == len(pod.hosts)
+
+
+def test_commands_and_watchers_work_with_descriptors_past_1024(pod, runner_for, wait_for):
+    """A reconciler with a thousand hosts holds more descriptors than select() takes (FD_SETSIZE,
+    1,024): each connection's socket, each channel waited on a pipe pair. Starting, probing,
+    watching and running a command must still work once every new descriptor is past it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 2048:
+        assert hard == resource.RLIM_INFINITY or hard >= 2048, f"RLIMIT_NOFILE hard limit {hard} is below 2,048"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    filler: list[int] = []
+    try:
+        while not filler or filler[-1] < 1100:  # every descriptor up to 1,100 taken: the next ones are past it
+            filler.append(os.open(os.devnull, os.O_RDONLY))
+        r = runner_for(pod)
+        r.start(JOB, 1, pod.hosts, spec("echo up; sleep 300"), extra_args=[], resume=False)
+        wait_for(lambda: all(s.output_bytes == 3 for s in r.probe(JOB, 1, pod.hosts).values()))
+        assert len(r.watchers) == len(pod.hosts)
+        assert r.run(pod.hosts[0], "echo past").stdout == b"past\n"
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_watched_probe_streams_output_without_a_round_trip(pod, runner_for, wait_for, monkeypatch):

@@ -129,3 +129,29 @@ def test_module_script_checks_then_sets_up_in_one_trip(tmp_path):
     assert modules.parse_batch(out, "n", "s") == [(b"making\n", 0), (b"", 4)]
     out = run()
     assert modules.parse_batch(out, "n", "c") == [(b"", 0)] and modules.parse_batch(out, "n", "s") == []
+
+
+def test_known_hosts_answers_from_the_file_as_it_is_now(tmp_path):
+    """The parsed known_hosts is kept between connects, but every lookup answers what the file
+    holds at that moment: keys recorded, appended by another process, removed or changed by hand."""
+    import paramiko
+
+    from reconciler.remote.ssh import KnownHosts
+
+    path = tmp_path / "known_hosts"
+    one, two = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    kind = one.get_name()
+    known = KnownHosts(path)
+    assert known.lookup("[a]:1") == {}
+    known.record("[a]:1", one)
+    known.record("[b]:2", two)
+    assert known.lookup("[a]:1") == {kind: one} and known.lookup("[b]:2") == {kind: two}
+    with path.open("a") as f:  # another reconciler on this host recorded one more
+        f.write(f"[c]:3 {kind} {one.get_base64()}\n")
+    assert known.lookup("[c]:3") == {kind: one}
+    path.write_text(f"[b]:2 {kind} {two.get_base64()}\n")  # [a]:1 removed by hand (a re-created host)
+    assert known.lookup("[a]:1") == {} and known.lookup("[c]:3") == {}
+    path.write_text(f"[a]:1 {kind} {two.get_base64()}\n")  # ... and recorded again with its new key
+    assert known.lookup("[a]:1") == {kind: two} and known.lookup("[b]:2") == {}
+    path.unlink()
+    assert known.lookup("[a]:1") == {}
