@@ -160,3 +160,20 @@ class PgDatabase:
     def close(self) -> None:
         with self.lock:
             self.conn.close()
+
+
+class SideTable:
+    """A small table beside the ledger's events (leases, heartbeats) on a PgDatabase, with its
+    queries (`queries_file`), judged by the server's clock; it closes the database only when it
+    owns it (`owns_db`: opened for it alone)."""
+
+    queries_file: str
+
+    def __init__(self, db: PgDatabase, *, owns_db: bool = False) -> None:
+        self._db = db
+        self._q = db.statements(self.queries_file)
+        self._owns = owns_db
+
+    def close(self) -> None:
+        if self._owns:
+            self._db.close()

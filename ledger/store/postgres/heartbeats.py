@@ -10,14 +10,14 @@ from psycopg import sql
 
 from ledger.store import sqlfiles
 from ledger.store.heartbeats import Beat, Heartbeat
-from ledger.store.postgres.database import PACKAGE, READER_ROLE, WRITER_ROLE, PgDatabase
+from ledger.store.postgres.database import PACKAGE, READER_ROLE, WRITER_ROLE, PgDatabase, SideTable
 
 
-class PostgresHeartbeats:
+class PostgresHeartbeats(SideTable):
+    queries_file = "heartbeats.sql"
+
     def __init__(self, db: PgDatabase, *, owns_db: bool = False) -> None:
-        self._db = db
-        self._q = db.statements("heartbeats.sql")
-        self._owns = owns_db
+        super().__init__(db, owns_db=owns_db)
         self._table = f"{db.schema}.heartbeats"
         if not self._exists():
             with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # a reader: no rows until a service beats
@@ -50,7 +50,3 @@ class PostgresHeartbeats:
 
     def forget(self, older_than: float) -> int:
         return len(self._db.execute(self._q["forget"], {"older_than": float(older_than)}))
-
-    def close(self) -> None:
-        if self._owns:
-            self._db.close()

@@ -4,14 +4,11 @@ schema, judged by the database server's clock."""
 from __future__ import annotations
 
 from ledger.store.leases import Lease, check_lease
-from ledger.store.postgres.database import PgDatabase
+from ledger.store.postgres.database import SideTable
 
 
-class PostgresLeases:
-    def __init__(self, db: PgDatabase, *, owns_db: bool = False) -> None:
-        self._db = db
-        self._q = db.statements("leases.sql")
-        self._owns = owns_db
+class PostgresLeases(SideTable):
+    queries_file = "leases.sql"
 
     def _changed(self, query: str, name: str, holder: str, ttl: float | None = None) -> bool:
         return bool(self._db.execute(self._q[query], {"name": name, "holder": holder, "ttl": ttl}))
@@ -34,7 +31,3 @@ class PostgresLeases:
 
     def all(self) -> list[Lease]:
         return [Lease(*r) for r in self._db.execute(self._q["all"])]
-
-    def close(self) -> None:
-        if self._owns:
-            self._db.close()

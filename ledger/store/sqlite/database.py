@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ledger.errors import StoreError, UsageError
@@ -63,6 +63,30 @@ def write_transaction(db: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Co
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+
+
+class SideTable:
+    """A small table beside the events (leases, heartbeats): its own connection to the ledger
+    file, its queries (`queries_file`), judged by this host's clock. A subclass creates its
+    table in `__init__` (`_q["create"]`) as its readers need."""
+
+    queries_file: str
+    cache_kib: int
+
+    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.clock = clock
+        self._q = sqlfiles.queries(PACKAGE, self.queries_file)
+        self._db = connect(self.path, cache_kib=self.cache_kib)
+
+    def _write(self, query: str, params: tuple) -> int:
+        """Rows changed by one query in one write transaction (a read of the old row and the
+        write are one step for every process)."""
+        with write_transaction(self._db, self.path) as db:
+            return db.execute(self._q[query], params).rowcount
+
+    def close(self) -> None:
+        self._db.close()
 
 
 class _RollBack(Exception):

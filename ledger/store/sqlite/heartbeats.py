@@ -9,23 +9,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ledger.store import sqlfiles
 from ledger.store.heartbeats import Beat, Heartbeat
-from ledger.store.sqlite.database import PACKAGE, connect, write_transaction
+from ledger.store.sqlite.database import SideTable
 
 
-class SQLiteHeartbeats:
+class SQLiteHeartbeats(SideTable):
+    queries_file = "heartbeats.sql"
+    cache_kib = 256
+
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
-        self.path = Path(path)
-        self.clock = clock
-        self._q = sqlfiles.queries(PACKAGE, "heartbeats.sql")
-        self._db = connect(self.path, cache_kib=256)
+        super().__init__(path, clock=clock)
         with contextlib.suppress(sqlite3.OperationalError):  # a read-only file: readers see no rows until a service beats
             self._db.execute(self._q["create"])
-
-    def _write(self, query: str, params: tuple) -> int:
-        with write_transaction(self._db, self.path) as db:
-            return db.execute(self._q[query], params).rowcount
 
     def beat(self, beat: Beat) -> None:
         lease = None if beat.lease_held is None else int(beat.lease_held)
@@ -47,6 +42,3 @@ class SQLiteHeartbeats:
 
     def forget(self, older_than: float) -> int:
         return self._write("forget", (self.clock() - older_than,))
-
-    def close(self) -> None:
-        self._db.close()

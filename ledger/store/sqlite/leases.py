@@ -7,37 +7,31 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ledger.store import sqlfiles
 from ledger.store.leases import Lease, check_lease
-from ledger.store.sqlite.database import PACKAGE, connect, write_transaction
+from ledger.store.sqlite.database import SideTable
 
 
-class SQLiteLeases:
+class SQLiteLeases(SideTable):
+    queries_file = "leases.sql"
+    cache_kib = 2048
+
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
-        self.path = Path(path)
-        self.clock = clock
-        self._q = sqlfiles.queries(PACKAGE, "leases.sql")
-        self._db = connect(self.path, cache_kib=2048)
+        super().__init__(path, clock=clock)
         self._db.execute(self._q["create"])
-
-    def _write(self, query: str, params: tuple) -> bool:
-        # One write transaction: the read of the old row and the write are one step for all processes.
-        with write_transaction(self._db, self.path) as db:
-            return db.execute(self._q[query], params).rowcount > 0
 
     def acquire(self, name: str, holder: str, ttl: float) -> bool:
         check_lease(holder, ttl)
         now = self.clock()
-        return self._write("acquire", (name, holder, now + ttl, now))
+        return self._write("acquire", (name, holder, now + ttl, now)) > 0
 
     def renew(self, name: str, holder: str, ttl: float) -> bool:
         check_lease(holder, ttl)
         now = self.clock()
-        return self._write("renew", (now + ttl, name, holder, now))
+        return self._write("renew", (now + ttl, name, holder, now)) > 0
 
     def release(self, name: str, holder: str) -> bool:
         check_lease(holder)
-        return self._write("release", (self.clock(), name, holder))
+        return self._write("release", (self.clock(), name, holder)) > 0
 
     def _lease(self, row: tuple) -> Lease:
         name, holder, expires_at, token = row
@@ -49,6 +43,3 @@ class SQLiteLeases:
 
     def all(self) -> list[Lease]:
         return [self._lease(r) for r in self._db.execute(self._q["all"])]
-
-    def close(self) -> None:
-        self._db.close()
