@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from ledger.defaults import RELEASE_REFUSED_RETRY_S
 from ledger.fold import JobState
 from ledger.placement import accelerator_of, held, slice_nodes
 from ledger.replay import JobIndex
@@ -210,3 +211,17 @@ def usage_json(report: UsageReport, since: str | None, until: str, position: int
             "categories": list(CATEGORIES), "rows": [r.to_dict() for r in report.rows],
             "total": report.total.to_dict(), "missing_prices": list(report.missing),
             "prices_in_force": prices or []}
+
+
+def release_refused(job: JobState | None) -> dict[str, Any] | None:
+    """The TPU API refused for good to delete the TPU the job still holds: which TPU, and the
+    one line that says what to grant (`last_error` of kind `release`); None otherwise."""
+    if job is None or job.tpu is None or (job.last_error or {}).get("kind") != "release":
+        return None
+    return {"tpu": job.tpu.get("name", ""), **job.last_error}
+
+
+def release_refused_line(refused: Mapping[str, Any]) -> str:
+    """`release_refused`'s answer in words, as `ledger inspect` and `ledger list` say it."""
+    return (f"{refused['message']} (TPU {refused['tpu']} keeps billing; tried again every "
+            f"{int(RELEASE_REFUSED_RETRY_S // 60)} minutes)")

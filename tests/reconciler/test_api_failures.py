@@ -209,6 +209,8 @@ def test_a_delete_refused_for_good_says_so_on_the_job_and_is_tried_again_only_no
         assert json.loads(CliRunner().invoke(cli, ["--store", harness.store_url, "inspect", JOB, "--json"]).output)[
             "release_refused"]["permission"] == "tpu.nodes.delete"
         assert "release refused: PERMISSION_DENIED: tpu.nodes.delete" in shown.output and "keeps billing" in shown.output
+        listed = CliRunner(env={"COLUMNS": "300"}).invoke(cli, ["--store", harness.store_url, "list"], catch_exceptions=False)
+        assert f"{JOB}: release refused: PERMISSION_DENIED: tpu.nodes.delete" in listed.output, listed.output
         deadline = time.monotonic() + 30
         while harness.job(JOB).state != fold.CANCELLED and time.monotonic() < deadline:
             rec.step()

@@ -14,8 +14,12 @@ from rich.table import Table
 from ledger.app.commands.common import print_json, store_from
 from ledger.app.commands.usage import accounting_line
 from ledger.app.queueview import policy_at, policy_option, queue_rows
-from ledger.app.readmodels import placement_label, placements_of
-from ledger.defaults import RELEASE_REFUSED_RETRY_S
+from ledger.app.readmodels import (
+    placement_label,
+    placements_of,
+    release_refused,
+    release_refused_line,
+)
 from ledger.describe import actor_text, summarize
 from ledger.errors import LedgerError
 from ledger.fold import JobState, replay
@@ -76,8 +80,7 @@ def inspect_cmd(ctx: click.Context, job: str, as_json: bool, wide: bool, policy_
         line = accounting_line(usage)
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
     if refused is not None:
-        line = (f"release refused: {refused['message']} (TPU {refused['tpu']} keeps billing; tried again every "
-                f"{int(RELEASE_REFUSED_RETRY_S // 60)} minutes)")
+        line = f"release refused: {release_refused_line(refused)}"
         click.echo(line if wide else "\n".join(wrap(line.split(), width, "", 2)))
     row = waiting_row(store, job, policy, state)
     if row is not None:
@@ -94,13 +97,6 @@ def waiting_row(store: Reader, job: str, policy: Policy | None, state: JobState 
         return None
     return next((r for r in queue_rows(store, policy) if r["job"] == job), None)
 
-
-def release_refused(state: JobState | None) -> dict[str, Any] | None:
-    """The TPU API refused for good to delete the TPU the job still holds: which TPU, and the
-    one line that says what to grant (`last_error` of kind `release`); None otherwise."""
-    if state is None or state.tpu is None or (state.last_error or {}).get("kind") != "release":
-        return None
-    return {"tpu": state.tpu.get("name", ""), **state.last_error}
 
 
 def _wide_table(title: str, rows: list[Row]) -> None:

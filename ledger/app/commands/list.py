@@ -6,6 +6,7 @@ import click
 
 from ledger.app.commands.common import console, print_json_items, store_from
 from ledger.app.commands.replay import jobs_table
+from ledger.app.readmodels import release_refused, release_refused_line
 from ledger.fold import BLOCKED, LIVE, TERMINAL
 from ledger.replay import load_lazy
 
@@ -39,3 +40,5 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
         if job.state == BLOCKED:
             out.print(f"{job.id} is blocked: {(job.last_error or {}).get('message', '')} (then `ledger resume {job.id}`)",
                       markup=False)
+        elif (refused := release_refused(job)) is not None:
+            out.print(f"{job.id}: release refused: {release_refused_line(refused)}", markup=False)
