@@ -163,3 +163,8 @@ def test_the_queue_page_shows_a_page_of_rows_with_links_to_the_others_and_keeps_
         assert shown("/queue")[1] == order  # fewer than a page: all of them, no pager
         assert 'class="pager"' not in shown("/queue")[2]
         assert get(site.url, "/queue?page=x")[0] == 400
+        # /api/queue pages the same way when asked to (a script polling a lab's 10,000 rows)
+        paged = get_json(site.url, "/api/queue?owner=bob&per_page=2&page=2")
+        assert paged["total"] == 5 and paged["pages"] == 3 and paged["page"] == 2 and paged["offset"] == 2
+        assert paged["per_page"] == 2 and [r["job"] for r in paged["rows"]] == bobs[2:4]
+        assert get(site.url, "/api/queue?page=x")[0] == 400

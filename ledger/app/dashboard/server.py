@@ -320,7 +320,16 @@ class Dashboard:
         return JSONResponse(views.tpus_page(self.live)["rows"])  # `ledger tpus --json`
 
     async def api_queue(self, request: Request) -> Response:
-        return JSONResponse((await run_in_threadpool(self._queue))["rows"])  # `ledger queue --json`
+        """Every row (`ledger queue --json`); with any of `owner`, `wait`, `page`, `per_page`, one
+        page of the rows those choose, as `/api/jobs` pages (a script polling a lab's 10,000)."""
+        data = await run_in_threadpool(self._queue)
+        params = request.query_params
+        if not any(k in params for k in views.QueueQuery.PARAMS):
+            return JSONResponse(data["rows"])
+        query = views.QueueQuery.parse(params)
+        shown = views.queue_shown(data, query)
+        return JSONResponse({"position": data["position"], "per_page": query.per_page,
+                             **{k: shown[k] for k in ("total", "offset", "page", "pages", "rows")}})
 
     async def api_queue_tree(self, request: Request) -> Response:
         return JSONResponse((await run_in_threadpool(self._queue))["tree"])  # `ledger queue --tree --json`

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote, urlencode
 
 import yaml
@@ -129,6 +129,7 @@ class QueueQuery:
     wait: str | None = None
     page: int = 1
     per_page: int = PER_PAGE
+    PARAMS: ClassVar[tuple[str, ...]] = ("owner", "wait", "page", "per_page")
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> QueueQuery:
