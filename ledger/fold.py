@@ -61,7 +61,9 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     "setup_done": frozenset({SETTING_UP, *_IN_FLIGHT}),
     "setup_failed": frozenset({SETTING_UP, *_IN_FLIGHT}),
     "started": frozenset({READY, SETTING_UP, RECOVERING, FAILED, *_IN_FLIGHT}),
-    "preempted": frozenset({PROVISIONED, SETTING_UP, READY, RUNNING, PROVISIONING, RECOVERING, CANCELLING}),
+    # QUEUED too: a job holding a queued resource waits in `queued` (WAITING_FOR_RESOURCES, or
+    # one slice ACTIVE before the others), and a node of it may be preempted before it is used.
+    "preempted": frozenset({PROVISIONED, SETTING_UP, READY, RUNNING, PROVISIONING, QUEUED, RECOVERING, CANCELLING}),
     "failed": _ANY_LIVE,
     "resumed": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FAILED_FINAL, BLOCKED, *_IN_FLIGHT}),
     "rerun": frozenset({PREEMPTED, FAILED, RECOVERING, RUNNING, READY, FINISHED, FAILED_FINAL, CANCELLED, BLOCKED, *_IN_FLIGHT}),

@@ -261,6 +261,23 @@ def test_waiting_queued_resource_is_recorded_once():
     assert only(plan({j.id: j}, observed(ready(want["name"]), queued=[active]))).kind == "mark_provisioned"
 
 
+def test_a_queued_resource_preempted_while_its_job_waits_in_queued_is_recorded_and_recovered():
+    """Chaos found it: a job waiting in `queued` on its queued resource, whose node is then
+    preempted, had `preempted` refused by the transition table at every pass, forever."""
+    j = job([submitted(spec(allocation_mode="queued-resources"))])
+    want = tpu_request(j)
+    j = evolve(j, "provisioning", {"attempt": 1, "tpu": want})
+    waiting = QueuedObs(want["name"], ZONE, "WAITING_FOR_RESOURCES")
+    j = evolve(j, "queued", recorded(only(plan({j.id: j}, observed(queued=[waiting]))))[0][1])
+    assert j.state == "queued" and j.tpu is not None
+    gone = observed(ready(want["name"], state="PREEMPTED"), queued=[QueuedObs(want["name"], ZONE, "ACTIVE")])
+    a = only(plan({j.id: j}, gone))
+    assert recorded(a)[0][0] == "preempted"
+    j = evolve(j, *recorded(a)[0])
+    assert j.state == "preempted" and j.anomalies == []  # the table allows it from queued
+    assert only(plan({j.id: j}, gone)).kind in ("release", "recover")  # and the job recovers
+
+
 def test_orphan_nodes_with_our_labels_are_collected_after_grace_only():
     labels = {"managed-by": "tpu-ledger"}
     old = NodeObs("tl-x", ZONE, "READY", labels, create_time=NOW - 120)
