@@ -493,8 +493,8 @@ def _pump_out(pipe, send: Callable[[bytes], None]) -> None:
             if not data:
                 break
             send(data)
-    except OSError:
-        pass  # the client went away: closing our end gives the writer EPIPE, as sshd does
+    except (OSError, EOFError, paramiko.SSHException):
+        pass  # the client went away (paramiko says EOFError mid-send): closing our end gives the writer EPIPE, as sshd does
     finally:
         pipe.close()
 
