@@ -20,7 +20,7 @@ import logging
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import lz4.block
 import msgspec
@@ -80,6 +80,30 @@ class JobIndex(NamedTuple):
         want = job.spec.get("tpu") or {}
         return cls(job.id, job.owner, job.state, str(tpu.get("name")) if tpu else None, bool(tpu and tpu.get("shared")),
                    str(want.get("name")) if want.get("shared") else None, tuple(str(r[0]) for r in job.released if r))
+
+
+class _OwnedAndStated(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+
+
+Chosen = TypeVar("Chosen", bound=_OwnedAndStated)
+
+
+def choose(items: Iterable[Chosen], *, owner: str | None = None, state: str | None = None) -> list[Chosen]:
+    """The jobs of that owner and in that state, in id order: how `ledger list` (over the
+    snapshot's index, `LazyState.select`) and the dashboard (over decoded states,
+    `readmodels.select_jobs`) choose, from a JobIndex or a JobState alike."""
+    if owner is None and state is None:
+        chosen = list(items)
+    else:
+        chosen = [x for x in items if (owner is None or x.owner == owner) and (state is None or x.state == state)]
+    chosen.sort(key=_job_id)
+    return chosen
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -149,7 +173,7 @@ def encode_state(state: LedgerState) -> bytes:
 _ONE = msgspec.json.Decoder(JobState)
 
 
-def _job_id(job: JobState) -> str:
+def _job_id(job: _OwnedAndStated) -> str:
     return job.id
 
 
@@ -242,10 +266,9 @@ class LazyState:
 
     def select(self, *, owner: str | None = None, state: str | None = None) -> list[str]:
         """The ids of the jobs of that owner and in that state, in id order."""
-        if owner is None and state is None:
+        if owner is None and state is None:  # all of them: no index needed
             return sorted(self.index) if self._index is not None else sorted(r[0] for r in self._index_rows)
-        return sorted(i for i, x in self.index.items()
-                      if (owner is None or x.owner == owner) and (state is None or x.state == state))
+        return [x.id for x in choose(self.index.values(), owner=owner, state=state)]
 
     def decoded(self, check: bool = False) -> LedgerState:
         """Every job decoded, in the index's order (what the reconciler and the dashboard

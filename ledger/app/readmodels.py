@@ -14,7 +14,7 @@ import msgspec
 from ledger.defaults import RELEASE_REFUSED_RETRY_S
 from ledger.fold import JobState
 from ledger.placement import accelerator_of, held, slice_nodes
-from ledger.replay import JobIndex
+from ledger.replay import JobIndex, choose
 from ledger.usage import CATEGORIES, UsageReport
 
 
@@ -190,13 +190,11 @@ def select_jobs(jobs: Iterable[JobState], *, owner: str | None = None, state: st
     accelerator and a case-insensitive search in the id, TPU and accelerator, then sorted."""
     needle = text.lower() if text else None
     chosen = [
-        j for j in jobs
-        if (owner is None or j.owner == owner) and (state is None or j.state == state)
-        and (accelerator is None or accelerator_of(j) == accelerator)
+        j for j in choose(jobs, owner=owner, state=state)
+        if (accelerator is None or accelerator_of(j) == accelerator)
         and (needle is None or needle in j.id.lower() or needle in accelerator_of(j).lower()
              or (isinstance(j.tpu, dict) and needle in str(j.tpu.get("name", "")).lower()))
     ]
-    chosen.sort(key=lambda j: j.id)
     if sort != "id" or descending:
         chosen.sort(key=SORTS[sort], reverse=descending)  # stable: ties stay in id order
     return chosen
