@@ -421,6 +421,13 @@ class LedgerState:
     # so a state built from another state or a snapshot never edits what it shares).
     owned: set[str] = field(default_factory=set, repr=False, compare=False)
 
+    def detached(self) -> LedgerState:
+        """A copy that later folds into this state never change, for a reader on another
+        thread (the reconciler's snapshot saver): this state gives up every job it owns, so
+        it copies a job again before changing it. Costs one dict copy; the jobs are shared."""
+        self.owned.clear()
+        return LedgerState(self.position, dict(self.jobs))
+
     def to_json(self) -> bytes:
         return json.dumps(
             {"position": self.position, "jobs": [j.to_dict() for j in self.jobs.values()]},

@@ -263,3 +263,17 @@ def test_sound_snapshots_verify_and_other_codes_are_checked_by_hash_only(store_f
     assert [(v.snapshot.position, v.rebuilt, v.problem) for v in verdicts] == [
         (1, True, None), (1, False, None), (2, True, None),
     ]
+
+
+def test_a_detached_copy_never_sees_later_folds(store_factory):
+    """The reconciler hands a detached copy to its snapshot saver and folds on: the copy must
+    stay the state at its position (a job the state owns is changed in place otherwise)."""
+    store = store_factory()
+    store.append("alice/a", [fold_event("submitted", spec={"x": 1}, spec_hash="ab" * 4, commit="c", path="p")])
+    state = fold_into(fold.LedgerState(), fold_rows(store, 0))  # owns alice/a: it made it
+    copy = state.detached()
+    before = as_data(copy)
+    store.append("alice/a", [fold_event("queued", reason="waiting for capacity")])
+    fold_into(state, fold_rows(store, copy.position))
+    assert state.jobs["alice/a"].state == fold.QUEUED
+    assert as_data(copy) == before

@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from ledger.app.wiring import build
+from ledger.events import NewEvent
 from ledger.fold import CANCELLED, FAILED_FINAL, FINISHED, RUNNING
+from ledger.replay import SNAPSHOT_EVERY, SNAPSHOT_NAME, code_version, decode_state, load_state
+from ledger.store import open_store
 from tests.reconciler.conftest import Harness, job_spec
 
 CORE = ["provisioning", "provisioned", "setup_started", "setup_done", "started"]
@@ -178,3 +182,21 @@ def test_cancel_during_setup_ends_cancelled_with_the_tpu_deleted(harness: Harnes
     assert job.anomalies == []  # an action finishing after the cancel request is legal
     harness.wait("omar/setup", lambda j: not harness.nodes(), timeout=20)
     harness.verify()
+
+
+def test_the_jobs_snapshot_is_saved_off_the_pass_and_is_the_state_at_its_position(harness: Harness):
+    """At 20,000 jobs a snapshot takes seconds to encode: the reconciler saves it on a thread
+    of its own from a detached copy of its state, and close() waits for it."""
+    harness.submit("alice/notes", job_spec("true"))
+    store = open_store(harness.store_url)
+    try:
+        store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
+        head = store.head()
+        rec = build(harness.settings())
+        rec.step()  # the first pass: a snapshot is due (none yet, and SNAPSHOT_EVERY events)
+        rec.close()
+        snap = store.load_snapshot(SNAPSHOT_NAME, code_version(), at_most=head)
+        assert snap is not None and snap.position == head
+        assert decode_state(snap.state) == load_state(store, until=head, use_snapshot=False)
+    finally:
+        store.close()
