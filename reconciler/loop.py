@@ -163,6 +163,8 @@ class Reconciler:
         self.passes = 0
         # Told after every complete pass: (seconds it took, actions it planned). Metrics hook in here.
         self.pass_observers: Observers[[float, list[Action]]] = Observers()
+        # Told after the jobs' snapshot was saved (seconds, True) or could not be (seconds, False).
+        self.snapshot_observers: Observers[[float, bool]] = Observers()
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
             hosts_of=hosts_of, extra_args_of=extra_args_of, forget_job_key=forget_job_key,
@@ -238,14 +240,19 @@ class Reconciler:
         return saving is None or not wait([saving], timeout).not_done
 
     def _save_jobs_snapshot(self, state: LedgerState) -> None:
+        started = time.monotonic()
         try:
             store = open_store(self.store_url)
             try:
-                maybe_snapshot(store, state)
+                saved = maybe_snapshot(store, state)
             finally:
                 store.close()
         except Exception as exc:  # a snapshot is a cache: the next one due is tried again
             log.warning("could not save the jobs' snapshot at seq %d: %s", state.position, exc)
+            self.snapshot_observers(time.monotonic() - started, False)
+            return
+        if saved:
+            self.snapshot_observers(time.monotonic() - started, True)
 
     def _follow_policy(self, policy: Policy | None) -> None:
         """Plan by `policy` from now on; keep the usage fold while the half-life stays."""

@@ -18,9 +18,10 @@ HERE = Path(__file__).parent
 # prometheus_client objects (their series names with suffixes).
 DEFINED = set(GAUGES) | {f"{c}_total" for c in COUNTERS} | {
     "tpu_ledger_events_appended_total", "tpu_ledger_tpu_api_calls_total", "tpu_ledger_tpu_api_errors_total",
-    "tpu_ledger_ssh_errors_total",
+    "tpu_ledger_ssh_errors_total", "tpu_ledger_snapshot_save_failures_total",
     *(f"{h}_{s}" for h in ("tpu_ledger_reconcile_pass_duration_seconds", "tpu_ledger_tpu_api_call_duration_seconds",
-                           "tpu_ledger_preemption_recreate_seconds") for s in ("bucket", "count", "sum")),
+                           "tpu_ledger_preemption_recreate_seconds", "tpu_ledger_snapshot_save_duration_seconds")
+      for s in ("bucket", "count", "sum")),
 }
 
 
@@ -32,7 +33,7 @@ def test_promtool_checks_the_rules(promtool: str) -> None:
     rules = Path(str(RESOURCES / "alerts.yml"))
     out = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 7 rules found" in out.stdout
+    assert "SUCCESS: 8 rules found" in out.stdout
 
 
 def test_the_rules_fire_when_they_should(promtool: str, tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import subprocess
 import sys
 
@@ -193,10 +195,35 @@ def test_the_jobs_snapshot_is_saved_off_the_pass_and_is_the_state_at_its_positio
         store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
         head = store.head()
         rec = build(harness.settings())
+        told: list[tuple[float, bool]] = []
+        rec.snapshot_observers.append(lambda seconds, ok: told.append((seconds, ok)))
         rec.step()  # the first pass: a snapshot is due (none yet, and SNAPSHOT_EVERY events)
         rec.close()
         snap = store.load_snapshot(SNAPSHOT_NAME, code_version(), at_most=head)
         assert snap is not None and snap.position == head
         assert decode_state(snap.state) == load_state(store, until=head, use_snapshot=False)
+        assert [ok for _, ok in told] == [True]
+    finally:
+        store.close()
+
+
+def test_a_snapshot_the_store_refuses_fails_alone_and_is_told(harness: Harness, caplog):
+    """The save is off the pass, so its failure must still show: a warning and the observers
+    (tpu_ledger_snapshot_save_failures_total); the pass itself goes on."""
+    harness.submit("alice/notes", job_spec("true"))
+    store = open_store(harness.store_url)
+    try:
+        store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
+        with sqlite3.connect(harness.store_url.removeprefix("sqlite:///")) as db:  # a store that refuses, for real
+            db.execute("CREATE TRIGGER refuse BEFORE INSERT ON snapshots BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+        rec = build(harness.settings())
+        told: list[bool] = []
+        rec.snapshot_observers.append(lambda seconds, ok: told.append(ok))
+        with caplog.at_level(logging.WARNING, logger="tpu_ledger.reconciler"):
+            assert rec.step() is not None
+            rec.close()
+        assert told == [False]
+        assert "could not save the jobs' snapshot" in caplog.text and "disk full" in caplog.text
+        assert store.load_snapshot(SNAPSHOT_NAME, code_version()) is None
     finally:
         store.close()

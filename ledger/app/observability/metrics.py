@@ -65,6 +65,7 @@ COUNTERS: dict[str, str] = {
 PASS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 RECREATE_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
+SNAPSHOT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class LedgerMetrics:
@@ -93,6 +94,19 @@ class ReconcilerMetrics:
         self.ssh_errors = Counter("tpu_ledger_ssh_errors", "SSH commands to TPU hosts that failed, by kind "
                                   "(HostUnreachable, ChannelLost, AuthFailed, HostKeyMismatch, CommandTimeout, ...).",
                                   ["kind"], registry=registry)
+        self.snapshot_seconds = Histogram("tpu_ledger_snapshot_save_duration_seconds",
+                                          "Encoding and saving the jobs' snapshot (every 10,000 events, beside the passes).",
+                                          buckets=SNAPSHOT_BUCKETS, registry=registry)
+        self.snapshot_failures = Counter("tpu_ledger_snapshot_save_failures", "Saves of the jobs' snapshot that failed "
+                                         "(the store refused or was unreachable): each restart then replays more events.",
+                                         registry=registry)
+
+    def snapshot_saved(self, seconds: float, ok: bool) -> None:
+        """`Reconciler.snapshot_observers` hook."""
+        if ok:
+            self.snapshot_seconds.observe(seconds)
+        else:
+            self.snapshot_failures.inc()
 
     def api_call(self, method: str, code: str, seconds: float) -> None:
         """`TpuApi.observers` hook: one call of `method` ended with `code` after `seconds`."""

@@ -1,5 +1,5 @@
 """A reconciler's metrics and readiness: its passes, the TPU API and SSH through their hooks
-(`Reconciler.pass_observers`, `TpuApi.observers`, `SSHPool.observers`), its fold's jobs and
+(`Reconciler.pass_observers` and `snapshot_observers`, `TpuApi.observers`, `SSHPool.observers`), its fold's jobs and
 queue, its leases and orphans at scrape time."""
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def observe_reconciler(service: Service, rec: Reconciler, interval: float) -> Pa
     pool = getattr(rec.runner, "pool", None)
     if pool is not None:
         pool.observers.append(metrics.ssh_event)
+    rec.snapshot_observers.append(metrics.snapshot_saved)
     record = PassRecord(metrics)
     rec.pass_observers.append(record)
     holder = rec.config.holder
