@@ -5,6 +5,7 @@ Subcommands live in `ledger/app/commands/` and are loaded on demand (see its `CO
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import sys
 
@@ -89,6 +90,9 @@ def cli(ctx: click.Context, store: str | None, config_path: str | None, log_form
     every step lands in an append-only, hash-chained ledger that `ledger inspect`,
     `ledger replay` and `ledger verify` explain.
     """
+    # A crash inside a native library (gRPC, libpq, OpenSSL) kills a service with no word;
+    # this prints every thread's Python stack to stderr (the service's log) first.
+    faulthandler.enable()
     ctx.ensure_object(dict)
     ctx.obj["store_url"] = store
     logsetup.setup(log_format, log_level.lower(), component=ctx.invoked_subcommand or "ledger")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import subprocess
 import sys
 import threading
 
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 from ledger import logcontext
 from ledger.app import logsetup
 from ledger.app.cli import cli
+from ledger.store.sqlite import SQLiteStore
 
 
 def record(message: str, level: int = logging.INFO, **extra) -> logging.LogRecord:
@@ -71,3 +74,22 @@ def test_the_global_options_shape_what_a_command_logs():
         assert logging.getLogger("paramiko").getEffectiveLevel() >= logging.WARNING
     finally:  # the next test in this process logs as the CLI's default does
         logsetup.setup()
+
+
+def test_a_crash_in_native_code_leaves_the_python_stack_in_the_log(tmp_path):
+    """A reconciler that died of SIGSEGV in a chaos run said nothing: every command now
+    enables faulthandler, so the service's log shows where each thread was."""
+    crash = (  # `ledger verify`, with a verify that dies in C
+        "import ctypes\n"
+        "from ledger.app.cli import cli\n"
+        "from ledger.app.commands import verify\n"
+        "def crash_here(*args, **kwargs):\n"
+        "    ctypes.string_at(0)\n"
+        "verify.verify_store = crash_here\n"
+        "cli(['--store', 'sqlite:///" + str(tmp_path / "l.db") + "', 'verify'])\n"
+    )
+    SQLiteStore(tmp_path / "l.db").close()
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in done.stderr
+    assert "in crash_here" in done.stderr
