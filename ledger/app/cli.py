@@ -5,8 +5,10 @@ Subcommands live in `ledger/app/commands/` and are loaded on demand (see its `CO
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib
+import io
 import sys
 
 import click
@@ -91,8 +93,10 @@ def cli(ctx: click.Context, store: str | None, config_path: str | None, log_form
     `ledger replay` and `ledger verify` explain.
     """
     # A crash inside a native library (gRPC, libpq, OpenSSL) kills a service with no word;
-    # this prints every thread's Python stack to stderr (the service's log) first.
-    faulthandler.enable()
+    # this prints every thread's Python stack to stderr (the service's log) first. (A stderr
+    # captured in memory, as click's test runner does, has no descriptor to write to.)
+    with contextlib.suppress(io.UnsupportedOperation, ValueError):
+        faulthandler.enable()
     ctx.ensure_object(dict)
     ctx.obj["store_url"] = store
     logsetup.setup(log_format, log_level.lower(), component=ctx.invoked_subcommand or "ledger")
