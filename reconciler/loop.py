@@ -31,7 +31,7 @@ from ledger.store import Store, open_store
 from ledger.usage import UsageFold
 from ledger.usage.prices import POLICY_STREAM
 from ledger.usage.share import ShareMeter
-from ledger.usage.snapshot import load_usage, maybe_save_usage
+from ledger.usage.snapshot import UsageBody, due_body, load_usage, save_body
 from reconciler import admission, slices
 from reconciler.executor import Executor, Runner
 from reconciler.health import Change, ZoneHealth
@@ -140,7 +140,7 @@ class Reconciler:
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
         self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
-        self._saving: Future[None] | None = None  # the jobs' snapshot being saved, if any
+        self._saving: Future[None] | None = None  # the snapshots being saved, if any
         self._in_flight: dict[str, Future[str]] = {}
         self._lock = threading.Lock()
         self.state = LedgerState()
@@ -163,7 +163,7 @@ class Reconciler:
         self.passes = 0
         # Told after every complete pass: (seconds it took, actions it planned). Metrics hook in here.
         self.pass_observers: Observers[[float, list[Action]]] = Observers()
-        # Told after the jobs' snapshot was saved (seconds, True) or could not be (seconds, False).
+        # Told after snapshots were saved (seconds, True) or could not be (seconds, False).
         self.snapshot_observers: Observers[[float, bool]] = Observers()
         self.executor = Executor(
             self.store, tpu, runner, holder=holder, ssh_user=ssh_user, ssh_public_key=ssh_public_key,
@@ -223,32 +223,38 @@ class Reconciler:
             self.usage.apply_rows(fold_rows(store, self.usage.position))
 
     def _keep_snapshots(self) -> None:
-        """Every 200 passes, once: a snapshot of the jobs' state (and of usage) when one is due.
-        The jobs' snapshot is encoded and saved on a thread of its own, from a detached copy
-        of the state: at 20,000 jobs that takes seconds, which a pass would otherwise wait."""
-        if self.passes % 200:
+        """Every 200 passes, once: the snapshots of the jobs' state and of usage, when due.
+        Both are encoded and saved on a thread of their own, from copies later folds never
+        change (`LedgerState.detached`, usage's `due_body`): at 20,000 jobs that takes 2.5 s,
+        which a pass would otherwise wait."""
+        if self.passes % 200 or not self.snapshot_saved(0):
             return
-        if self._saving is None or self._saving.done():
-            self._saving = self._snapshotter.submit(self._save_jobs_snapshot, self.state.detached())
+        usage = None
         if self.usage is not None:
-            maybe_save_usage(self.store(), self.meter, self.usage)
+            usage = due_body(self.store(), self.meter, self.usage)  # copied now: the fold moves on
+        self._saving = self._snapshotter.submit(self._save_snapshots, self.state.detached(), usage)
 
     def snapshot_saved(self, timeout: float | None = None) -> bool:
-        """Wait for the jobs' snapshot being saved, if one is (at most `timeout` s); whether
-        none is being saved any more."""
+        """Wait for the snapshots being saved, if they are (at most `timeout` s); whether none
+        is being saved any more."""
         saving = self._saving
         return saving is None or not wait([saving], timeout).not_done
 
-    def _save_jobs_snapshot(self, state: LedgerState) -> None:
+    def _save_snapshots(self, state: LedgerState, usage: UsageBody | None) -> None:
         started = time.monotonic()
+        what = f"the jobs' snapshot at seq {state.position}"
         try:
             store = open_store(self.store_url)
             try:
                 saved = maybe_snapshot(store, state)
+                if usage is not None:
+                    what = f"the usage snapshot at seq {usage.position}"
+                    save_body(store, usage)
+                    saved = True
             finally:
                 store.close()
         except Exception as exc:  # a snapshot is a cache: the next one due is tried again
-            log.warning("could not save the jobs' snapshot at seq %d: %s", state.position, exc)
+            log.warning("could not save %s: %s", what, exc)
             self.snapshot_observers(time.monotonic() - started, False)
             return
         if saved:

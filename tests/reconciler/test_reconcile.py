@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import subprocess
@@ -12,6 +13,10 @@ from ledger.events import NewEvent
 from ledger.fold import CANCELLED, FAILED_FINAL, FINISHED, RUNNING
 from ledger.replay import SNAPSHOT_EVERY, SNAPSHOT_NAME, code_version, decode_state, load_state
 from ledger.store import open_store
+from ledger.usage import UsageFold
+from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import load_usage
+from tests.admission.lab import policy as lab_policy
 from tests.reconciler.conftest import Harness, job_spec
 
 CORE = ["provisioning", "provisioned", "setup_started", "setup_done", "started"]
@@ -205,6 +210,36 @@ def test_the_jobs_snapshot_is_saved_off_the_pass_and_is_the_state_at_its_positio
         assert [ok for _, ok in told] == [True]
     finally:
         store.close()
+
+
+def test_with_a_sharing_policy_the_usage_snapshot_is_saved_off_the_pass_too(harness: Harness):
+    """Usage's snapshot (the fair-share meter and the accounts) is copied in the pass and
+    encoded and saved beside it, like the jobs'; it is the fold of every event up to it."""
+    harness.submit("alice/notes", job_spec("true"))
+    store = open_store(harness.store_url)
+    try:
+        store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
+        head = store.head()
+        rec = build(dataclasses.replace(harness.settings(), policy=lab_policy()))
+        told: list[bool] = []
+        rec.snapshot_observers.append(lambda seconds, ok: told.append(ok))
+        rec.step()
+        rec.close()
+        assert told == [True]
+        snap = store.load_snapshot(SNAPSHOT_NAME, code_version(), at_most=head)
+        assert snap is not None and snap.position == head
+        meter, fold = load_usage(store, lab_policy().fair_share.half_life_hours)
+        assert fold.position >= head  # from the usage snapshot at `head`, and the pass's own events after it
+        whole = UsageFold(on_interval=ShareMeter(lab_policy().fair_share.half_life_hours).add)
+        whole.apply_rows(store.fold_rows(0, fold.position))
+        assert fold.accounts == whole.accounts and fold.position == whole.position
+        assert usage_snapshot_at(store, head)
+    finally:
+        store.close()
+
+
+def usage_snapshot_at(store, position: int) -> bool:
+    return any(s.name.startswith("usage/") and s.position == position for s in store.list_snapshots())
 
 
 def test_a_snapshot_the_store_refuses_fails_alone_and_is_told(harness: Harness, caplog):

@@ -95,9 +95,10 @@ class ReconcilerMetrics:
                                   "(HostUnreachable, ChannelLost, AuthFailed, HostKeyMismatch, CommandTimeout, ...).",
                                   ["kind"], registry=registry)
         self.snapshot_seconds = Histogram("tpu_ledger_snapshot_save_duration_seconds",
-                                          "Encoding and saving the jobs' snapshot (every 10,000 events, beside the passes).",
+                                          "Encoding and saving the reconciler's snapshots (jobs' states, usage; every 10,000 events, "
+                                          "beside the passes).",
                                           buckets=SNAPSHOT_BUCKETS, registry=registry)
-        self.snapshot_failures = Counter("tpu_ledger_snapshot_save_failures", "Saves of the jobs' snapshot that failed "
+        self.snapshot_failures = Counter("tpu_ledger_snapshot_save_failures", "Saves of the reconciler's snapshots that failed "
                                          "(the store refused or was unreachable): each restart then replays more events.",
                                          registry=registry)
 
