@@ -140,6 +140,11 @@ def _own_times(times: dict[str, str], strings: dict[str, str]) -> dict[str, str]
 
 
 def encode_state(state: LedgerState) -> bytes:
+    with no_cyclic_gc():  # the shared values make ~350k containers: 2.0 -> 1.8 s at 20k jobs
+        return _encode_state(state)
+
+
+def _encode_state(state: LedgerState) -> bytes:
     names = tuple(f.name for f in dataclasses.fields(JobState))
     where: dict[str, tuple[int, int, int]] = {}
     chunks: list[bytes] = []
