@@ -20,7 +20,7 @@ from ledger.app.chaos.report import render
 from ledger.app.chaos.run import run_chaos, services
 from ledger.app.chaos.sampler import Sampler, double_provisioned
 from ledger.app.chaos.scenario import KINDS, JobPlan, Scenario, plan
-from ledger.app.chaos.world import ZONE, make_world
+from ledger.app.chaos.world import ZONE, make_world, work_left
 from tests.postgres.conftest import _admin_url
 
 # Short enough for CI (about 65 s a run), long enough for every kind of fault to land.
@@ -117,3 +117,17 @@ def test_a_failed_delete_during_a_reapply_never_leaves_two_live_tpus(tmp_path: P
     assert any(f["fault"] == "operation_failed" and f.get("verb") == "delete" for f in faults), faults  # it landed
     doubles, examples = double_provisioned(sampler.samples)
     assert doubles == 0, examples
+
+
+def test_the_settle_time_counts_the_work_a_job_has_left(tmp_path: Path):
+    """A job the faults set back runs its remaining work after the window: it is stuck only
+    when that work and the settle time are both spent (a run called a running job stuck)."""
+    jobs = [JobPlan(name="j00", seconds=303, batch=0), JobPlan(name="j01", seconds=40, batch=0),
+            JobPlan(name="j02", seconds=90, batch=0)]
+    (tmp_path / "j00").mkdir()
+    (tmp_path / "j00" / "step").write_text("36\n")
+    (tmp_path / "j01").mkdir()
+    (tmp_path / "j01" / "step").write_text("40\n")
+    assert work_left(tmp_path, jobs) == 267  # j02 has no checkpoint yet: 90 left
+    assert work_left(tmp_path, jobs[1:2]) == 0
+    assert work_left(tmp_path, []) == 0

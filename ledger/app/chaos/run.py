@@ -69,13 +69,14 @@ def _window(s: Scenario, p: Plan, world: World, injector: Injector, sup: Supervi
 
 
 def _settle(s: Scenario, world: World, sup: Supervisor, expected: list[str],
-            tend: Callable[[], None] = lambda: None) -> float | None:
-    """The time every job was terminal and released, or None if the settle time ran out.
-    `tend`: what the operator keeps doing meanwhile (resume the jobs a refused create blocked:
-    one armed in the window may be spent after it)."""
+            tend: Callable[[], None] = lambda: None, work_left: int = 0) -> float | None:
+    """The time every job was terminal and released, or None if the settle time ran out
+    (`work_left` seconds, what the jobs' checkpoints say they still have to run, and then
+    `s.settle`). `tend`: what the operator keeps doing meanwhile (resume the jobs a refused
+    create blocked: one armed in the window may be spent after it)."""
     store = open_store(world.store_url)
     try:
-        deadline = time.time() + s.settle
+        deadline = time.time() + work_left + s.settle
         while time.time() < deadline:
             sup.revive()
             tend()
@@ -122,8 +123,10 @@ def run_chaos(s: Scenario, workdir: Path, *, pg_url: str | None = None,
                 window_end = time.time()
                 faults = [a.t for a in injector.applied if a.ok]
                 last_fault = max(faults, default=t0)
-                say(f"{window_end - t0:6.1f}s fault window closed; settling (up to {s.settle:g} s)")
-                t_settled = _settle(s, world, sup, expected, tend=injector.resume_blocked)
+                left = world.work_left(p.jobs)  # a job still running its work is not stuck
+                say(f"{window_end - t0:6.1f}s fault window closed; settling (up to {s.settle:g} s after the "
+                    f"{left} s of work the jobs have left)")
+                t_settled = _settle(s, world, sup, expected, tend=injector.resume_blocked, work_left=left)
                 if t_settled is not None:
                     result.last_fault_to_settled_s = round(max(0.0, t_settled - last_fault), 1)
                     say(f"{time.time() - t0:6.1f}s every job settled; watching {s.observe:g} s for orphans")

@@ -46,7 +46,9 @@ tpu:
     while [ "$step" -lt {seconds} ]; do
       sleep 1
       step=$((step + 1))
-      echo "$step" > "$CKPT/step.tmp" && mv "$CKPT/step.tmp" "$CKPT/step"
+      if [ "${{LEDGER_SLICE_ID:-0}}" = 0 ]; then  # one writer: a multislice job's slices share the bucket
+        echo "$step" > "$CKPT/step.tmp" && mv "$CKPT/step.tmp" "$CKPT/step"
+      fi
     done
     echo done
 recovery:
@@ -101,10 +103,26 @@ class World:
               f"Merge {branch}\n\nApproved-by: {STEWARD[0]} <{STEWARD[1]}>"], self.clone, who=STEWARD)
         _git(["push", "-q", "origin", "main"], self.clone)
 
+    def work_left(self, jobs: list[JobPlan]) -> int:
+        """The most seconds of work a job still has to do, by its checkpoint (`work_left`)."""
+        return work_left(self.workdir / "bucket", jobs)
+
     def close(self) -> None:
         if self.pg_admin and self.pg_schema:
             with psycopg.connect(self.pg_admin, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{self.pg_schema}" CASCADE')
+
+
+def work_left(buckets: Path, jobs: list[JobPlan]) -> int:
+    """The most seconds of work any of `jobs` still has to do: its length less the step its
+    bucket's checkpoint holds (a job without one has all of it to do). A job the faults kept
+    from making progress may need longer than the settle time to end, running all along."""
+    def step(job: JobPlan) -> int:
+        try:
+            return int((buckets / job.name / "step").read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+    return max((max(0, job.seconds - step(job)) for job in jobs), default=0)
 
 
 def make_world(workdir: Path, store: str, pg_url: str | None = None) -> World:

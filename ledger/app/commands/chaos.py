@@ -27,7 +27,8 @@ from ledger.errors import LedgerError, UsageError
 @click.option("--reconcilers", type=click.IntRange(1, 4), default=None,
               help="Reconciler processes sharing the jobs through leases [default: 1 on SQLite, 2 on PostgreSQL].")
 @click.option("--settle", type=float, default=240.0, show_default=True,
-              help="Seconds every job may take to end after the window; a job still live then is stuck.")
+              help="Seconds every job may take to end after the window and the work it has left (by its "
+                   "checkpoint); a job still live then is stuck.")
 @click.option("--faults", "kinds", default=",".join(KINDS), show_default=True,
               help="Comma-separated fault kinds to inject.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
