@@ -349,12 +349,19 @@ class TpuApi:
         if queued:
             path = f"{self.parent(zone)}/queuedResources/{name}"
             try:
-                self._call("DeleteQueuedResource", self.client.delete_queued_resource,
-                           request={"name": path, "force": True}, resource=path)
+                op = self._call("DeleteQueuedResource", self.client.delete_queued_resource,
+                                request={"name": path, "force": True}, resource=path)
                 gone = False
             except TpuCallError as exc:
                 if kind_of(exc.failure) != "absent":
                     raise
+            else:
+                # Awaited like a node's: a multislice queued resource has no node of its own
+                # name, so nothing below would wait, and a force delete whose operation failed
+                # leaves its slices READY while the job, told `released`, makes the next one.
+                failure = self._wait(op.operation, "DeleteQueuedResource", defaults.TPU_DELETE_WAIT_S)
+                if failure is not None and kind_of(failure) != "absent":
+                    raise DeleteFailedError(f"deleting queued resource {name} in {zone} failed: {summary(failure)}")
         path = self.node_path(zone, name)
         try:
             op = self._call("DeleteNode", self.client.delete_node, name=path, resource=path)

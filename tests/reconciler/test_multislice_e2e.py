@@ -4,6 +4,10 @@ whole job, and nothing left behind."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from ledger.fold import FINISHED, RUNNING
 from ledger.store import open_store
 from reconciler.remote import layout
@@ -66,8 +70,49 @@ def test_an_orphaned_multislice_queued_resource_goes_whole(harness: Harness):
         harness.wait("kim/any", lambda j: not harness.nodes() and not queued(), timeout=60)
     finally:
         client.transport.close()
-    store = open_store(harness.store_url)
-    orphans = [e.data["tpu"] for e in store.read_all() if e.type == "released" and e.data["reason"] == "orphan"]
-    store.close()
-    assert orphans == [{"name": "tl-lost", "zone": "us-central2-b", "kind": "queued_resource", "shared": False}]
+
+    def orphans() -> list[dict]:
+        store = open_store(harness.store_url)
+        try:
+            return [e.data["tpu"] for e in store.read_all() if e.type == "released" and e.data["reason"] == "orphan"]
+        finally:
+            store.close()
+
+    deadline = time.monotonic() + 30  # recorded once the delete's operation is seen done, just after it is
+    while not orphans() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert orphans() == [{"name": "tl-lost", "zone": "us-central2-b", "kind": "queued_resource", "shared": False}]
     harness.verify()
+
+
+def test_a_multislice_release_waits_for_its_queued_resource_and_fails_with_it(harness: Harness):
+    """A multislice queued resource has no node of its own name: its delete is the queued
+    resource's, and the release must wait for that operation. Before, a force delete whose
+    operation failed was taken as done: `released` was recorded while both slices stayed
+    READY, and the next attempt's TPU made two live TPUs for one job (chaos, SQLite, seed 7)."""
+    from google.cloud import tpu_v2
+
+    from reconciler.tpu import DeleteFailedError, TpuApi
+
+    client = harness.emu.client()
+    parent = "projects/tpu-ledger-local/locations/us-central2-b"
+    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"})
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+        node_count=2, node_id_prefix="tl-ms"))
+    client.create_queued_resource(parent=parent, queued_resource_id="tl-ms", queued_resource=tpu_v2.QueuedResource(
+        tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))).result(timeout=30)
+    api = TpuApi("tpu-ledger-local", harness.emu.endpoint)
+    live = lambda: sorted(n.name.rsplit("/", 1)[-1] for n in harness.nodes() if n.state.name != "DELETING")  # noqa: E731
+    try:
+        deadline = time.monotonic() + 30
+        while live() != ["tl-ms-0", "tl-ms-1"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        harness.emu.fail_next_operation("INTERNAL", "the delete fails")
+        with pytest.raises(DeleteFailedError, match="queued resource tl-ms"):
+            api.delete("us-central2-b", "tl-ms", queued=True)
+        assert live() == ["tl-ms-0", "tl-ms-1"]  # still there: the release is tried again, not recorded
+        assert api.delete("us-central2-b", "tl-ms", queued=True)
+        assert harness.nodes() == []  # gone when the release returns, every slice
+    finally:
+        api.close()
+        client.transport.close()
