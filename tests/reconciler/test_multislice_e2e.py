@@ -50,19 +50,26 @@ def test_two_slices_run_everywhere_and_a_lost_slice_recovers_the_whole_job(harne
     harness.verify()
 
 
+PARENT = "projects/tpu-ledger-local/locations/us-central2-b"
+
+
+def two_slices(client, name: str) -> None:  # noqa: ANN001 - the emulator's tpu_v2 client
+    """A queued resource of ours of two v4-8 slices (nodes NAME-0, NAME-1), made directly."""
+    from google.cloud import tpu_v2
+
+    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"})
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=PARENT, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+        node_count=2, node_id_prefix=name))
+    client.create_queued_resource(parent=PARENT, queued_resource_id=name, queued_resource=tpu_v2.QueuedResource(
+        tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))).result(timeout=30)
+
+
 def test_an_orphaned_multislice_queued_resource_goes_whole(harness: Harness):
     """A queued resource of ours that no job holds (its job's record lost, say) is deleted
     as one: no slice and no empty queued resource is left behind."""
-    from google.cloud import tpu_v2
-
     client = harness.emu.client()
-    parent = "projects/tpu-ledger-local/locations/us-central2-b"
-    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"})
-    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
-        node_count=2, node_id_prefix="tl-lost"))
-    client.create_queued_resource(parent=parent, queued_resource_id="tl-lost", queued_resource=tpu_v2.QueuedResource(
-        tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))).result(timeout=30)
-    queued = lambda: [q.name.rsplit("/", 1)[-1] for q in client.list_queued_resources(parent=parent)]  # noqa: E731
+    two_slices(client, "tl-lost")
+    queued = lambda: [q.name.rsplit("/", 1)[-1] for q in client.list_queued_resources(parent=PARENT)]  # noqa: E731
     try:
         harness.submit("kim/any", job_spec("sleep 1"))  # puts the zone in use
         harness.start()
@@ -90,17 +97,10 @@ def test_a_multislice_release_waits_for_its_queued_resource_and_fails_with_it(ha
     resource's, and the release must wait for that operation. Before, a force delete whose
     operation failed was taken as done: `released` was recorded while both slices stayed
     READY, and the next attempt's TPU made two live TPUs for one job (chaos, SQLite, seed 7)."""
-    from google.cloud import tpu_v2
-
     from reconciler.tpu import DeleteFailedError, TpuApi
 
     client = harness.emu.client()
-    parent = "projects/tpu-ledger-local/locations/us-central2-b"
-    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"})
-    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
-        node_count=2, node_id_prefix="tl-ms"))
-    client.create_queued_resource(parent=parent, queued_resource_id="tl-ms", queued_resource=tpu_v2.QueuedResource(
-        tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))).result(timeout=30)
+    two_slices(client, "tl-ms")
     api = TpuApi("tpu-ledger-local", harness.emu.endpoint)
     live = lambda: sorted(n.name.rsplit("/", 1)[-1] for n in harness.nodes() if n.state.name != "DELETING")  # noqa: E731
     try:
