@@ -359,9 +359,7 @@ class TpuApi:
                 # Awaited like a node's: a multislice queued resource has no node of its own
                 # name, so nothing below would wait, and a force delete whose operation failed
                 # leaves its slices READY while the job, told `released`, makes the next one.
-                failure = self._wait(op.operation, "DeleteQueuedResource", defaults.TPU_DELETE_WAIT_S)
-                if failure is not None and kind_of(failure) != "absent":
-                    raise DeleteFailedError(f"deleting queued resource {name} in {zone} failed: {summary(failure)}")
+                self._await_delete(op, "DeleteQueuedResource", f"queued resource {name} in {zone}")
         path = self.node_path(zone, name)
         try:
             op = self._call("DeleteNode", self.client.delete_node, name=path, resource=path)
@@ -369,10 +367,15 @@ class TpuApi:
             if kind_of(exc.failure) != "absent":
                 raise
             return not gone
-        failure = self._wait(op.operation, "DeleteNode", defaults.TPU_DELETE_WAIT_S)
-        if failure is not None and kind_of(failure) != "absent":  # absent: the queued resource's force delete won
-            raise DeleteFailedError(f"deleting TPU {name} in {zone} failed: {summary(failure)}")
+        self._await_delete(op, "DeleteNode", f"TPU {name} in {zone}")
         return True
+
+    def _await_delete(self, op: Any, method: str, what: str) -> None:
+        """Wait for a delete's operation; DeleteFailedError when it failed (absent is done:
+        for a node, the queued resource's force delete won)."""
+        failure = self._wait(op.operation, method, defaults.TPU_DELETE_WAIT_S)
+        if failure is not None and kind_of(failure) != "absent":
+            raise DeleteFailedError(f"deleting {what} failed: {summary(failure)}")
 
     def _wait(self, op: Any, method: str, timeout: float) -> ApiFailure | None:
         """Poll the operation `op` (as returned) through the choke point until it is done:
