@@ -307,17 +307,19 @@ class Executor:
     def _delete(self, tpu: dict | None, *, taken_up: bool = False) -> bool:
         """Delete a TPU of the job's own. `taken_up`: a dead process may have asked already,
         so look first: a node gone or DELETING is awaited, not deleted again (Google answers
-        a second delete of a DELETING node with an error, which would fail the release)."""
+        a second delete of a DELETING node with an error, which would fail the release). A
+        queued resource is looked at as itself: a multislice one has no node of its name."""
         if not tpu or tpu.get("shared"):
             return False  # a shared TPU is handed back, never deleted
         queued = tpu.get("kind") == "queued_resource"
+        zone, name = tpu["zone"], tpu["name"]
         if taken_up:
-            node = self.tpu.get_node(tpu["zone"], tpu["name"])
-            if node is not None and node.state == "DELETING" and self.tpu.await_gone(tpu["zone"], tpu["name"]):
+            state = self.tpu.state_of(zone, name, queued=queued)
+            if state == "DELETING" and self.tpu.await_gone(zone, name, queued=queued):
                 return True
-            if node is None and not queued:
+            if state is None and not queued:  # a queued resource's node may outlive it: delete asks
                 return False
-        return self.tpu.delete(tpu["zone"], tpu["name"], queued=queued)
+        return self.tpu.delete(zone, name, queued=queued)
 
     def _release(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
         self._stop(job, p)
@@ -369,9 +371,7 @@ class Executor:
         kind, p, action_id = intent.get("action"), intent.get("params") or {}, intent["action_id"]
         if kind == "provision":
             tpu = p["tpu"]
-            exists = (self.tpu.queued_exists(tpu["zone"], tpu["name"]) if tpu["kind"] == "queued_resource"
-                      else self.tpu.get_node(tpu["zone"], tpu["name"]) is not None)
-            if exists:
+            if self.tpu.state_of(tpu["zone"], tpu["name"], queued=tpu["kind"] == "queued_resource") is not None:
                 return self._complete(job, action_id, kind, lambda: [ev.Provisioning(attempt=p["attempt"], tpu=ev.tpu(tpu), how="adopted")])
             return self._interrupted(job.id, action_id, kind, "the TPU was never created")
         if kind == "start":

@@ -252,15 +252,20 @@ class TpuApi:
                 return None
             raise
 
-    def queued_exists(self, zone: str, name: str) -> bool:
+    def state_of(self, zone: str, name: str, *, queued: bool = False) -> str | None:
+        """The state's name of the node `name` (or, `queued`, of the queued resource): None
+        when the API no longer knows it."""
+        if not queued:
+            node = self.get_node(zone, name)
+            return None if node is None else node.state
         path = f"{self.parent(zone)}/queuedResources/{name}"
         try:
-            self._call("GetQueuedResource", self.client.get_queued_resource, name=path, resource=path)
-            return True
+            qr = self._call("GetQueuedResource", self.client.get_queued_resource, name=path, resource=path)
         except TpuCallError as exc:
             if kind_of(exc.failure) == "absent":
-                return False
+                return None
             raise
+        return qr.state.state.name if qr.state else "STATE_UNSPECIFIED"
 
     def operation(self, name: str) -> OperationObs | None:
         """The long-running operation `name` (a create's): done or not, and its error. None
@@ -389,15 +394,18 @@ class TpuApi:
             op = self._call("GetOperation", self.client.get_operation, request={"name": op.name}, resource=op.name)
         return self._op_failure(op, method)
 
-    def await_gone(self, zone: str, name: str, *, timeout: float = defaults.TPU_DELETE_WAIT_S) -> bool:
-        """Wait while a deletion someone else asked for is under way: True once the node is
-        gone, False when it left DELETING without going (the delete failed: ask again)."""
+    def await_gone(self, zone: str, name: str, *, queued: bool = False,
+                   timeout: float = defaults.TPU_DELETE_WAIT_S) -> bool:
+        """Wait while a deletion someone else asked for is under way: True once the node (or,
+        `queued`, the queued resource with every slice) is gone, False when it left DELETING
+        without going (the delete failed: ask again)."""
         deadline = time.monotonic() + timeout
-        while (node := self.get_node(zone, name)) is not None and node.state == "DELETING":
+        while (state := self.state_of(zone, name, queued=queued)) == "DELETING":
             if time.monotonic() > deadline:
-                raise DeleteFailedError(f"TPU {name} in {zone} is still being deleted after {timeout:.0f} s")
+                what = "queued resource" if queued else "TPU"
+                raise DeleteFailedError(f"{what} {name} in {zone} is still being deleted after {timeout:.0f} s")
             time.sleep(defaults.TPU_DELETE_POLL_S)
-        return node is None
+        return state is None
 
     def close(self) -> None:
         self._channel.close()

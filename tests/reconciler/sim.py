@@ -174,8 +174,11 @@ class SimCloud:
         self._api("GetOperation", name)
         return self.ops.get(name)
 
-    def queued_exists(self, zone: str, name: str) -> bool:
-        return False
+    def state_of(self, zone: str, name: str, *, queued: bool = False) -> str | None:
+        if queued:  # the simulated cloud makes nodes only
+            return None
+        node = self.get_node(zone, name)
+        return None if node is None else node.state
 
     def host_keys(self, zone: str, name: str) -> list[str | None]:
         return []
@@ -229,7 +232,7 @@ class SimCloud:
 
         return self.effect(act)
 
-    def await_gone(self, zone: str, name: str, *, timeout: float = 0.0) -> bool:
+    def await_gone(self, zone: str, name: str, *, queued: bool = False, timeout: float = 0.0) -> bool:
         # The simulated cloud never fails a deletion once under way: it ends within two ticks.
         n = self.nodes.get(name)
         return n is None or n.state == "DELETING"

@@ -116,3 +116,32 @@ def test_a_multislice_release_waits_for_its_queued_resource_and_fails_with_it(ha
     finally:
         api.close()
         client.transport.close()
+
+
+def test_a_release_taken_up_after_a_crash_awaits_its_queued_resource_being_deleted(harness: Harness):
+    """A reconciler that dies after asking a multislice queued resource's delete leaves it
+    DELETING; the next one takes the release up and must await that delete, not look for a
+    node named like the queued resource (there is none), and not ask again (Google refuses a
+    delete of a resource already being deleted: the release would fail)."""
+    from reconciler.executor import Executor
+    from reconciler.tpu import TpuApi
+
+    client = harness.emu.client()
+    two_slices(client, "tl-ms")
+    api = TpuApi("tpu-ledger-local", harness.emu.endpoint)
+    executor = Executor(lambda: None, api, None, holder="t", ssh_user="u", ssh_public_key="",  # type: ignore[arg-type]
+                        hosts_of=lambda job: [], extra_args_of=lambda spec: [])
+    try:
+        deadline = time.monotonic() + 30
+        while len(harness.nodes()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        harness.emu.timings.delete = 1.5  # still DELETING when the next reconciler looks
+        client.delete_queued_resource(request={"name": f"{PARENT}/queuedResources/tl-ms", "force": True})  # the dead one's
+        assert api.state_of("us-central2-b", "tl-ms", queued=True) == "DELETING"
+        harness.emu.fail_calls("DeleteQueuedResource", "FAILED_PRECONDITION", message="the queued resource is being deleted")
+        tpu = {"name": "tl-ms", "zone": "us-central2-b", "kind": "queued_resource", "shared": False}
+        assert executor._delete(tpu, taken_up=True)
+        assert harness.nodes() == [] and api.state_of("us-central2-b", "tl-ms", queued=True) is None
+    finally:
+        api.close()
+        client.transport.close()
