@@ -11,8 +11,9 @@ verify, and peak RSS of a full replay (in a child process). Durable single and b
 appends of both libraries take turns (blocks of BLOCK appends, transaction by transaction),
 so a ratio compares them under the same disk and the same neighbours. Beside them, in the
 same turns, the SQL alone: rows computed beforehand and inserted with no Python around them,
-into our schema (with and without its insert trigger) and into eventsourcing's: the floor
-under each library's append, which bounds the ratio any Python could reach.
+into our schema (with and without its insert trigger; single appends also without the id
+index that makes keyed retries idempotent) and into eventsourcing's: the floor under each
+library's append, which bounds the ratio any Python could reach.
 """
 
 from __future__ import annotations
@@ -121,6 +122,23 @@ def sql_ledger(path: Path, *, trigger: bool = True, like: Path | None = None) ->
     return db
 
 
+def without_id_index(db: sqlite3.Connection) -> None:
+    """Rebuild `events` with no unique index on `id` and the insert trigger without its id
+    lookup (a bench-only file): what the database-held idempotency costs a durable commit.
+    SQLite cannot drop a UNIQUE constraint's index; the table is copied, every row as is."""
+    schema = db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    trigger = db.execute("SELECT sql FROM sqlite_master WHERE name = 'events_contiguous'").fetchone()[0]
+    without = trigger.replace("  OR EXISTS (SELECT 1 FROM events WHERE id = NEW.id)\n", "")
+    assert "NOT NULL UNIQUE" in schema and without != trigger, "the schema changed: update the bench"
+    db.execute("BEGIN IMMEDIATE")
+    db.execute(schema.replace("CREATE TABLE events", "CREATE TABLE events_copy").replace("id TEXT NOT NULL UNIQUE", "id TEXT NOT NULL"))
+    db.execute("INSERT INTO events_copy SELECT * FROM events")
+    db.execute("DROP TABLE events")  # drops its triggers first: none fires
+    db.execute("ALTER TABLE events_copy RENAME TO events")
+    db.execute(without)
+    db.execute("COMMIT")
+
+
 def es_sql(path: Path, like: Path | None = None) -> sqlite3.Connection:
     """eventsourcing's table, made by its recorder (or a copy of its closed file `like`), on
     a plain connection (its settings)."""
@@ -207,6 +225,8 @@ def single_pair(workdir: Path, run: int) -> dict[str, tuple[float, float]]:
     beside them the SQL alone of each (one commit of a row computed beforehand, into a copy
     of the same ledger file: what SQLite and the disk take for one durable row, no Python)."""
     sql, es_db = sql_ledger(workdir / "sql-single.db", like=workdir / "ours.db"), es_sql(workdir / "es-sql-single.db", workdir / "es.db")
+    no_id = sql_ledger(workdir / "sql-single-no-id.db", like=workdir / "ours.db")
+    without_id_index(no_id)
     store = SQLiteStore(workdir / "ours.db")
     recorder = es_recorder(str(workdir / "es.db"))
     who = actor("reconciler", "bench")
@@ -231,21 +251,26 @@ def single_pair(workdir: Path, run: int) -> dict[str, tuple[float, float]]:
             for n in block:
                 sql.execute(INSERT_ROWS[1], rows[n])
 
+        def ours_sql_no_id() -> None:
+            for n in block:
+                no_id.execute(INSERT_ROWS[1], rows[n])
+
         def theirs_sql() -> None:
             for n in block:  # eventsourcing commits with BEGIN, INSERT, COMMIT
                 es_db.execute("BEGIN")
                 es_db.execute(ES_INSERT, es_rows[n])
                 es_db.execute("COMMIT")
 
-        return {"ours": ours, "theirs": theirs, "ours_sql": ours_sql, "theirs_sql": theirs_sql}
+        return {"ours": ours, "theirs": theirs, "ours_sql": ours_sql, "ours_sql_no_id": ours_sql_no_id,
+                "theirs_sql": theirs_sql}
 
     totals = take_turns(-(-SINGLE // BLOCK), turns)
     store.close()
     recorder.datastore.close()
-    sql.close()
-    es_db.close()
-    fresh(workdir / "sql-single.db")
-    fresh(workdir / "es-sql-single.db")
+    for db in (sql, no_id, es_db):
+        db.close()
+    for name in ("sql-single.db", "sql-single-no-id.db", "es-sql-single.db"):
+        fresh(workdir / name)
     return totals
 
 
@@ -412,7 +437,7 @@ def run(events: int, jobs: int, runs: int, workdir: Path, progress) -> dict:
         progress(f"run {r + 1}/{runs}: single appends")
         totals = single_pair(workdir, r)
         for name, key in (("ours", "single_append"), ("theirs", "es_single_append"), ("ours_sql", "sql_single"),
-                          ("theirs_sql", "es_sql_single")):
+                          ("ours_sql_no_id", "sql_single_no_id"), ("theirs_sql", "es_sql_single")):
             wall, cpu = totals[name]
             add(f"{key}_wall_us", wall / SINGLE * 1e6)
             add(f"{key}_cpu_us", cpu / SINGLE * 1e6)
@@ -505,6 +530,8 @@ ROWS = [  # label, ours key, eventsourcing key, format
     ("single append, wall us per append", "single_append_wall_us", "es_single_append_wall_us", "{:.0f}"),
     ("  SQL alone (a row made beforehand, one commit), wall us", "sql_single_wall_us", "es_sql_single_wall_us", "{:.0f}"),
     ("  SQL alone, CPU us", "sql_single_cpu_us", "es_sql_single_cpu_us", "{:.0f}"),
+    ("  SQL alone without the id index (idempotent retries), wall us", "sql_single_no_id_wall_us", "es_sql_single_wall_us",
+     "{:.0f}"),
     ("single append, synchronous=NORMAL, events/s", "single_append_normal_per_s", None, "{:,.0f}"),
     ("durable single append, 2 writer threads, events/s", "single_append_full_2w_per_s", "es_single_append_2w_per_s", "{:,.0f}"),
     ("durable single append, 8 writer threads, events/s", "single_append_full_8w_per_s", "es_single_append_8w_per_s", "{:,.0f}"),
@@ -546,6 +573,11 @@ def print_table(result: dict) -> None:
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}x"
         table.add_row(row["measure"], fmt(row["ours"], spec), fmt(row["theirs"], spec), ratio, tgt)
     Console(width=160).print(table)
+    med = result["medians"]
+    budget = med["es_single_append_wall_us"] / 1.3
+    print(f"1.3x on durable single appends leaves our whole append {budget:.0f} us wall; eventsourcing's own SQL alone "
+          f"(one smaller row into one index fewer) takes {med['es_sql_single_wall_us']:.0f} us, ours {med['sql_single_wall_us']:.0f}, "
+          f"ours without the id index {med['sql_single_no_id_wall_us']:.0f}")
 
 
 def main() -> None:
