@@ -282,15 +282,16 @@ class Executor:
         """A step on the hosts failed: ask the TPU API before choosing the kind, so a TPU
         preempted under the step is recorded as a preemption, not as the step's failure."""
         tpu = job.tpu or {}
-        try:
-            node = self.tpu.get_node(tpu.get("zone", ""), tpu.get("name", ""))
+        zone = tpu.get("zone", "")
+        try:  # every slice's node: a multislice TPU has none of its own name
+            nodes = {n: node for n in slice_nodes(tpu) if (node := self.tpu.get_node(zone, n)) is not None}
         except Exception as exc:  # the API cannot say: the step's own failure stands
             log.warning("could not read %s after a failed step: %s", tpu.get("name"), exc)
             return None
+        node, lost = slices.observe(tpu, nodes)
         if node is not None and node.state not in NODE_GONE_STATES:
             return None
-        state = node.state if node is not None else "DELETED"
-        return [ev.Preempted(tpu_state=state, reason=f"TPU {tpu.get('name')} is {state}: {what}", attempt=job.attempt)]
+        return [slices.lost_event(tpu, node, lost, job.attempt, what)]
 
     def _stop(self, job: JobState, p: dict) -> None:
         if not p.get("stop"):

@@ -232,10 +232,7 @@ def plan_job(
             return _recover(job, tpu_usable=False, cause=_cause_when_tpu_gone(job), obs=obs)
         if s == fold.RECOVERING:
             return _release(job, "TPU lost during recovery", next_step="reapply", obs=obs)
-        state = node.state if node else "DELETED"
-        which = {"slice": lost} if lost is not None else {}
-        return _record(job, ev.Preempted(tpu_state=state, reason=f"TPU {node.name if node else _named(job.tpu, lost)} is {state}",
-                                         attempt=job.attempt, **which))
+        return _record(job, slices.lost_event(job.tpu, node, lost, job.attempt))
     if node.state != NODE_READY:
         return None  # stopping, repairing, restarting: look again next pass
     if s == fold.PROVISIONED or s == fold.SETTING_UP or s == fold.RECOVERING and job.recovery:
@@ -250,12 +247,6 @@ def plan_job(
     if s in (fold.PREEMPTED, fold.FAILED):  # preempted for another job: its TPU is given back
         return _recover(job, tpu_usable=not admission.given_back(job), obs=obs)
     return None
-
-
-def _named(tpu: Mapping[str, Any], lost: int | None) -> str:
-    """The node a message names: the TPU's, or its lost slice's."""
-    names = slice_nodes(tpu)
-    return names[lost] if lost is not None and lost < len(names) else str(tpu.get("name"))
 
 
 def _acquire(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ledger.events import data as ev
 from ledger.fold import JobState
 from ledger.placement import held, slice_nodes, slices_of
 from ledger.spec.placement import placed_spec
@@ -39,6 +40,17 @@ def observe(tpu: Mapping[str, Any], nodes: Mapping[str, NodeObs]) -> tuple[NodeO
         if node is not None and node.health not in UNEXPLAINED_HEALTH:
             return node, i
     return found[0], None
+
+
+def lost_event(tpu: Mapping[str, Any], node: NodeObs | None, lost: int | None, attempt: int, why: str = "") -> ev.Preempted:
+    """The `preempted` event of a TPU that `observe` found gone (`node` None) or preempted:
+    named by its lost slice's node for a multislice TPU, `why` after the state."""
+    state = node.state if node is not None else "DELETED"
+    names = slice_nodes(tpu)
+    name = node.name if node is not None else names[lost] if lost is not None and lost < len(names) else str(tpu.get("name"))
+    which = {"slice": lost} if lost is not None else {}
+    return ev.Preempted(tpu_state=state, reason=f"TPU {name} is {state}" + (f": {why}" if why else ""), attempt=attempt,
+                        **which)  # type: ignore[arg-type]
 
 
 def alive(tpu: Mapping[str, Any], nodes: Mapping[str, NodeObs]) -> list[int]:

@@ -145,3 +145,22 @@ def test_a_release_taken_up_after_a_crash_awaits_its_queued_resource_being_delet
     finally:
         api.close()
         client.transport.close()
+
+
+def test_a_multislice_setup_that_fails_on_ready_slices_is_a_setup_failure_not_a_preemption(harness: Harness):
+    """After a failed step the executor asks the API whether the TPU went away. A multislice
+    TPU has no node of its own name: asked by that name, every setup failure read as the TPU
+    DELETED and was recorded as a preemption (recovered over and over, never failing)."""
+    from reconciler.keys import ensure_key
+
+    key = harness.settings().ssh_key
+    ensure_key(key)
+    spec = job_spec("echo never", accelerator="v4-8", tpu={"allocation_mode": "queued-resources", "slices": 2},
+                    setup={"modules": ["ssh", "command"]}, ssh={"identities": [{"private_key": str(key)}]},
+                    recovery={"max_restarts": 0})
+    harness.submit("mallory/ms", spec)
+    harness.start()
+    harness.wait("mallory/ms", lambda j: {"setup_failed", "preempted"} & set(harness.types(j.id)), timeout=90)
+    types = harness.types("mallory/ms")
+    assert "setup_failed" in types and "preempted" not in types, types
+    harness.verify()
