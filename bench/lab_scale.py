@@ -79,7 +79,9 @@ TEAMS = {f"@lab/t{t}": [o for i, o in enumerate(OWNERS) if i % 6 == t] for t in 
 RUNNING = [("v4-32", 1)] * 150 + [("v4-64", 1)] * 40 + [("v4-32", 2)] * 10
 HELD_CHIPS = 150 * 16 + 40 * 32 + 10 * 32
 WAITING_SIZES = ("v4-8", "v4-16", "v4-32", "v4-64")
-HISTORY_PER_JOB = 99  # whole cycles of workload.job_events: no intent is left without its outcome
+# Events per finished job: whole cycles of workload.job_events (9 + 9k: no intent is left
+# without its outcome). Fewer events a job is a longer history of jobs for the same events.
+HISTORY_PER_JOB = 99
 # Every chip of the lab is held: each waiting job waits, for the lab's chips or its quotas.
 POLICY = "\n".join([
     "teams:", *(f'  "{t}": [{", ".join(m)}]' for t, m in TEAMS.items()),
@@ -155,7 +157,7 @@ def policy():
     return found
 
 
-def build(db: Path, events: int, now: datetime, progress: Callable[[str], None]) -> None:
+def build(db: Path, events: int, now: datetime, progress: Callable[[str], None], per_job: int = HISTORY_PER_JOB) -> None:
     """The ledger: the policy, finished jobs' history (bench/workload.py's lives), the 200
     running jobs, the 10,000 waiting ones with the wait each was given (as a first pass of
     the reconciler records it), and the snapshots a reconciler keeps."""
@@ -180,8 +182,8 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None])
         record_policy(store, policy(), source="lab_scale", holder=HOLDER)
         waiting, running = 10_000, len(RUNNING)
         fixed = 1 + waiting * 2 + running * 6 + 1
-        history = max(0, -(-(events - fixed) // HISTORY_PER_JOB))
-        progress(f"building {db}: {history:,} finished jobs x {HISTORY_PER_JOB} events, {running} running, {waiting:,} waiting")
+        history = max(0, -(-(events - fixed) // per_job))
+        progress(f"building {db}: {history:,} finished jobs x {per_job} events, {running} running, {waiting:,} waiting")
         batch: list[tuple[str, list[NewEvent], int | None]] = []
 
         def flush(force: bool = False) -> None:
@@ -191,10 +193,10 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None])
 
         for i in range(history):
             job = f"{OWNERS[i % 50]}/hist-{i:06d}"
-            batch.append((job, job_events(job, HISTORY_PER_JOB, i), 0))
+            batch.append((job, job_events(job, per_job, i), 0))
             flush()
             if i and i % 2000 == 0:
-                progress(f"  {i * HISTORY_PER_JOB:,} history events ({time.perf_counter() - started:.0f} s)")
+                progress(f"  {i * per_job:,} history events ({time.perf_counter() - started:.0f} s)")
         flush(True)
         for i, (accel, slices) in enumerate(RUNNING):
             job = f"{OWNERS[i % 50]}/run-{i:03d}"
@@ -353,7 +355,7 @@ def part_pass(url: str, now: float, runs: int) -> dict[str, Any]:
         return {"first_pass_ms": {"wall": first[0], "cpu": first[1]},
                 "pass_ms": {"wall": statistics.median(walls), "cpu": statistics.median(cpus), "runs": runs},
                 "snapshot": snapshot_beside_passes(url, rec, sim, runs),
-                "actions": acted, "jobs": len(jobs), "waiting": waiting, "running": sum(1 for j in jobs.values() if j.state == "running"),
+                "actions": acted, "jobs": len(jobs), "walked": len(rec.live.jobs), "waiting": waiting, "running": sum(1 for j in jobs.values() if j.state == "running"),
                 "hosts_probed_per_pass": rec.runner.probed // (runs + 4), "events": rec.state.position}
     finally:
         rec.close()
@@ -572,6 +574,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=Path, default=Path("/tmp/lab-scale-1m.db"))
     ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--history-events", type=int, default=HISTORY_PER_JOB,
+                    help=f"events per finished job (9, 18, ... {HISTORY_PER_JOB}: default); 9 makes ~110,000 finished jobs of 1M events")
     ap.add_argument("--only", default="build,pass,reads,day,probe")
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--hours", type=float, default=24.0)
@@ -588,7 +592,9 @@ def main() -> None:
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    build(args.db, args.events, now, say)
+    if args.history_events < 9 or args.history_events % 9:
+        ap.error("--history-events must be 9, 18, 27, ...: whole cycles of a job's life")
+    build(args.db, args.events, now, say, args.history_events)
     if "pass" in parts:
         result["pass"] = part_pass(url, now.timestamp(), args.runs)
         say(f"pass: {json.dumps(result['pass'])}")
@@ -613,7 +619,7 @@ def report(r: dict[str, Any]) -> None:
     print(f"lab at 10x: {r['events']:,} events, 50 users, load {r['load_before']} -> {r['load_after']}")
     if "pass" in r:
         p = r["pass"]
-        print(f"  reconciler pass (step) over {p['jobs']:,} jobs ({p['waiting']:,} waiting, {p['running']} running, "
+        print(f"  reconciler pass (step) over {p['jobs']:,} jobs, {p['walked']:,} of them unsettled ({p['waiting']:,} waiting, {p['running']} running, "
               f"{p['hosts_probed_per_pass']} hosts probed as emulator state): median {p['pass_ms']['cpu']:.1f} ms CPU, "
               f"{p['pass_ms']['wall']:.1f} ms wall (target <= {TARGETS['pass_cpu_ms']:.0f} ms CPU); first pass "
               f"{p['first_pass_ms']['cpu']:.0f} ms CPU")

@@ -35,6 +35,7 @@ from ledger.usage.snapshot import UsageBody, due_body, load_usage, save_body
 from reconciler import admission, slices
 from reconciler.executor import Executor, Runner
 from reconciler.health import Change, ZoneHealth
+from reconciler.live import LiveJobs, noting_streams
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
 from reconciler.plan import (
@@ -144,6 +145,7 @@ class Reconciler:
         self._in_flight: dict[str, Future[str]] = {}
         self._lock = threading.Lock()
         self.state = LedgerState()
+        self.live = LiveJobs()  # the jobs a pass walks: the state's, less the settled ones
         # Past stockouts, lab-wide (ledger.capacity): folded from the same rows as the jobs.
         self.capacity = CapacityMemory()
         # With leases, several reconcilers share the jobs; without, this one acts on all
@@ -205,11 +207,14 @@ class Reconciler:
         store = self.store()
         if not self._caught_up_once:
             self.state = load_state(store)
+            self.live.rebuild(self.state)
             # The memory is folded over the whole ledger once (it decodes only a few types).
             self.capacity = CapacityMemory().apply_rows(fold_rows(store, 0, self.state.position))
             self._caught_up_once = True
         else:
-            fold_into(self.state, self.capacity.tee(fold_rows(store, self.state.position)))
+            touched: set[str] = set()
+            fold_into(self.state, self.capacity.tee(noting_streams(fold_rows(store, self.state.position), touched)))
+            self.live.refresh(self.state, touched)
 
     def _catch_up_usage(self) -> None:
         # Only admission needs usage. A fresh process (or a new half-life) starts from the
@@ -337,7 +342,7 @@ class Reconciler:
         obs = Observed(now=self.clock())
         zones = set()
         if self._zones[0] != self.state.position:  # the zones worth listing move only with the jobs
-            self._zones = (self.state.position, sorted(zones_in_use(self.state.jobs)), queued_resource_zones(self.state.jobs))
+            self._zones = (self.state.position, sorted(zones_in_use(self.live.jobs)), queued_resource_zones(self.live.jobs))
         _, in_use, qr_zones = self._zones
         for zone in in_use:
             if not self.health.may_try(zone, obs.now):
@@ -356,7 +361,7 @@ class Reconciler:
             obs.nodes.update({n.name: n for n in nodes})
             obs.queued.update({q.name: q for q in queued})
         obs.zones = frozenset(zones)
-        for name in unseen_creates(self.state.jobs, obs):
+        for name in unseen_creates(self.live.jobs, obs):
             try:
                 found = self.tpu.operation(name)
             except TpuCallError as exc:
@@ -370,7 +375,7 @@ class Reconciler:
 
     def _probe_running(self, obs: Observed) -> dict[str, dict[int, HostObs]]:
         running = [
-            j for j in self.state.jobs.values()
+            j for j in self.live.jobs.values()
             if j.state == "running" and j.tpu and j.id not in self._in_flight
             and (node := slices.observe(j.tpu, obs.nodes)[0]) is not None and node.state == NODE_READY
         ]
@@ -419,8 +424,8 @@ class Reconciler:
         obs = self.last_observed = self.observe()
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
-        actions = plan(self.state.jobs, obs, in_flight=list(self._in_flight), config=self.config,
-                       taken_over=adoptable, usage=self.recent_usage(obs.now), memory=self.capacity)
+        actions = plan(self.live.jobs, obs, in_flight=list(self._in_flight), config=self.config,
+                       taken_over=adoptable, usage=self.recent_usage(obs.now), memory=self.capacity, known=self.state.jobs)
         for action in actions:
             if self._may_act(action):
                 self._dispatch(action)
@@ -435,7 +440,7 @@ class Reconciler:
         """Intents without an outcome are taken up before observing: resolving one needs no
         observation of the whole zone (it looks at its own node), and under a crash loop a
         process may not live through a full pass (SSH probes of every running job)."""
-        unfinished = {j.id: j for j in self.state.jobs.values() if j.pending_action and j.id not in self._in_flight}
+        unfinished = {j.id: j for j in self.live.jobs.values() if j.pending_action and j.id not in self._in_flight}
         if not unfinished:
             return
         now = self.clock()
@@ -455,7 +460,7 @@ class Reconciler:
         if self.membership is None:
             return []
         return [
-            j.id for j in self.state.jobs.values()
+            j.id for j in self.live.jobs.values()
             if j.pending_action and j.pending_action.get("holder") != self.config.holder
             and j.id not in self._in_flight and self.membership.adopt(j.id)
         ]
@@ -559,7 +564,7 @@ class Reconciler:
                 if actions:
                     continue
                 self.catch_up()
-                if not awaiting(self.state.jobs, self.last_observed):
+                if not awaiting(self.live.jobs, self.last_observed):
                     return self._unobserved()
                 stop.wait(min(self.interval, 0.5))
                 continue

@@ -44,8 +44,11 @@ def plan(
     taken_over: Iterable[str] = (),
     usage: admission.Usage = admission.NO_USAGE,
     memory: CapacityMemory | None = None,
+    known: Mapping[str, JobState] | None = None,
 ) -> list[Action]:
-    """`taken_over`: jobs whose lease this reconciler just won from a holder that let it
+    """`jobs`: those to plan; a settled job (reconciler.live) may be left out, and then
+    `known` holds every job, for the orphan collector's rare questions.
+    `taken_over`: jobs whose lease this reconciler just won from a holder that let it
     lapse (a dead peer): their unfinished intents are resolved now, not after a timeout.
     `usage`: recent usage for the policy's fair share and weekly quotas (admission).
     `memory`: the lab-wide capacity memory (ledger.capacity) the placement step reads."""
@@ -75,7 +78,7 @@ def plan(
                 action = _quota_spent(job, gate.spent[job.id], then)
         if action is not None and observed_for(action, observed):
             actions.append(action)
-    actions.extend(collect_orphans(jobs, observed, config))
+    actions.extend(collect_orphans(jobs, observed, config, known))
     return actions
 
 
@@ -546,31 +549,40 @@ def _resolve(job: JobState, obs: Observed, config: PlanConfig, adopted: bool = F
     return Action("resolve", job.id, {"intent": intent}, "an intent has no outcome")
 
 
-def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig) -> list[Action]:
+def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig,
+                    known: Mapping[str, JobState] | None = None) -> list[Action]:
+    """Delete the nodes of ours no job holds. `jobs`: those a pass plans (a settled job
+    holds nothing and asks nothing); `known`: every job, settled ones too (default `jobs`),
+    read only when some node is held by none of `jobs`: a settled job may have released it
+    within the grace period, and an orphan is recorded on the job its label names."""
     if not obs.nodes:
         return []
     # ISO UTC times compare as text: one cutoff per pass, no parsing per job.
     cutoff = format_time(datetime.fromtimestamp(obs.now - config.orphan_grace_s, UTC))
     held: set[str] = set()
-    for j in jobs.values():  # one loop over the ledger's jobs for the three kinds of node held
+    for j in jobs.values():  # one loop over the jobs for the three kinds of node held
         if j.tpu:
             held.update((j.tpu["name"], *slice_nodes(j.tpu)))
-        # A node released within the grace period is being deleted by its job, not orphaned.
-        for name, when in j.released:
-            if when > cutoff:
-                held.add(name)
+        _recently_released(j, cutoff, held)
         # A provisioning intent names its node before the node exists: never collect it.
         if j.pending_action and (tpu := (j.pending_action.get("params") or {}).get("tpu")):
             held.update((tpu.get("name", ""), *slice_nodes(tpu)))
-    orphans = [
-        n for n in obs.nodes.values()
-        if n.name not in held and naming.is_managed(n.labels) and n.state != "DELETING"
-        and obs.now - n.create_time >= config.orphan_grace_s
-    ]
+
+    def unheld() -> list[NodeObs]:
+        return [n for n in obs.nodes.values()
+                if n.name not in held and naming.is_managed(n.labels) and n.state != "DELETING"
+                and obs.now - n.create_time >= config.orphan_grace_s]
+
+    known = jobs if known is None else known
+    orphans = unheld()
+    if orphans and known is not jobs:
+        for j in known.values():
+            _recently_released(j, cutoff, held)
+        orphans = unheld()
     if not orphans:
         return []
     # Which job a label names: only worth hashing every job when there is an orphan.
-    by_hash = {naming.job_hash(j.id, j.commit or str(j.submitted_seq)): j.id for j in jobs.values()}
+    by_hash = {naming.job_hash(j.id, j.commit or str(j.submitted_seq)): j.id for j in known.values()}
     actions, seen = [], set()
     for node in orphans:
         owner = by_hash.get(node.labels.get(naming.LABEL_JOB_HASH, ""), "_orphans")
@@ -584,6 +596,14 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
             seen.add((tpu["zone"], tpu["name"]))
             actions.append(Action("collect_orphan", owner, {"tpu": tpu, "labels": node.labels}, "no live job holds it"))
     return actions
+
+
+def _recently_released(job: JobState, cutoff: str, held: set[str]) -> None:
+    """A node released after `cutoff` (within the grace period) is being deleted by its
+    job, not orphaned: counted held."""
+    for name, when in job.released:
+        if when > cutoff:
+            held.add(name)
 
 
 def _release_refused_lately(job: JobState, obs: Observed, config: PlanConfig) -> bool:

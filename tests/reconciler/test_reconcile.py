@@ -24,12 +24,14 @@ CORE = ["provisioning", "provisioned", "setup_started", "setup_done", "started"]
 
 def test_single_host_job_runs_to_finished_and_its_tpu_is_deleted(harness: Harness):
     harness.submit("alice/hello", job_spec("echo hello from $LEDGER_JOB_ID attempt $LEDGER_ATTEMPT"))
-    harness.start()
+    rec = harness.start()
     job = harness.wait("alice/hello", lambda j: j.state == FINISHED and j.tpu is None)
     assert harness.types("alice/hello") == ["submitted", *CORE, "finished", "released"]
     assert "hello from alice/hello attempt 1" in harness.output("alice/hello", 1)
     assert job.attempt == 1
     harness.wait("alice/hello", lambda j: not harness.nodes())
+    # settled: the reconciler's passes no longer walk it, and it still knows it
+    harness.wait("alice/hello", lambda j: "alice/hello" not in rec.live.jobs and "alice/hello" in rec.state.jobs)
 
 
 def test_pod_preempted_midway_is_reapplied_and_resumes_with_the_next_attempt(harness: Harness):
