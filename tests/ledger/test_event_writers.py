@@ -115,8 +115,10 @@ def test_the_planner_records_only_typed_data():
     tree = ast.parse((ROOT / "reconciler" / "plan.py").read_text(encoding="utf-8"))
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_record"]
     assert len(calls) >= 10
-    # admission.queued(...) / admission.preemption(...): builders annotated to return a data class
-    builders = {f"admission.{name}" for name in _typed_builders("reconciler/admission.py")}
+    # admission.queued(...) / admission.preemption(...) / slices.lost_event(...): builders
+    # annotated to return a data class
+    builders = {f"{module}.{name}" for module in ("admission", "slices")
+                for name in _typed_builders(f"reconciler/{module}.py")}
     # *react.refused(...) / *react.lost_create(...): what an API answer means, as `Events`
     reacts = {f"react.{f.name}" for f in ast.walk(ast.parse((ROOT / "reconciler" / "react.py").read_text(encoding="utf-8")))
               if isinstance(f, ast.FunctionDef) and f.returns is not None and ast.unparse(f.returns) == "Events"}
