@@ -50,16 +50,32 @@ def _hosts_of_tpu(tpu: dict[str, Any], zone: str | None, project: str, endpoint:
     zone = zone or tpu.get("zone")
     if not zone:
         raise UsageError(f"no job of this ledger names TPU {tpu['name']}'s zone", hint="pass --zone ZONE")
+    name = tpu["name"]
     api = TpuApi(project_for(project, endpoint), endpoint)
     try:
-        node = api.get_node(zone, tpu["name"])
-        if node is None:
-            raise UsageError(f"no TPU {tpu['name']} in {zone} (project {project})", hint="see `ledger tpus`")
-        keys = api.host_keys(zone, tpu["name"])
+        node = api.get_node(zone, name)
+        # A multislice TPU is a queued resource whose slices are its nodes NAME-0 .. NAME-(N-1):
+        # no node has its name.
+        slices = [node] if node is not None else sorted(
+            (n for n in api.list_nodes(zone) if n.queued_resource == name), key=lambda n: _slice_number(n.name))
+        if not slices:
+            raise UsageError(f"no TPU {name} in {zone} (project {project})", hint="see `ledger tpus`")
+        hosts: list[Host] = []
+        for s, found in enumerate(slices):
+            keys = api.host_keys(zone, found.name)
+            for i, h in enumerate(found.hosts):
+                within = {"slice": s, "rank": len(hosts)} if len(slices) > 1 else {}
+                hosts.append(Host(h["worker"], h["address"], h.get("port", 22), user, keys[i] if i < len(keys) else None,
+                                  **within))
     finally:
         api.close()
-    return [Host(h["worker"], h["address"], h.get("port", 22), user, keys[i] if i < len(keys) else None)
-            for i, h in enumerate(node.hosts)]
+    return hosts
+
+
+def _slice_number(node: str) -> int:
+    """A slice's index from its node's name (NAME-3 is slice 3)."""
+    suffix = node.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else 0
 
 
 def _places(hosts: list[Host]) -> dict[int, dict[str, int]]:
