@@ -356,7 +356,8 @@ def part_pass(url: str, now: float, runs: int) -> dict[str, Any]:
                 "pass_ms": {"wall": statistics.median(walls), "cpu": statistics.median(cpus), "runs": runs},
                 "snapshot": snapshot_beside_passes(url, rec, sim, runs),
                 "actions": acted, "jobs": len(jobs), "walked": len(rec.live.jobs), "waiting": waiting, "running": sum(1 for j in jobs.values() if j.state == "running"),
-                "hosts_probed_per_pass": rec.runner.probed // (runs + 4), "events": rec.state.position}
+                "hosts_probed_per_pass": rec.runner.probed // (runs + 4), "events": rec.state.position,
+                "rss_mb": rss_kb() / 1024}
     finally:
         rec.close()
 
@@ -622,7 +623,7 @@ def report(r: dict[str, Any]) -> None:
         print(f"  reconciler pass (step) over {p['jobs']:,} jobs, {p['walked']:,} of them unsettled ({p['waiting']:,} waiting, {p['running']} running, "
               f"{p['hosts_probed_per_pass']} hosts probed as emulator state): median {p['pass_ms']['cpu']:.1f} ms CPU, "
               f"{p['pass_ms']['wall']:.1f} ms wall (target <= {TARGETS['pass_cpu_ms']:.0f} ms CPU); first pass "
-              f"{p['first_pass_ms']['cpu']:.0f} ms CPU")
+              f"{p['first_pass_ms']['cpu']:.0f} ms CPU; the reconciler process's RSS at the end (its passes and a snapshot saved) {p['rss_mb']:.0f} MB")
         snap = p["snapshot"]
         print(f"  snapshots every 10,000 events (jobs, usage): encode + save {snap['save_ms']['wall']:.0f} ms wall "
               f"({snap['save_ms']['cpu']:.0f} ms CPU; a pass used to wait for it), now on the reconciler's own thread "
