@@ -208,18 +208,14 @@ def test_a_multislice_tpu_no_job_holds_is_doctored_slice_by_slice(pod: Pod):
     """By name, a multislice TPU is its queued resource: no node has that name, its slices are
     NAME-0 .. NAME-(N-1). Asked for the node, doctor said there was no such TPU."""
     import paramiko
-    from google.cloud import tpu_v2
+
+    from tests.reconciler.test_multislice_e2e import two_slices
 
     key = paramiko.ECDSAKey.from_private_key_file(str(pod.tmp / f"id_{pod.node}"))
     parent = f"projects/proj/locations/{ZONE}"
-    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base",
-                       metadata={"ssh-keys": f"alice:{key.get_name()} {key.get_base64()} alice@ledger"})
-    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
-        node_count=2, node_id_prefix="tl-ms"))
     client = pod.emu.client()
     try:
-        client.create_queued_resource(parent=parent, queued_resource_id="tl-ms", queued_resource=tpu_v2.QueuedResource(
-            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))).result(timeout=60)
+        two_slices(client, "tl-ms", parent, {"ssh-keys": f"alice:{key.get_name()} {key.get_base64()} alice@ledger"})
         deadline = time.monotonic() + 60
         while len([n for n in client.list_nodes(parent=parent) if n.name.endswith(("tl-ms-0", "tl-ms-1"))
                    and n.state.name == "READY"]) < 2 and time.monotonic() < deadline:

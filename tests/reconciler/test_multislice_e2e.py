@@ -53,14 +53,16 @@ def test_two_slices_run_everywhere_and_a_lost_slice_recovers_the_whole_job(harne
 PARENT = "projects/tpu-ledger-local/locations/us-central2-b"
 
 
-def two_slices(client, name: str) -> None:  # noqa: ANN001 - the emulator's tpu_v2 client
-    """A queued resource of ours of two v4-8 slices (nodes NAME-0, NAME-1), made directly."""
+def two_slices(client, name: str, parent: str = PARENT, metadata: dict[str, str] | None = None) -> None:  # noqa: ANN001 - the emulator's tpu_v2 client
+    """A queued resource of ours of two v4-8 slices (nodes NAME-0, NAME-1), made directly
+    (`metadata`: the nodes', e.g. ssh-keys)."""
     from google.cloud import tpu_v2
 
-    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"})
-    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=PARENT, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"managed-by": "tpu-ledger"},
+                       metadata=metadata or {})
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node=node, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
         node_count=2, node_id_prefix=name))
-    client.create_queued_resource(parent=PARENT, queued_resource_id=name, queued_resource=tpu_v2.QueuedResource(
+    client.create_queued_resource(parent=parent, queued_resource_id=name, queued_resource=tpu_v2.QueuedResource(
         tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))).result(timeout=30)
 
 

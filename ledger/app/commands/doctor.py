@@ -16,9 +16,11 @@ from ledger.app.wiring import Settings, host_paths, hosts_of, job_keys_of
 from ledger.errors import UsageError
 from ledger.events import actor
 from ledger.fold import JobState
+from ledger.placement import slice_nodes
 from ledger.replay import load_state
 from reconciler.doctor import Doctor, Report, clean, context
 from reconciler.keys import ensure_key
+from reconciler.model import NodeObs
 from reconciler.remote import Host, RemoteRunner
 from reconciler.tpu import TpuApi, project_for
 
@@ -54,10 +56,9 @@ def _hosts_of_tpu(tpu: dict[str, Any], zone: str | None, project: str, endpoint:
     api = TpuApi(project_for(project, endpoint), endpoint)
     try:
         node = api.get_node(zone, name)
-        # A multislice TPU is a queued resource whose slices are its nodes NAME-0 .. NAME-(N-1):
-        # no node has its name.
-        slices = [node] if node is not None else sorted(
-            (n for n in api.list_nodes(zone) if n.queued_resource == name), key=lambda n: _slice_number(n.name))
+        # A multislice TPU is a queued resource whose slices are its nodes (slice_nodes names
+        # them in order): no node has its name.
+        slices = [node] if node is not None else _slices_of(name, [n for n in api.list_nodes(zone) if n.queued_resource == name])
         if not slices:
             raise UsageError(f"no TPU {name} in {zone} (project {project})", hint="see `ledger tpus`")
         hosts: list[Host] = []
@@ -72,10 +73,10 @@ def _hosts_of_tpu(tpu: dict[str, Any], zone: str | None, project: str, endpoint:
     return hosts
 
 
-def _slice_number(node: str) -> int:
-    """A slice's index from its node's name (NAME-3 is slice 3)."""
-    suffix = node.rsplit("-", 1)[-1]
-    return int(suffix) if suffix.isdigit() else 0
+def _slices_of(name: str, nodes: list[NodeObs]) -> list[NodeObs]:
+    """The queued resource `name`'s nodes, slice by slice."""
+    by_name = {n.name: n for n in nodes}
+    return [by_name[n] for n in slice_nodes({"name": name, "slices": len(nodes)}) if n in by_name]
 
 
 def _places(hosts: list[Host]) -> dict[int, dict[str, int]]:
