@@ -210,7 +210,7 @@ class Executor:
         req = CreateRequest(
             zone=tpu["zone"], name=tpu["name"], accelerator=tpu["accelerator"],
             runtime=want.get("version") or "", pricing=tpu.get("pricing") or want.get("pricing", "ondemand"),
-            labels=naming.labels(job.id, job.commit or str(job.submitted_seq), job.owner, p["attempt"]),
+            labels=naming.labels(job.id, naming.submission(job), job.owner, p["attempt"]),
             metadata=metadata, tags=tuple(want.get("tags") or ()), reservation=want.get("reservation") or "",
             network=want.get("network"), queued=tpu["kind"] == "queued_resource",
             slices=slices_of(tpu), wait_s=p.get("wait_s"),

@@ -10,6 +10,8 @@ import functools
 import hashlib
 import re
 
+from ledger.fold import JobState
+
 LABEL_MANAGED = "managed-by"
 MANAGED_VALUE = "tpu-ledger"
 LABEL_JOB = "tpu-ledger-job"  # a slug of the job id (lossy: the job hash label is exact)
@@ -29,6 +31,17 @@ def _slug(text: str, limit: int) -> str:
 def job_hash(job_id: str, submission: str = "") -> str:
     """Short hash of the job and its submission, so a resubmitted job never reuses old names."""
     return hashlib.sha256(f"{job_id}\x00{submission}".encode()).hexdigest()[:8]
+
+
+def submission(job: JobState) -> str:
+    """What tells this submission of the job from its earlier ones: its commit, or (a job
+    submitted without git) the seq of its submission."""
+    return job.commit or str(job.submitted_seq)
+
+
+def job_label(job: JobState) -> str:
+    """The value of LABEL_JOB_HASH on the job's TPUs."""
+    return job_hash(job.id, submission(job))
 
 
 @functools.lru_cache(maxsize=16_384)
