@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
+import heapq
 import io
 import logging
 import pickle
@@ -111,9 +112,13 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"snapshot refers to {module}.{name}; snapshots hold plain data only")
 
 
+# What tells equal lists and dicts: their JSON text (4x faster to make than their pickle).
+_key = msgspec.json.Encoder().encode
+
+
 def _shared(value: Any, strings: dict[str, str], seen: dict[bytes, Any]) -> Any:
-    """`value` with equal strings made one object, and equal lists and dicts too (same
-    types, same order: equal pickles), so the pickle writes each once and loading makes
+    """`value` with equal strings made one object, and equal lists and dicts too (the same
+    JSON text: a state holds JSON values only), so the pickle writes each once and loading makes
     each once. 10k jobs' states repeat most of their content (dict keys, states, failure
     records, the same TPU): 15 MB -> 5 MB, and loading 3x faster. Sharing is safe because
     states never edit a field in place (fold._clone copies `times`, the one exception)."""
@@ -121,7 +126,7 @@ def _shared(value: Any, strings: dict[str, str], seen: dict[bytes, Any]) -> Any:
     if kind is str:
         return strings.setdefault(value, value)
     if kind is dict or kind is list:
-        key = pickle.dumps(value, protocol=5)
+        key = _key(value)
         found = seen.get(key)
         if found is not None:
             return found
@@ -134,48 +139,72 @@ def _shared(value: Any, strings: dict[str, str], seen: dict[bytes, Any]) -> Any:
     return value
 
 
+def _shared_fields(job: JobState, strings: dict[str, str], seen: dict[bytes, Any]) -> tuple:
+    """The job's fields in order, values shared (`_shared`) but its own `times`."""
+    return tuple(_shared(getattr(job, n), strings, seen) if n != "times" else _own_times(job.times, strings)
+                 for n in _FIELDS)
+
+
 def _own_times(times: dict[str, str], strings: dict[str, str]) -> dict[str, str]:
     """`times` is the field a transition edits in place: each job keeps a dict of its own."""
     return {strings.setdefault(k, k): strings.setdefault(v, v) for k, v in times.items()}
 
 
-def encode_state(state: LedgerState) -> bytes:
+def encode_state(state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> bytes:
+    """The snapshot of `state`, and of `settled`: jobs kept apart from it with their pieces
+    (`job_text`), in id order (the reconciler's shelf, reconciler/shelf.py), read as walked."""
+    own = ((job, None) for job in sorted(state.jobs.values(), key=_job_id))
     with no_cyclic_gc():  # the shared values make ~350k containers: 2.0 -> 1.8 s at 20k jobs
-        return _encode_state(state)
+        return _encode_state(state.position, heapq.merge(own, settled, key=_first_id))
 
 
-def _encode_state(state: LedgerState) -> bytes:
-    names = tuple(f.name for f in dataclasses.fields(JobState))
-    where: dict[str, tuple[int, int, int]] = {}
+def _first_id(pair: tuple[JobState, bytes | None]) -> str:
+    return pair[0].id
+
+
+def job_text(job: JobState) -> bytes:
+    """A job's piece of a snapshot: its `ledger list --json` item (`job_from_text` reads it)."""
+    return jsontext.item(job.to_dict())
+
+
+def job_from_text(text: bytes | memoryview) -> JobState:
+    return _ONE.decode(text)
+
+
+def _encode_state(position: int, by_id: Iterable[tuple[JobState, bytes | None]]) -> bytes:
+    """One walk over the jobs in id order, each with its piece if it has one already: each
+    job's piece, index entry and row are made at once, so a job decoded for the walk is let
+    go at once."""
+    index: list[tuple] = []
+    places: list[tuple[int, int, int]] = []
     chunks: list[bytes] = []
-    by_id = sorted(state.jobs.values(), key=_job_id)
-    for first in range(0, len(by_id), _CHUNK):
-        text = bytearray(b"[")
-        for job in by_id[first:first + _CHUNK]:
-            if len(text) > 1:
-                text += jsontext.SEPARATOR
-            start = len(text)
-            text += jsontext.item(job.to_dict())
-            where[job.id] = (len(chunks), start, len(text))
-        text += b"]"
-        chunks.append(lz4.block.compress(bytes(text)))
-    # The index in the state's own order (a full replay's: first event first), the pieces by id.
-    index = [tuple(JobIndex.of(job)) for job in state.jobs.values()]
-    # And every job's fields, in the index's order, for those who decode every job (the
-    # reconciler, the dashboard): plain tuples with equal values shared, in a pickle of its
-    # own that lazy readers never load (2.5x faster to load than parsing the texts).
+    # Every job's fields, for those who decode every job (the reconciler, the dashboard):
+    # plain tuples with equal values shared, in a pickle of its own that lazy readers never
+    # load (2.5x faster to load than parsing the texts).
+    rows: list[tuple] = []
     strings: dict[str, str] = {}
     seen: dict[bytes, Any] = {}
-    rows = pickle.dumps([
-        tuple(_shared(getattr(job, n), strings, seen) if n != "times" else _own_times(job.times, strings) for n in names)
-        for job in state.jobs.values()
-    ], protocol=5)
-    return _MAGIC + pickle.dumps((state.position, names, index, [where[row[0]] for row in index], chunks, rows), protocol=5)
+    text = bytearray(b"[")
+    for job, piece in by_id:
+        if len(text) > 1:
+            text += jsontext.SEPARATOR
+        start = len(text)
+        text += piece if piece is not None else job_text(job)
+        places.append((len(chunks), start, len(text)))
+        index.append(tuple(JobIndex.of(job)))
+        rows.append(_shared_fields(job, strings, seen))
+        if len(index) % _CHUNK == 0:
+            chunks.append(lz4.block.compress(bytes(text + b"]")))
+            text = bytearray(b"[")
+    if len(text) > 1:
+        chunks.append(lz4.block.compress(bytes(text + b"]")))
+    return _MAGIC + pickle.dumps((position, _FIELDS, index, places, chunks, pickle.dumps(rows, protocol=5)), protocol=5)
 
 
 # msgspec builds the dataclass as it parses (half the time of JobState(**dict)), and refuses
 # a piece whose value has not the field's type.
 _ONE = msgspec.json.Decoder(JobState)
+_FIELDS = tuple(f.name for f in dataclasses.fields(JobState))
 
 
 def _job_id(job: _OwnedAndStated) -> str:
@@ -185,7 +214,7 @@ def _job_id(job: _OwnedAndStated) -> str:
 class LazyState:
     """Every job's state at `position`, decoded job by job as asked: a snapshot's index and
     pieces, with the jobs the events after it changed (folded, kept decoded). `index` holds
-    every job, in the order of `LedgerState.jobs`; `select` gives the ids a listing shows,
+    every job (the snapshot's in id order, then those new since); `select` gives the ids a listing shows,
     in id order; `job(id)` a job's state; `texts(ids)` their `ledger list --json` items.
 
     A snapshot keeps the pieces in id order, each chunk's text a JSON list whose items are
@@ -207,7 +236,7 @@ class LazyState:
 
     @property
     def index(self) -> dict[str, JobIndex]:
-        """Every job's JobIndex by id, in the state's order."""
+        """Every job's JobIndex by id, in the index's order."""
         if self._index is None:
             self._index = dict(zip((r[0] for r in self._index_rows), map(JobIndex._make, self._index_rows), strict=True))
         return self._index
@@ -235,7 +264,7 @@ class LazyState:
         job = self._jobs.get(job_id)
         if job is None:
             n, start, end = self._where[job_id]
-            job = self._jobs[job_id] = _ONE.decode(self._chunk(n)[start:end])
+            job = self._jobs[job_id] = job_from_text(self._chunk(n)[start:end])
         return job
 
     def jobs(self, ids: Iterable[str]) -> list[JobState]:
@@ -262,6 +291,17 @@ class LazyState:
                 yield jsontext.item(self.job(i).to_dict())
         if run is not None:
             yield memoryview(self._chunk(run[0]))[run[1]:run[2]]
+
+    def pieces(self) -> Iterator[tuple[str, memoryview]]:
+        """Every job's id and piece as the snapshot holds them (not the jobs folded since),
+        a chunk at a time in the chunks' order; nothing is kept, for a reader that takes
+        each job once."""
+        current, text = -1, memoryview(b"")
+        for i in sorted(range(len(self._places)), key=self._places.__getitem__):
+            n, start, end = self._places[i]
+            if n != current:
+                current, text = n, memoryview(lz4.block.decompress(self._chunks[n]))
+            yield self._index_rows[i][0], text[start:end]
 
     def update(self, jobs: dict[str, JobState]) -> None:
         """Jobs folded past the snapshot: they replace what it says of them."""
@@ -303,7 +343,7 @@ def decode_lazy(blob: bytes) -> LazyState | None:
         return None
     try:
         position, names, index, places, chunks, rows = load_plain(blob[len(_MAGIC):])
-        if tuple(names) != tuple(f.name for f in dataclasses.fields(JobState)):
+        if tuple(names) != _FIELDS:
             return None
         if len(index) != len(places) or any(len(row) != len(JobIndex._fields) for row in index) \
                 or any(len(at) != 3 for at in places):
@@ -411,6 +451,41 @@ def load_state(store: SnapshotReader, until: int | None = None, use_snapshot: bo
     return state
 
 
+def load_state_apart(store: SnapshotReader, apart: Callable[[JobState], bool],
+                     put: Callable[[JobState, bytes], None]) -> LedgerState | None:
+    """`load_state`'s state at the head, less the snapshot's jobs that `apart` picks and the
+    events after it do not touch: each of those goes to `put` with its piece (`job_text`)
+    instead. Read from the pieces a job at a time, so the whole state is never held at
+    once (the reconciler keeps its settled jobs apart: reconciler.shelf). None when there
+    is no usable snapshot, or its pieces do not decode: then `load_state` it is (and what
+    went to `put` is to be dropped)."""
+    head = store.head()
+    with no_cyclic_gc():
+        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), head, decode_lazy, _position)
+        if lazy is None:
+            return None
+        rows = list(fold_rows(store, lazy.position, head))
+        touched = {r[1] for r in rows}
+        state = LedgerState(lazy.position)
+        strings: dict[str, str] = {}
+        seen: dict[bytes, Any] = {}
+        try:
+            for job_id, text in lazy.pieces():
+                job = job_from_text(text)
+                if job_id in touched or not apart(job):
+                    # shared as a snapshot's rows are: the pass walks these, and a tenth as many objects is faster to walk
+                    state.jobs[job_id] = JobState(*_shared_fields(job, strings, seen))
+                else:
+                    put(job, bytes(text))
+        except (msgspec.DecodeError, lz4.block.LZ4BlockError, ValueError) as exc:  # msgspec's ValidationError too
+            log.warning("the snapshot at seq %s does not decode job by job (%s): loading it whole", lazy.position, exc)
+            return None
+        state.owned.update(state.jobs)
+        fold_into(state, rows)
+    state.position = head
+    return state
+
+
 def load_lazy(store: SnapshotReader, until: int | None = None) -> LazyState:
     """Every job's state at `until` (a seq; None = head) as `load_state` gives it, decoded
     only as asked: the newest usable snapshot's index and pieces, and the jobs the events
@@ -440,13 +515,14 @@ def tied_snapshot(store: Reader, name: str, code_version: str, position: int, st
     return Snapshot.seal(name, code_version, position, event_hash, state)
 
 
-def make_snapshot(store: Reader, state: LedgerState) -> Snapshot:
-    """`state` sealed as a job-state snapshot, tied to the event at its position."""
-    return tied_snapshot(store, SNAPSHOT_NAME, code_version(), state.position, encode_state(state))
+def make_snapshot(store: Reader, state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> Snapshot:
+    """`state` (and `settled`: encode_state's) sealed as a job-state snapshot, tied to the
+    event at its position."""
+    return tied_snapshot(store, SNAPSHOT_NAME, code_version(), state.position, encode_state(state, settled))
 
 
-def save_snapshot(store: SnapshotReader, state: LedgerState) -> None:
-    store.save_snapshot(make_snapshot(store, state))
+def save_snapshot(store: SnapshotReader, state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> None:
+    store.save_snapshot(make_snapshot(store, state, settled))
 
 
 def snapshot_due(store: SnapshotReader, name: str, code_version: str, position: int, every: int = SNAPSHOT_EVERY) -> bool:
@@ -457,12 +533,13 @@ def snapshot_due(store: SnapshotReader, name: str, code_version: str, position: 
     return not (since < every and (last is None or snapshot_problem(store, last) is None))
 
 
-def maybe_snapshot(store: SnapshotReader, state: LedgerState, every: int = SNAPSHOT_EVERY) -> bool:
-    """Save `state` when a job-state snapshot is due (snapshot_due). Call it after a replay
-    at the head; returns whether it saved."""
+def maybe_snapshot(store: SnapshotReader, state: LedgerState, every: int = SNAPSHOT_EVERY, *,
+                   settled: Iterable[tuple[JobState, bytes]] = ()) -> bool:
+    """Save `state` (and `settled`: encode_state's) when a job-state snapshot is due
+    (snapshot_due). Call it after a replay at the head; returns whether it saved."""
     if not snapshot_due(store, SNAPSHOT_NAME, code_version(), state.position, every):
         return False
-    save_snapshot(store, state)
+    save_snapshot(store, state, settled)
     return True
 
 
