@@ -355,7 +355,8 @@ def part_pass(url: str, now: float, runs: int) -> dict[str, Any]:
         return {"first_pass_ms": {"wall": first[0], "cpu": first[1]},
                 "pass_ms": {"wall": statistics.median(walls), "cpu": statistics.median(cpus), "runs": runs},
                 "snapshot": snapshot_beside_passes(url, rec, sim, runs),
-                "actions": acted, "jobs": len(jobs), "walked": len(rec.live.jobs), "waiting": waiting, "running": sum(1 for j in jobs.values() if j.state == "running"),
+                "actions": acted, "jobs": len(jobs) + len(rec.live.shelf), "walked": len(rec.live.jobs),
+                "shelved": len(rec.live.shelf), "waiting": waiting, "running": sum(1 for j in jobs.values() if j.state == "running"),
                 "hosts_probed_per_pass": rec.runner.probed // (runs + 4), "events": rec.state.position,
                 "rss_mb": rss_kb() / 1024}
     finally:
@@ -369,17 +370,18 @@ def snapshot_beside_passes(url: str, rec: Any, sim: dict[str, float], runs: int)
     usage fold's copy); and a pass's wall while that thread saves beside it."""
     store = SQLiteStore(url.removeprefix("sqlite:///"))
 
-    def save(state: Any, usage: Any) -> None:
-        save_snapshot(store, state)
+    def save(source: Any, usage: Any) -> None:
+        state, shelved = source
+        save_snapshot(store, state, shelved.pieces())
         save_body(store, usage)
 
     try:
         copies = [cpu_wall(lambda: body_of(rec.meter, rec.usage)) for _ in range(max(1, runs // 3))]
-        saves = [cpu_wall(lambda: save(rec.state.detached(), body_of(rec.meter, rec.usage))) for _ in range(max(1, runs // 3))]
+        saves = [cpu_wall(lambda: save(rec.snapshot_source(), body_of(rec.meter, rec.usage))) for _ in range(max(1, runs // 3))]
         beside: list[float] = []
         with ThreadPoolExecutor(1) as saver:
             for _ in range(max(1, runs // 3)):
-                saving = saver.submit(save, rec.state.detached(), body_of(rec.meter, rec.usage))
+                saving = saver.submit(save, rec.snapshot_source(), body_of(rec.meter, rec.usage))
                 sim["t"] += 2
                 beside.append(cpu_wall(rec.step)[0])
                 rec.drain()

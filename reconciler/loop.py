@@ -25,7 +25,7 @@ from ledger.failures import from_status, kind_of, status, summary
 from ledger.fold import JobState, LedgerState
 from ledger.observers import Observers
 from ledger.placement import slice_nodes
-from ledger.replay import fold_into, fold_rows, load_state, maybe_snapshot
+from ledger.replay import fold_into, fold_rows, load_state, load_state_apart, maybe_snapshot
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
@@ -35,13 +35,14 @@ from ledger.usage.snapshot import UsageBody, due_body, load_usage, save_body
 from reconciler import admission, slices
 from reconciler.executor import Executor, Runner
 from reconciler.health import Change, ZoneHealth
-from reconciler.live import LiveJobs, noting_streams
+from reconciler.live import LiveJobs, settled
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
 from reconciler.plan import (
     api_zone,
     plan,
     queued_resource_zones,
+    release_cutoff,
     resolutions,
     selected_workers,
     suspect,
@@ -49,6 +50,7 @@ from reconciler.plan import (
     zones_in_use,
 )
 from reconciler.settle import awaiting
+from reconciler.shelf import FrozenShelf, Shelf
 from reconciler.tpu import TpuApi, TpuCallError
 
 log = logging.getLogger("tpu_ledger.reconciler")
@@ -206,14 +208,19 @@ class Reconciler:
     def _catch_up_jobs(self) -> None:
         store = self.store()
         if not self._caught_up_once:
-            self.state = load_state(store)
-            self.live.rebuild(self.state)
+            # The settled jobs go to the shelf as the snapshot is read, never all held at once.
+            shelf = Shelf()
+            state = load_state_apart(store, settled, shelf.put)
+            if state is None:
+                shelf, state = Shelf(), load_state(store)
+            self.state = state
+            self.live.rebuild(self.state, shelf)
             # The memory is folded over the whole ledger once (it decodes only a few types).
             self.capacity = CapacityMemory().apply_rows(fold_rows(store, 0, self.state.position))
             self._caught_up_once = True
         else:
             touched: set[str] = set()
-            fold_into(self.state, self.capacity.tee(noting_streams(fold_rows(store, self.state.position), touched)))
+            fold_into(self.state, self.capacity.tee(self.live.folding(self.state, fold_rows(store, self.state.position), touched)))
             self.live.refresh(self.state, touched)
 
     def _catch_up_usage(self) -> None:
@@ -230,14 +237,19 @@ class Reconciler:
     def _keep_snapshots(self) -> None:
         """Every 200 passes, once: the snapshots of the jobs' state and of usage, when due.
         Both are encoded and saved on a thread of their own, from copies later folds never
-        change (`LedgerState.detached`, usage's `due_body`): at 20,000 jobs that takes 2.5 s,
+        change (`LedgerState.detached`, the shelf's `frozen`, usage's `due_body`): at 20,000 jobs that takes 2.5 s,
         which a pass would otherwise wait."""
         if self.passes % 200 or not self.snapshot_saved(0):
             return
         usage = None
         if self.usage is not None:
             usage = due_body(self.store(), self.meter, self.usage)  # copied now: the fold moves on
-        self._saving = self._snapshotter.submit(self._save_snapshots, self.state.detached(), usage)
+        self._saving = self._snapshotter.submit(self._save_snapshots, *self.snapshot_source(), usage)
+
+    def snapshot_source(self) -> tuple[LedgerState, FrozenShelf]:
+        """What the jobs' snapshot is made of now: the state and the shelf of its settled
+        jobs (`save_snapshot(store, state, shelved.pieces())`), copies later folds never change."""
+        return self.state.detached(), self.live.shelf.frozen()
 
     def snapshot_saved(self, timeout: float | None = None) -> bool:
         """Wait for the snapshots being saved, if they are (at most `timeout` s); whether none
@@ -245,13 +257,13 @@ class Reconciler:
         saving = self._saving
         return saving is None or not wait([saving], timeout).not_done
 
-    def _save_snapshots(self, state: LedgerState, usage: UsageBody | None) -> None:
+    def _save_snapshots(self, state: LedgerState, shelved: FrozenShelf, usage: UsageBody | None) -> None:
         started = time.monotonic()
         what = f"the jobs' snapshot at seq {state.position}"
         try:
             store = open_store(self.store_url)
             try:
-                saved = maybe_snapshot(store, state)
+                saved = maybe_snapshot(store, state, settled=shelved.pieces())
                 if usage is not None:
                     what = f"the usage snapshot at seq {usage.position}"
                     save_body(store, usage)
@@ -425,7 +437,8 @@ class Reconciler:
         self._reap()
         self.catch_up()  # what finished while observing changes what to do
         actions = plan(self.live.jobs, obs, in_flight=list(self._in_flight), config=self.config,
-                       taken_over=adoptable, usage=self.recent_usage(obs.now), memory=self.capacity, known=self.state.jobs)
+                       taken_over=adoptable, usage=self.recent_usage(obs.now), memory=self.capacity, settled=self.live.shelf)
+        self.live.shelf.forget_releases(release_cutoff(obs.now, self.config))
         for action in actions:
             if self._may_act(action):
                 self._dispatch(action)
@@ -469,13 +482,13 @@ class Reconciler:
         if self.membership is None:
             return
         for name in self.membership.keeper.held():
-            job = self.state.jobs.get(name.removeprefix(JOB_PREFIX))
+            job = self.live.find(self.state, name.removeprefix(JOB_PREFIX))
             if name.startswith(JOB_PREFIX) and job is not None and job.terminal and job.tpu is None \
                     and job.id not in self._in_flight:
                 self.membership.let_go(job.id)
 
     def _dispatch(self, action: Action) -> None:
-        job = self.state.jobs.get(action.job_id)
+        job = self.live.find(self.state, action.job_id)
         job = job.copy() if job is not None else None  # the next catch-up folds in place
         key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
         if key in self._in_flight or not self.job_backoff.may_try(key, self.clock()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ledger import defaults, fold
 from ledger.capacity import CapacityMemory
@@ -35,6 +35,15 @@ from reconciler.rules import decide
 from reconciler.slices import UNEXPLAINED_HEALTH
 
 
+class Settled(Protocol):
+    """What the orphan collector asks of the settled jobs a pass leaves out of `jobs`
+    (reconciler.shelf.Shelf holds them)."""
+
+    def released_since(self, cutoff: str) -> Iterable[str]: ...
+
+    def job_of_label(self, label: str) -> str | None: ...
+
+
 def plan(
     jobs: Mapping[str, JobState],
     observed: Observed,
@@ -44,10 +53,10 @@ def plan(
     taken_over: Iterable[str] = (),
     usage: admission.Usage = admission.NO_USAGE,
     memory: CapacityMemory | None = None,
-    known: Mapping[str, JobState] | None = None,
+    settled: Settled | None = None,
 ) -> list[Action]:
     """`jobs`: those to plan; a settled job (reconciler.live) may be left out, and then
-    `known` holds every job, for the orphan collector's rare questions.
+    `settled` answers the orphan collector's rare questions about those.
     `taken_over`: jobs whose lease this reconciler just won from a holder that let it
     lapse (a dead peer): their unfinished intents are resolved now, not after a timeout.
     `usage`: recent usage for the policy's fair share and weekly quotas (admission).
@@ -78,7 +87,7 @@ def plan(
                 action = _quota_spent(job, gate.spent[job.id], then)
         if action is not None and observed_for(action, observed):
             actions.append(action)
-    actions.extend(collect_orphans(jobs, observed, config, known))
+    actions.extend(collect_orphans(jobs, observed, config, settled))
     return actions
 
 
@@ -175,7 +184,7 @@ def tpu_request(job: JobState, chosen: Choice | None = None) -> dict[str, Any]:
     attempt = max(job.attempt, 1)
     chosen = chosen or choice(job.spec, 0)
     want = {
-        "name": naming.node_name(job.id, job.commit or str(job.submitted_seq), attempt),
+        "name": naming.node_name(job.id, naming.submission(job), attempt),
         "zone": tpu.get("zone", ""),
         "kind": "queued_resource" if tpu.get("allocation_mode") == "queued-resources" else "node",
         "shared": False,
@@ -550,15 +559,14 @@ def _resolve(job: JobState, obs: Observed, config: PlanConfig, adopted: bool = F
 
 
 def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanConfig,
-                    known: Mapping[str, JobState] | None = None) -> list[Action]:
+                    settled: Settled | None = None) -> list[Action]:
     """Delete the nodes of ours no job holds. `jobs`: those a pass plans (a settled job
-    holds nothing and asks nothing); `known`: every job, settled ones too (default `jobs`),
-    read only when some node is held by none of `jobs`: a settled job may have released it
-    within the grace period, and an orphan is recorded on the job its label names."""
+    holds nothing and asks nothing); `settled`: the jobs left out of them, asked only when
+    some node is held by none of `jobs`: a settled job may have released it within the grace
+    period, and an orphan is recorded on the job its label names."""
     if not obs.nodes:
         return []
-    # ISO UTC times compare as text: one cutoff per pass, no parsing per job.
-    cutoff = format_time(datetime.fromtimestamp(obs.now - config.orphan_grace_s, UTC))
+    cutoff = release_cutoff(obs.now, config)
     held: set[str] = set()
     for j in jobs.values():  # one loop over the jobs for the three kinds of node held
         if j.tpu:
@@ -573,19 +581,18 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
                 if n.name not in held and naming.is_managed(n.labels) and n.state != "DELETING"
                 and obs.now - n.create_time >= config.orphan_grace_s]
 
-    known = jobs if known is None else known
     orphans = unheld()
-    if orphans and known is not jobs:
-        for j in known.values():
-            _recently_released(j, cutoff, held)
+    if orphans and settled is not None:
+        held.update(settled.released_since(cutoff))
         orphans = unheld()
     if not orphans:
         return []
     # Which job a label names: only worth hashing every job when there is an orphan.
-    by_hash = {naming.job_hash(j.id, j.commit or str(j.submitted_seq)): j.id for j in known.values()}
+    by_label = {naming.job_label(j): j.id for j in jobs.values()}
     actions, seen = [], set()
     for node in orphans:
-        owner = by_hash.get(node.labels.get(naming.LABEL_JOB_HASH, ""), "_orphans")
+        label = node.labels.get(naming.LABEL_JOB_HASH, "")
+        owner = by_label.get(label) or (settled.job_of_label(label) if settled is not None else None) or "_orphans"
         # A node a queued resource asked for goes with it: deleting the node alone would
         # leave the queued resource (for a multislice one, with every other slice).
         if node.queued_resource:
@@ -596,6 +603,12 @@ def collect_orphans(jobs: Mapping[str, JobState], obs: Observed, config: PlanCon
             seen.add((tpu["zone"], tpu["name"]))
             actions.append(Action("collect_orphan", owner, {"tpu": tpu, "labels": node.labels}, "no live job holds it"))
     return actions
+
+
+def release_cutoff(now: float, config: PlanConfig) -> str:
+    """A release after this time is within the orphan grace period. ISO UTC times compare
+    as text: one cutoff per pass, no parsing per job."""
+    return format_time(datetime.fromtimestamp(now - config.orphan_grace_s, UTC))
 
 
 def _recently_released(job: JobState, cutoff: str, held: set[str]) -> None:

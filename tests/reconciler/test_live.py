@@ -1,6 +1,7 @@
 """The live view of the jobs (reconciler.live): kept by the streams each fold touches, it
-is always the state's jobs less the settled ones, and a pass over it decides what a pass over
-every job decides. Pure: no server."""
+is always the state's jobs less the settled ones, which wait on the shelf (reconciler.shelf)
+and come back when an event comes for them; a pass over it decides what a pass over every job
+decides. Pure: no server."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import UTC, datetime
 from ledger.events import format_time
 from ledger.fold import LedgerState, apply
 from reconciler import naming
-from reconciler.live import LiveJobs, noting_streams, settled
+from reconciler.live import LiveJobs, settled
 from reconciler.model import NodeObs, Observed, PlanConfig
 from reconciler.plan import plan
 
@@ -29,8 +30,8 @@ def tpu(name: str) -> dict:
 
 def lives() -> dict[str, list[tuple[str, dict, float]]]:
     """Jobs in every situation that matters: waiting, running, finished long ago, finished
-    with its TPU released a moment ago, ended while still holding its TPU, and ended with an
-    intent left without its outcome."""
+    with its TPU released a moment ago, ended while still holding its TPU, ended with an
+    intent left without its outcome, and run again after it had ended."""
     submitted = ("submitted", {"spec": SPEC, "spec_hash": "h", "commit": "c"}, 3600)
     up = [("provisioning", {"attempt": 1, "tpu": tpu("{}")}, 3500),
           ("provisioned", {"tpu": tpu("{}"), "hosts": [{"worker": 0, "address": "10.0.0.1", "port": 22}]}, 3400),
@@ -45,6 +46,8 @@ def lives() -> dict[str, list[tuple[str, dict, float]]]:
         "cy/cancelled": [submitted, ("cancel_requested", {}, 100), ("cancelled", {"reason": "asked"}, 90)],
         "cy/intent": [submitted, ("cancel_requested", {}, 100), ("cancelled", {"reason": "asked"}, 90),
                       ("action_intent", {"action_id": "a1", "action": "record", "params": {}, "holder": "r"}, 80)],
+        "dee/again": [submitted, *up, ("finished", {}, 2800), ("released", {"tpu": tpu("{}"), "reason": "job ended"}, 2700),
+                      ("rerun", {"rule": "operator"}, 50)],
     }
 
 
@@ -57,21 +60,30 @@ def events() -> list[tuple[str, str, dict, float]]:
 
 def test_the_view_kept_fold_by_fold_is_the_state_less_its_settled_jobs():
     state, live = LedgerState(), LiveJobs()
+    everything = LedgerState()  # the same events folded with nothing shelved
     versions: dict[str, int] = {}
     for seq, (job_id, type_, data, ago) in enumerate(events(), start=1):
         versions[job_id] = versions.get(job_id, 0) + 1
         touched: set[str] = set()
-        for row in noting_streams([(seq, job_id, versions[job_id], type_, at(ago), data)], touched):
+        for row in live.folding(state, [(seq, job_id, versions[job_id], type_, at(ago), data)], touched):
             apply(state, row[1], row[3], row[5], time=row[4], seq=row[0], version=row[2])
+        apply(everything, job_id, type_, data, time=at(ago), seq=seq, version=versions[job_id])
         live.refresh(state, touched)
         if seq % 3 == 0:
             state.detached()  # as the snapshot saver does: the next fold of a job copies it
         fresh = LiveJobs()
-        fresh.rebuild(state)
-        assert live.jobs == fresh.jobs
+        fresh.rebuild(LedgerState(everything.position, dict(everything.jobs)))
+        assert live.jobs == fresh.jobs == state.jobs
         assert all(live.jobs[j] is state.jobs[j] for j in live.jobs)  # the state's own objects, not stale copies
-    assert sorted(j for j in state.jobs if settled(state.jobs[j])) == ["bo/just", "bo/old", "cy/cancelled"]
-    assert "cy/holding" in live.jobs and "cy/intent" in live.jobs  # a TPU still held; an intent without outcome
+        on_shelf = sorted(j for j in everything.jobs if j not in state.jobs)
+        assert on_shelf == sorted(j for j, job in everything.jobs.items() if settled(job))
+        assert all(live.find(state, j) == everything.jobs[j] for j in everything.jobs)  # shelved: as they were
+    assert [job for job, _ in live.shelf.frozen().pieces()] == [everything.jobs[j] for j in on_shelf]
+    assert on_shelf == ["bo/just", "bo/old", "cy/cancelled"]
+    assert live.shelf.states == {"finished": 2, "cancelled": 1}
+    # cy/holding: a TPU still held; cy/intent: an intent without its outcome; dee/again: back from the shelf
+    assert {"cy/holding", "cy/intent", "dee/again"} <= set(live.jobs)
+    assert live.jobs["dee/again"].state == "recovering" and live.jobs["dee/again"].attempt == 2
 
 
 def folded() -> LedgerState:
@@ -88,7 +100,7 @@ def test_a_pass_over_the_live_jobs_decides_what_a_pass_over_every_job_does():
     moment ago is being deleted, not an orphan; an orphan is recorded on the job its label names."""
     state = folded()
     live = LiveJobs()
-    live.rebuild(state)
+    live.rebuild(LedgerState(state.position, dict(state.jobs)))
     assert len(live.jobs) < len(state.jobs)
     managed = {"managed-by": "tpu-ledger"}
     old = state.jobs["bo/old"]
@@ -105,7 +117,7 @@ def test_a_pass_over_the_live_jobs_decides_what_a_pass_over_every_job_does():
         return Observed(now=NOW, zones=frozenset({ZONE}), nodes={n.name: n for n in nodes})
 
     everyone = plan(state.jobs, observed(), config=config)
-    from_live = plan(live.jobs, observed(), config=config, known=state.jobs)
+    from_live = plan(live.jobs, observed(), config=config, settled=live.shelf)
     assert [(a.kind, a.job_id, a.params) for a in from_live] == [(a.kind, a.job_id, a.params) for a in everyone]
     orphans = [(a.job_id, a.params["tpu"]["name"]) for a in from_live if a.kind == "collect_orphan"]
     assert orphans == [("bo/old", "tl-bo-old")]

@@ -30,8 +30,9 @@ def test_single_host_job_runs_to_finished_and_its_tpu_is_deleted(harness: Harnes
     assert "hello from alice/hello attempt 1" in harness.output("alice/hello", 1)
     assert job.attempt == 1
     harness.wait("alice/hello", lambda j: not harness.nodes())
-    # settled: the reconciler's passes no longer walk it, and it still knows it
-    harness.wait("alice/hello", lambda j: "alice/hello" not in rec.live.jobs and "alice/hello" in rec.state.jobs)
+    # settled: the reconciler's passes no longer walk it, and it still knows it, from its shelf
+    harness.wait("alice/hello", lambda j: "alice/hello" not in rec.live.jobs and "alice/hello" in rec.live.shelf)
+    assert rec.live.find(rec.state, "alice/hello") == harness.job("alice/hello")
 
 
 def test_pod_preempted_midway_is_reapplied_and_resumes_with_the_next_attempt(harness: Harness):

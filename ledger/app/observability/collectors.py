@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -27,6 +27,7 @@ from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.verify import Problem, TailCheck
 
+T = TypeVar("T")
 log = logging.getLogger("tpu_ledger.metrics")
 
 
@@ -157,25 +158,33 @@ def teams_by_owner(policy: Policy | None) -> dict[str, str]:
     return found
 
 
-def stable_jobs(jobs: Mapping[str, JobState]) -> list[JobState]:
-    """The jobs of a fold another thread may be extending: a copy of the values, taken again
-    if the dict grew meanwhile."""
+def stable_copy(read: Callable[[], list[T]]) -> list[T]:
+    """`read()`, a copy of a dict another thread may be changing, taken again if the dict
+    changed size meanwhile."""
     for _ in range(5):
         try:
-            return list(jobs.values())
+            return read()
         except RuntimeError:  # dictionary changed size during iteration
             continue
     return []
 
 
+def stable_jobs(jobs: Mapping[str, JobState]) -> list[JobState]:
+    """The jobs of a fold another thread may be extending."""
+    return stable_copy(lambda: list(jobs.values()))
+
+
 @dataclass
 class JobSources:
     """Where `JobsCollector` reads: the fold's jobs, the policy in force, and the queue
-    summary (`queueview.queue_summary`), each a function of the moment."""
+    summary (`queueview.queue_summary`), each a function of the moment; `settled`: how many
+    jobs in each state the fold holds apart from `jobs` (the reconciler's shelf: they hold
+    no TPU)."""
 
     jobs: Callable[[], Mapping[str, JobState]]
     policy: Callable[[], Policy | None]
     queue: Callable[[], Mapping[str, Any] | None]
+    settled: Callable[[], Mapping[str, int]] = dict
 
 
 class JobsCollector(Collector):
@@ -184,7 +193,8 @@ class JobsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         jobs = stable_jobs(self.sources.jobs())
-        by_state: dict[str, int] = {}
+        settled = self.sources.settled()
+        by_state: dict[str, int] = dict(stable_copy(lambda: list(settled.items())))
         chips: dict[tuple[str, str, str], int] = {}
         refused = 0  # TPUs the API refuses for good to delete: they bill until an admin acts
         teams = teams_by_owner(self.sources.policy())

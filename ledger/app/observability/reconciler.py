@@ -63,10 +63,11 @@ def observe_reconciler(service: Service, rec: Reconciler, interval: float) -> Pa
         }
 
     def queue() -> dict[str, Any]:
-        return waiting_summary(stable_jobs(rec.state.jobs))
+        return waiting_summary(stable_jobs(rec.live.jobs))
 
     service.gauges(values)
-    service.jobs(JobSources(jobs=lambda: rec.state.jobs, policy=lambda: rec.config.policy, queue=queue))
+    service.jobs(JobSources(jobs=lambda: rec.state.jobs, policy=lambda: rec.config.policy, queue=queue,
+                            settled=lambda: rec.live.shelf.states))
     max_age = max(defaults.READY_PASS_MIN_S, defaults.READY_PASS_INTERVALS * interval)
     service.readiness.add("pass", recent_check("pass", lambda: record.last, max_age))
     if rec.membership is not None:
