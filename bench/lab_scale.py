@@ -2,7 +2,7 @@
 pods, some multislice), 10,000 waiting jobs, 50 users in 6 teams, 1M events.
 
     python bench/lab_scale.py                      # everything (the ledger is built once, kept)
-    python bench/lab_scale.py --only pass,reads    # some parts: build, pass, reads, day, probe
+    python bench/lab_scale.py --only pass,reads    # some parts: build, start, pass, reads, day, probe
     python bench/lab_scale.py --db /tmp/lab-1m.db --events 1000000 --hours 24 --every 120 --json
 
 What is real and what is emulator state:
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hashlib
 import http.client
 import json
@@ -301,12 +302,14 @@ class LabHosts:
         raise AssertionError("a quiet lab stops nothing")
 
 
-def reconciler(url: str, clock: Callable[[], float]):
+def reconciler(url: str, clock: Callable[[], float], cloud_jobs: bool = True):
+    """A reconciler over the lab, against its simulated cloud (`cloud_jobs`: the running
+    jobs' TPUs listed; the bench loads every job once for that, apart from the reconciler)."""
     from reconciler.loop import Reconciler
 
     store = SQLiteStore(url.removeprefix("sqlite:///"))
     try:
-        cloud = LabCloud(load_state(store).jobs)
+        cloud = LabCloud(load_state(store).jobs if cloud_jobs else {})
     finally:
         store.close()
     config = PlanConfig(policy=policy(), holder=HOLDER, intent_timeout_s=float("inf"))
@@ -361,6 +364,25 @@ def part_pass(url: str, now: float, runs: int) -> dict[str, Any]:
                 "rss_mb": rss_kb() / 1024}
     finally:
         rec.close()
+
+
+def part_start(url: str) -> dict[str, Any]:
+    """The reconciler's start (its first catch-up: snapshot, tail, the live view and the
+    shelf), in a process of its own so its RSS is the reconciler's alone."""
+    out = subprocess.run([sys.executable, __file__, "--start-child", url], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def start_child(url: str) -> None:
+    rec, _ = reconciler(url, time.time, cloud_jobs=False)
+    cpu = time.process_time()
+    rec.catch_up()
+    cpu = time.process_time() - cpu
+    gc.collect()
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    print(json.dumps({"cpu_s": cpu, "rss_mb": int(status["VmRSS"].split()[0]) / 1024, "peak_mb": int(status["VmHWM"].split()[0]) / 1024,
+                      "held": len(rec.state.jobs), "shelved": len(rec.live.shelf)}))
+    rec.close()
 
 
 def snapshot_beside_passes(url: str, rec: Any, sim: dict[str, float], runs: int) -> dict[str, Any]:
@@ -579,13 +601,17 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--history-events", type=int, default=HISTORY_PER_JOB,
                     help=f"events per finished job (9, 18, ... {HISTORY_PER_JOB}: default); 9 makes ~110,000 finished jobs of 1M events")
-    ap.add_argument("--only", default="build,pass,reads,day,probe")
+    ap.add_argument("--only", default="build,start,pass,reads,day,probe")
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--every", type=float, default=120.0, help="simulated seconds between passes in the day")
     ap.add_argument("--ssh-hosts", type=int, default=16)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--start-child", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.start_child:
+        start_child(args.start_child)
+        return
     parts = set(args.only.split(","))
     # The lab's "now": a fixed moment after every event of the built ledger.
     now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -598,6 +624,9 @@ def main() -> None:
     if args.history_events < 9 or args.history_events % 9:
         ap.error("--history-events must be 9, 18, 27, ...: whole cycles of a job's life")
     build(args.db, args.events, now, say, args.history_events)
+    if "start" in parts:
+        result["start"] = part_start(url)
+        say(f"start: {json.dumps(result['start'])}")
     if "pass" in parts:
         result["pass"] = part_pass(url, now.timestamp(), args.runs)
         say(f"pass: {json.dumps(result['pass'])}")
@@ -620,6 +649,10 @@ def main() -> None:
 
 def report(r: dict[str, Any]) -> None:
     print(f"lab at 10x: {r['events']:,} events, 50 users, load {r['load_before']} -> {r['load_after']}")
+    if "start" in r:
+        st = r["start"]
+        print(f"  reconciler start (snapshot, tail, live view): {st['cpu_s']:.2f} s CPU; RSS {st['rss_mb']:.0f} MB after it "
+              f"(peak {st['peak_mb']:.0f} MB), {st['held']:,} jobs held as states, {st['shelved']:,} shelved")
     if "pass" in r:
         p = r["pass"]
         print(f"  reconciler pass (step) over {p['jobs']:,} jobs, {p['walked']:,} of them unsettled ({p['waiting']:,} waiting, {p['running']} running, "
