@@ -112,7 +112,8 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"snapshot refers to {module}.{name}; snapshots hold plain data only")
 
 
-# What tells equal lists and dicts: their JSON text (4x faster to make than their pickle).
+# What tells equal lists and dicts: their JSON text (faster to make than their pickle: a
+# snapshot of 118,956 jobs encoded in 5.8 s instead of 6.8).
 _key = msgspec.json.Encoder().encode
 
 
@@ -473,7 +474,7 @@ def load_state_apart(store: SnapshotReader, apart: Callable[[JobState], bool],
             for job_id, text in lazy.pieces():
                 job = job_from_text(text)
                 if job_id in touched or not apart(job):
-                    # shared as a snapshot's rows are: the pass walks these, and a tenth as many objects is faster to walk
+                    # shared as a snapshot's rows are: the pass walks these (unshared, 10,200 jobs took it 40% longer)
                     state.jobs[job_id] = JobState(*_shared_fields(job, strings, seen))
                 else:
                     put(job, bytes(text))

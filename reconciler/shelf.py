@@ -22,7 +22,7 @@ from reconciler import naming
 
 
 class Shelf:
-    """Settled jobs by id, each decoded only when asked (`get`, `take`, `frozen().jobs()`)."""
+    """Settled jobs by id, each decoded only when asked (`get`, `take`, `frozen().pieces()`)."""
 
     def __init__(self) -> None:
         self._packed: dict[str, bytes] = {}
