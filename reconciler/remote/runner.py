@@ -342,7 +342,10 @@ class RemoteRunner:
         out.parent.mkdir(parents=True, exist_ok=True)
         offset = out.stat().st_size if out.exists() else 0
         key = (job_id, attempt, host.id)
-        streamed = self.watchers.take(key, MAX_FETCH) if self.watch else None
+        # An unfinished last line waits for its end only where secrets are masked (_collect):
+        # otherwise the local log holds what a fetch by offset would, progress lines included.
+        redact = self._attempt_redactor(job_id, attempt)
+        streamed = self.watchers.take(key, MAX_FETCH, whole_lines=bool(redact)) if self.watch else None
         if streamed == b"":  # a live watcher and nothing new: no file to touch
             with self._scan_lock:
                 step = self._checkpoint_steps.get((job_id, attempt, host.id))
@@ -364,8 +367,7 @@ class RemoteRunner:
             except (RemoteError, ValueError) as exc:
                 return HostStatus("unknown", error=str(exc))
         if ans.state != "absent":
-            _collect(out, ans.data, self._attempt_redactor(job_id, attempt),
-                     final=ans.state in ("exited", "gone"))
+            _collect(out, ans.data, redact, final=ans.state in ("exited", "gone"))
         found = self._scan(job_id, attempt, host.id, out, final=ans.state in ("exited", "gone"),
                            compiled=compiled, fetched_from=offset, checkpoint=checkpoint)
         state = {"starting": "running", "absent": "gone"}.get(ans.state, ans.state)

@@ -80,9 +80,9 @@ class Watchers:
             w = self._watches.get(key)
             return w is not None and not w.ended
 
-    def take(self, key: Key, limit: int) -> bytes | None:
-        """The output received since the last take, whole lines only (all of it past
-        `limit`), or None when no live watcher holds this key."""
+    def take(self, key: Key, limit: int, whole_lines: bool = True) -> bytes | None:
+        """The output received since the last take (`whole_lines`: whole lines only, all of
+        it past `limit`), or None when no live watcher holds this key."""
         with self._lock:
             w = self._watches.get(key)
             if w is None or w.ended:
@@ -91,7 +91,7 @@ class Watchers:
             self._call(lambda: self._read(w))
             return None
         with self._lock:
-            end = len(w.buf) if len(w.buf) >= limit else w.buf.rfind(b"\n") + 1
+            end = len(w.buf) if not whole_lines or len(w.buf) >= limit else w.buf.rfind(b"\n") + 1
             data = bytes(w.buf[:end])
             del w.buf[:end]
             resume = w.paused and len(w.buf) < BUFFER_MAX

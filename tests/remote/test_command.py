@@ -83,6 +83,20 @@ def test_output_is_fetched_incrementally_and_scanned(pod, runner_for, wait_for, 
     assert again.state == "exited" and again.matches == []
 
 
+def test_a_watched_host_hands_over_an_unfinished_line_as_a_fetch_by_offset_does(pod, runner_for, wait_for, tmp_path):
+    """Once a host's watcher is armed, a line without its end yet (a progress bar) still
+    reaches the local log: only where secrets are masked does it wait for its end."""
+    r = runner_for(pod)
+    cmd = 'echo first line; while [ ! -e go ]; do sleep 0.05; done; printf "step 7 of 9"; sleep 300'
+    r.start(JOB, 1, pod.hosts[:1], spec(cmd), extra_args=[], resume=False)
+    out = layout.output_log(tmp_path / "logs", JOB, 1, 0)
+    wait_for(lambda: (s := r.probe(JOB, 1, pod.hosts[:1])[0]) and s.output_bytes >= 11)
+    assert r.watchers.live((JOB, 1, pod.hosts[0].id))  # the probe armed it: from here the output streams in
+    r.run(pod.hosts[0], f"touch \"$HOME\"/{layout.worker_rel(JOB, 0)}/work/go")
+    wait_for(lambda: r.probe(JOB, 1, pod.hosts[:1])[0].output_bytes >= 22)
+    assert out.read_bytes() == b"first line\nstep 7 of 9"
+
+
 def test_command_survives_connection_loss_and_runner_restart(pod, runner_for, wait_for):
     r1 = runner_for(pod)
     pids = r1.start(JOB, 1, pod.hosts, spec("sleep 300"), extra_args=[], resume=False)
