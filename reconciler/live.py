@@ -25,56 +25,53 @@ def settled(job: JobState) -> bool:
 
 
 class LiveJobs:
-    """`jobs`: the unsettled jobs of a `LedgerState`, by id (the same objects). The settled
-    ones leave the state for `shelf` (reconciler.shelf), and come back into it when an event
-    comes for them (`folding`), so the state holds what `jobs` holds."""
+    """The reconciler's fold, kept to the jobs a pass walks: `state` holds the unsettled
+    jobs only (`jobs`); the settled ones leave it for `shelf` (reconciler.shelf) after the
+    fold that settled them, and come back into it before an event for them is folded."""
 
     def __init__(self) -> None:
-        self.jobs: dict[str, JobState] = {}
+        self.state = LedgerState()
         self.shelf = Shelf()
 
-    def rebuild(self, state: LedgerState, shelf: Shelf | None = None) -> None:
-        """From the whole state (a fresh load), or from a state and the `shelf` of what its
-        load kept apart (ledger.replay.load_state_apart)."""
-        self.jobs, self.shelf = {}, shelf if shelf is not None else Shelf()
-        with no_cyclic_gc():
-            for job_id, job in list(state.jobs.items()):
-                if settled(job):
-                    self._shelve(state, job)
-                else:
-                    self.jobs[job_id] = job
+    @property
+    def jobs(self) -> dict[str, JobState]:
+        return self.state.jobs
 
-    def folding(self, state: LedgerState, rows: Iterable[tuple], touched: set[str]) -> Iterator[tuple]:
+    def rebuild(self, state: LedgerState, shelf: Shelf | None = None) -> None:
+        """From a freshly loaded state, and the `shelf` of what its load kept apart, if any
+        (ledger.replay.load_state_apart): its settled jobs go to the shelf."""
+        self.state, self.shelf = state, shelf if shelf is not None else Shelf()
+        with no_cyclic_gc():
+            for job in [j for j in state.jobs.values() if settled(j)]:
+                self._shelve(job)
+
+    def folding(self, rows: Iterable[tuple], touched: set[str]) -> Iterator[tuple]:
         """The fold's rows (seq, stream, ...) as they are, each one's stream added to
-        `touched`; a shelved job is put back into `state` before its first event is folded."""
-        shelf, jobs = self.shelf, state.jobs
+        `touched`; a shelved job is put back into the state before its first event is folded."""
+        shelf, state = self.shelf, self.state
         for row in rows:
             stream = row[1]
             if stream not in touched:
                 touched.add(stream)
                 if stream in shelf:
-                    jobs[stream] = shelf.take(stream)  # type: ignore[assignment]
+                    state.jobs[stream] = shelf.take(stream)  # type: ignore[assignment]
                     state.owned.add(stream)  # a fresh object: the fold may change it in place
             yield row
 
-    def refresh(self, state: LedgerState, touched: Iterable[str]) -> None:
-        """After a fold: the streams it touched are what may have moved in or out (a fold
-        may also have replaced a job's object with its copy)."""
+    def refresh(self, touched: Iterable[str]) -> None:
+        """After a fold: the jobs it touched that it settled go to the shelf."""
+        jobs = self.state.jobs
         for job_id in touched:
-            job = state.jobs.get(job_id)
-            if job is None or settled(job):
-                self.jobs.pop(job_id, None)
-                if job is not None:
-                    self._shelve(state, job)
-            else:
-                self.jobs[job_id] = job
+            job = jobs.get(job_id)
+            if job is not None and settled(job):
+                self._shelve(job)
 
-    def find(self, state: LedgerState, job_id: str) -> JobState | None:
+    def find(self, job_id: str) -> JobState | None:
         """Any job the ledger knows, shelved or not (a shelved one decoded: a copy)."""
-        job = state.jobs.get(job_id)
+        job = self.state.jobs.get(job_id)
         return job if job is not None else self.shelf.get(job_id)
 
-    def _shelve(self, state: LedgerState, job: JobState) -> None:
+    def _shelve(self, job: JobState) -> None:
         self.shelf.put(job)
-        del state.jobs[job.id]
-        state.owned.discard(job.id)
+        del self.state.jobs[job.id]
+        self.state.owned.discard(job.id)

@@ -146,8 +146,7 @@ class Reconciler:
         self._saving: Future[None] | None = None  # the snapshots being saved, if any
         self._in_flight: dict[str, Future[str]] = {}
         self._lock = threading.Lock()
-        self.state = LedgerState()
-        self.live = LiveJobs()  # the jobs a pass walks: the state's, less the settled ones
+        self.live = LiveJobs()  # the fold, holding the jobs a pass walks (the settled ones on its shelf)
         # Past stockouts, lab-wide (ledger.capacity): folded from the same rows as the jobs.
         self.capacity = CapacityMemory()
         # With leases, several reconcilers share the jobs; without, this one acts on all
@@ -213,15 +212,14 @@ class Reconciler:
             state = load_state_apart(store, settled, shelf.put)
             if state is None:
                 shelf, state = Shelf(), load_state(store)
-            self.state = state
-            self.live.rebuild(self.state, shelf)
+            self.live.rebuild(state, shelf)
             # The memory is folded over the whole ledger once (it decodes only a few types).
             self.capacity = CapacityMemory().apply_rows(fold_rows(store, 0, self.state.position))
             self._caught_up_once = True
         else:
             touched: set[str] = set()
-            fold_into(self.state, self.capacity.tee(self.live.folding(self.state, fold_rows(store, self.state.position), touched)))
-            self.live.refresh(self.state, touched)
+            fold_into(self.state, self.capacity.tee(self.live.folding(fold_rows(store, self.state.position), touched)))
+            self.live.refresh(touched)
 
     def _catch_up_usage(self) -> None:
         # Only admission needs usage. A fresh process (or a new half-life) starts from the
@@ -245,6 +243,11 @@ class Reconciler:
         if self.usage is not None:
             usage = due_body(self.store(), self.meter, self.usage)  # copied now: the fold moves on
         self._saving = self._snapshotter.submit(self._save_snapshots, *self.snapshot_source(), usage)
+
+    @property
+    def state(self) -> LedgerState:
+        """The jobs' fold at the ledger's head, less the settled jobs (on `live.shelf`)."""
+        return self.live.state
 
     def snapshot_source(self) -> tuple[LedgerState, FrozenShelf]:
         """What the jobs' snapshot is made of now: the state and the shelf of its settled
@@ -482,13 +485,13 @@ class Reconciler:
         if self.membership is None:
             return
         for name in self.membership.keeper.held():
-            job = self.live.find(self.state, name.removeprefix(JOB_PREFIX))
+            job = self.live.find(name.removeprefix(JOB_PREFIX))
             if name.startswith(JOB_PREFIX) and job is not None and job.terminal and job.tpu is None \
                     and job.id not in self._in_flight:
                 self.membership.let_go(job.id)
 
     def _dispatch(self, action: Action) -> None:
-        job = self.live.find(self.state, action.job_id)
+        job = self.live.find(action.job_id)
         job = job.copy() if job is not None else None  # the next catch-up folds in place
         key = action.job_id or f"orphan:{action.params.get('tpu', {}).get('name')}"
         if key in self._in_flight or not self.job_backoff.may_try(key, self.clock()):

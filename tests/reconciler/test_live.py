@@ -59,16 +59,17 @@ def events() -> list[tuple[str, str, dict, float]]:
 
 
 def test_the_view_kept_fold_by_fold_is_the_state_less_its_settled_jobs():
-    state, live = LedgerState(), LiveJobs()
+    live = LiveJobs()
+    state = live.state
     everything = LedgerState()  # the same events folded with nothing shelved
     versions: dict[str, int] = {}
     for seq, (job_id, type_, data, ago) in enumerate(events(), start=1):
         versions[job_id] = versions.get(job_id, 0) + 1
         touched: set[str] = set()
-        for row in live.folding(state, [(seq, job_id, versions[job_id], type_, at(ago), data)], touched):
+        for row in live.folding([(seq, job_id, versions[job_id], type_, at(ago), data)], touched):
             apply(state, row[1], row[3], row[5], time=row[4], seq=row[0], version=row[2])
         apply(everything, job_id, type_, data, time=at(ago), seq=seq, version=versions[job_id])
-        live.refresh(state, touched)
+        live.refresh(touched)
         if seq % 3 == 0:
             state.detached()  # as the snapshot saver does: the next fold of a job copies it
         fresh = LiveJobs()
@@ -77,7 +78,7 @@ def test_the_view_kept_fold_by_fold_is_the_state_less_its_settled_jobs():
         assert all(live.jobs[j] is state.jobs[j] for j in live.jobs)  # the state's own objects, not stale copies
         on_shelf = sorted(j for j in everything.jobs if j not in state.jobs)
         assert on_shelf == sorted(j for j, job in everything.jobs.items() if settled(job))
-        assert all(live.find(state, j) == everything.jobs[j] for j in everything.jobs)  # shelved: as they were
+        assert all(live.find(j) == everything.jobs[j] for j in everything.jobs)  # shelved: as they were
     assert [job for job, _ in live.shelf.frozen().pieces()] == [everything.jobs[j] for j in on_shelf]
     assert on_shelf == ["bo/just", "bo/old", "cy/cancelled"]
     assert live.shelf.states == {"finished": 2, "cancelled": 1}

@@ -40,7 +40,7 @@ def test_single_host_job_runs_to_finished_and_its_tpu_is_deleted(harness: Harnes
     harness.wait("alice/hello", lambda j: not harness.nodes())
     # settled: the reconciler's passes no longer walk it, and it still knows it, from its shelf
     harness.wait("alice/hello", lambda j: "alice/hello" not in rec.live.jobs and "alice/hello" in rec.live.shelf)
-    assert rec.live.find(rec.state, "alice/hello") == harness.job("alice/hello")
+    assert rec.live.find("alice/hello") == harness.job("alice/hello")
 
 
 def test_a_reconciler_starting_from_a_snapshot_shelves_the_ended_jobs_as_it_reads_them(harness: Harness, monkeypatch):
@@ -63,7 +63,7 @@ def test_a_reconciler_starting_from_a_snapshot_shelves_the_ended_jobs_as_it_read
             assert "alice/hello" in fresh.live.shelf and "alice/hello" not in fresh.state.jobs
             assert "bob/runs" in fresh.live.jobs and fresh.state.jobs.keys() == fresh.live.jobs.keys()
             every = load_state(store, use_snapshot=False).jobs
-            assert fresh.live.find(fresh.state, "alice/hello") == every["alice/hello"]
+            assert fresh.live.find("alice/hello") == every["alice/hello"]
             state, shelved = fresh.snapshot_source()  # what its snapshot saver writes: every job
             assert decode_state(encode_state(state, shelved.pieces())).jobs == every
         finally:
