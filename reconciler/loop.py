@@ -25,7 +25,14 @@ from ledger.failures import from_status, kind_of, status, summary
 from ledger.fold import JobState, LedgerState
 from ledger.observers import Observers
 from ledger.placement import slice_nodes
-from ledger.replay import fold_into, fold_rows, load_state, load_state_apart, maybe_snapshot
+from ledger.replay import (
+    fold_into,
+    fold_rows,
+    keep_out_of_collections,
+    load_state,
+    load_state_apart,
+    maybe_snapshot,
+)
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
@@ -201,8 +208,11 @@ class Reconciler:
     # -- one pass -------------------------------------------------------------------------
     def catch_up(self) -> None:
         """Snapshot + tail at start, then only the new events: O(events since)."""
+        first = not self._caught_up_once
         self._catch_up_jobs()
         self._catch_up_usage()
+        if first:
+            keep_out_of_collections(len(self.state.jobs) + len(self.live.shelf))
 
     def _catch_up_jobs(self) -> None:
         store = self.store()

@@ -6,7 +6,7 @@ Pure functions over the fold's states (`ledger.fold.JobState`); no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -114,17 +114,19 @@ def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
     return fold.checks
 
 
-def health_streams(jobs: Iterable[JobIndex]) -> set[str]:
+def health_streams(holders: Iterable[JobIndex], releasing: Callable[[set[str]], Iterable[str]]) -> set[str]:
     """The job streams whose events say the last host check of every TPU `tpu_rows` lists:
     `ledger tpus` reads these (besides the jobs' state from snapshot and tail), not the
     whole ledger. A TPU of a job's own is checked only in its holder's stream (each attempt
     gets a new name); a shared TPU in the stream of any job that held it, so every job that
-    asks for it, or released it lately (`JobState.released`), is read. Chosen from the
-    jobs' index (`replay.JobIndex`): no job's state is decoded for it."""
-    jobs = list(jobs)
+    asks for it, or released it lately (`releasing`: the ids of the jobs whose latest
+    releases, `JobState.released`, name one of the TPUs), is read. Chosen from the index of
+    the jobs that hold a TPU or ask for a shared one (`replay.LazyState.holders`): no job's
+    state is decoded for it."""
+    holders = list(holders)
     streams: set[str] = set()
     shared: set[str] = set()
-    for job in jobs:
+    for job in holders:
         if job.held is not None:
             streams.add(job.id)
             if job.held_shared:
@@ -132,15 +134,15 @@ def health_streams(jobs: Iterable[JobIndex]) -> set[str]:
         elif not job.terminal and job.wants_shared is not None:
             shared.add(job.wants_shared)
     if shared:
-        for job in jobs:
-            if job.wants_shared in shared or any(name in shared for name in job.released):
-                streams.add(job.id)
+        streams.update(job.id for job in holders if job.wants_shared in shared)
+        streams.update(releasing(shared))
     return streams
 
 
 def tpu_jobs(jobs: Iterable[JobIndex]) -> list[str]:
     """The jobs `tpu_rows` shows a row of: those holding a TPU, and live ones waiting for a
-    shared one (in id order). Chosen from the index, so only these are decoded."""
+    shared one (in id order). Chosen from the index (`replay.LazyState.holders` gives all
+    such jobs and a few more), so only these are decoded."""
     return sorted(j.id for j in jobs if j.held is not None or (not j.terminal and j.wants_shared is not None))
 
 

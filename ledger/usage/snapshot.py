@@ -139,7 +139,7 @@ def decode(blob: bytes) -> Kept | None:
     if not blob.startswith(_MAGIC):
         return None
     try:
-        position, slots, jobs, accounts, table, commit, half_life, ref, acc, recent = load_plain(blob[len(_MAGIC):])
+        position, slots, jobs, accounts, table, commit, half_life, ref, acc, recent = load_plain(blob, len(_MAGIC))
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
         return None
     if tuple(slots) != _SLOTS:

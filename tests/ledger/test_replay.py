@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +23,7 @@ from ledger.replay import (
     fold_into,
     fold_rows,
     job_text,
+    keep_out_of_collections,
     load_lazy,
     load_state,
     load_state_apart,
@@ -109,6 +111,13 @@ def assert_lazy_is(lazy, full: fold.LedgerState) -> None:
         assert jsontext.pretty_list(lazy.texts(ids)) == jsontext.pretty([full.jobs[i].to_dict() for i in ids])
     every = lazy.select()
     assert jsontext.pretty_list(lazy.texts(every[1::2])) == jsontext.pretty([full.jobs[i].to_dict() for i in every[1::2]])
+    for state in sorted({j.state for j in full.jobs.values()})[:2]:
+        assert lazy.select(state=state, owner=owners[0]) == sorted(
+            i for i, j in full.jobs.items() if j.state == state and j.owner == owners[0])
+    entries = [JobIndex.of(j) for j in full.jobs.values()]
+    assert sorted(lazy.holders()) == sorted(x for x in entries if x.held is not None or x.wants_shared is not None)
+    names = {n for x in entries for n in x.released[:1]}
+    assert lazy.releasing(names) == {x.id for x in entries if names.intersection(x.released)}
 
 
 def test_snapshot_encoding_round_trips_and_refuses_code(store_factory):
@@ -118,11 +127,11 @@ def test_snapshot_encoding_round_trips_and_refuses_code(store_factory):
     store.append("alice/a", [fold_event("submitted", spec={"x": 1}, spec_hash="ab" * 4, commit="c", path="p")])
     state = load_state(store)
     assert as_data(decode_state(encode_state(state))) == as_data(state)
-    assert decode_state(b"TLS2" + pickle.dumps(fold.JobState("x/y"))) is None  # names a class: refused
+    assert decode_state(b"TLS3" + pickle.dumps(fold.JobState("x/y"))) is None  # names a class: refused
     assert decode_state(b"not a snapshot") is None
     assert decode_state(encode_state(state)[:-40]) is None  # cut short
     blob = encode_state(state)
-    assert decode_state(b"TLS1" + blob[4:]) is None  # the earlier encoding's magic: not this code's
+    assert decode_state(b"TLS2" + blob[4:]) is None  # the earlier encoding's magic: not this code's
 
 
 def test_snapshots_of_the_earlier_encoding_are_never_loaded(store_factory):
@@ -143,9 +152,11 @@ def test_an_index_that_lies_about_a_job_is_caught_by_verify(store_factory):
 
     store = two_jobs(store_factory)
     real = load_state(store)
-    position, names, index, places, chunks, rows = pickle.loads(encode_state(real)[4:])
-    index = [(*row[:2], "finished", *row[3:]) if row[0] == "alice/a" else row for row in index]
-    lie = b"TLS2" + pickle.dumps((position, names, index, places, chunks, rows), protocol=5)
+    position, names, columns, chunks, rows = pickle.loads(encode_state(real)[4:])
+    ids, owners, owner_of, states, state_of, *rest = columns
+    assert ids == ["alice/a", "bob/b"] and states == ["pending"]
+    columns = (ids, owners, owner_of, ["pending", "finished"], _codes(1, 0), *rest)  # alice/a claimed finished
+    lie = b"TLS3" + pickle.dumps((position, names, columns, chunks, rows), protocol=5)
     assert decode_lazy(lie).select(state="finished") == ["alice/a"]  # what a lazy reader would believe
     insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
     [verdict] = verify_snapshots(store)
@@ -159,9 +170,10 @@ def test_a_text_that_lies_about_a_job_is_caught_by_verify(store_factory):
 
     store = two_jobs(store_factory)
     real = load_state(store)
-    position, names, index, _, _, rows = pickle.loads(encode_state(real)[4:])
-    _, _, _, places, chunks, _ = pickle.loads(finished(real, "alice/a")[4:])
-    lie = b"TLS2" + pickle.dumps((position, names, index, places, chunks, rows), protocol=5)
+    position, names, columns, _, rows = pickle.loads(encode_state(real)[4:])
+    _, _, lied, chunks, _ = pickle.loads(finished(real, "alice/a")[4:])
+    columns = (*columns[:5], *lied[5:7], *columns[7:])  # the places of the lie's texts
+    lie = b"TLS3" + pickle.dumps((position, names, columns, chunks, rows), protocol=5)
     assert decode_lazy(lie).job("alice/a").state == fold.FINISHED  # what `ledger list --json` would print
     assert decode_state(lie) == real  # what the reconciler would load
     insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
@@ -202,6 +214,11 @@ def fold_event(type_: str, **data):
 
 # -- snapshots are checked, not trusted ------------------------------------------------------
 BLOB = {"sqlite": "X'{hex}'", "postgres": "decode('{hex}', 'hex')"}  # a bytea/BLOB literal per backend
+
+
+def _codes(*values: int) -> bytes:
+    """A column of codes as a snapshot stores it (unsigned 32-bit, little-endian)."""
+    return b"".join(v.to_bytes(4, "little") for v in values)
 
 
 def insert_raw(store_factory, url: str, snap: Snapshot) -> None:
@@ -298,3 +315,48 @@ def test_a_detached_copy_never_sees_later_folds(store_factory):
     fold_into(state, fold_rows(store, copy.position))
     assert state.jobs["alice/a"].state == fold.QUEUED
     assert as_data(copy) == before
+
+
+def test_holders_and_releases_are_read_from_the_columns_and_the_tail(store_factory):
+    """`ledger tpus` chooses from `holders` and `releasing` (the snapshot's sparse columns,
+    overridden by what the events after it say): they agree with the full replay's index
+    before and after jobs take, release and share TPUs past the snapshot."""
+    store = store_factory()
+    own = {"name": "t-a1", "zone": "z"}
+    pool = {"name": "pool", "zone": "z", "shared": True}
+    shared_spec = {"spec": {"tpu": {"name": "pool", "shared": True}}, "spec_hash": "ab" * 8, "commit": "c", "path": "p"}
+    plain_spec = {"spec": {}, "spec_hash": "ab" * 8, "commit": "c", "path": "p"}
+    store.append("alice/a", [fold_event("submitted", **plain_spec), fold_event("provisioning", attempt=1, tpu=own)])
+    store.append("bob/b", [fold_event("submitted", **shared_spec), fold_event("provisioning", attempt=1, tpu=pool)])
+    store.append("carol/c", [fold_event("submitted", **plain_spec), fold_event("provisioning", attempt=1, tpu={"name": "t-c1"}),
+                             fold_event("released", tpu={"name": "t-c1"}), fold_event("finished")])
+    store.append("dave/d", [fold_event("submitted", **shared_spec)])  # waits for the pool
+    save_snapshot(store, load_state(store))
+    for tail in ([], [("alice/a", [fold_event("released", tpu=own), fold_event("finished")]),
+                      ("bob/b", [fold_event("released", tpu=pool)]),
+                      ("dave/d", [fold_event("provisioning", attempt=1, tpu=pool)]),
+                      ("erin/e", [fold_event("submitted", **shared_spec)])]):
+        for stream, events in tail:
+            store.append(stream, events)
+        full, lazy = load_state(store, use_snapshot=False), load_lazy(store)
+        assert lazy._c.ids == ["alice/a", "bob/b", "carol/c", "dave/d"]  # read from the snapshot
+        entries = [JobIndex.of(j) for j in full.jobs.values()]
+        key = operator.attrgetter("id")
+        assert sorted(lazy.holders(), key=key) == sorted(
+            (x for x in entries if x.held is not None or x.wants_shared is not None), key=key)
+        for names in ({"pool"}, {"t-c1", "t-a1"}, {"nothing"}):
+            assert lazy.releasing(names) == {x.id for x in entries if names.intersection(x.released)}
+        assert_lazy_is(lazy, full)
+
+
+def test_a_large_state_is_kept_out_of_collections():
+    """A dashboard or reconciler holding many jobs moves its loaded state out of the cyclic
+    collector's reach once; a small one leaves the collector as it is."""
+    import gc
+
+    before = gc.get_freeze_count()
+    assert not keep_out_of_collections(9, at_least=10) and gc.get_freeze_count() == before
+    try:
+        assert keep_out_of_collections(10, at_least=10) and gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()

@@ -23,9 +23,10 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     # hold it (readmodels.health_streams).
     state = load_lazy(store)
     # A job's first event is its `submitted` (the spec: its largest, and no health in it).
-    events = sorted((e for stream in health_streams(state.index.values()) for e in store.read_stream(stream, after_version=1)
+    holders = state.holders()
+    events = sorted((e for stream in health_streams(holders, state.releasing) for e in store.read_stream(stream, after_version=1)
                      if e.seq <= state.position), key=lambda e: e.seq)
-    rows = tpu_rows(state.jobs(tpu_jobs(state.index.values())), tpu_health(events))
+    rows = tpu_rows(state.jobs(tpu_jobs(holders)), tpu_health(events))
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows, plain=True)
         return
