@@ -14,6 +14,7 @@ from ledger.usage.fold import (
 from ledger.usage.prices import POLICY_STREAM, PriceBook, Prices, pricing_name
 from ledger.usage.report import (
     GROUPINGS,
+    Rollup,
     UsageReport,
     UsageRow,
     job_usage,
@@ -21,6 +22,6 @@ from ledger.usage.report import (
 )
 
 __all__ = [
-    "CATEGORIES", "GROUPINGS", "HELD", "POLICY_STREAM", "AccountKey", "Interval", "PriceBook", "Prices", "UsageFold", "UsageReport", "UsageRow",
+    "CATEGORIES", "GROUPINGS", "HELD", "POLICY_STREAM", "AccountKey", "Interval", "PriceBook", "Prices", "Rollup", "UsageFold", "UsageReport", "UsageRow",
     "from_us", "job_usage", "pricing_name", "summarize", "to_us",
 ]

@@ -119,7 +119,7 @@ class _Job:
     __slots__ = (
         "id", "life", "status", "phase", "recovering", "recover_since", "attempt", "open", "since", "last",
         "want", "want_chips", "want_key", "tpu_name", "held", "held_chips", "held_key", "run_start",
-        "checkpoint", "step", "suspect", "per_attempt",
+        "checkpoint", "step", "suspect", "per_attempt", "keys",
     )
 
     def __init__(self, job_id: str, per_attempt: bool) -> None:
@@ -149,6 +149,9 @@ class _Job:
         # A failure while running that may turn out to be a preemption seen first from the
         # host's side (the recovery then says kind "preempted"): (time, lost chip-us, key).
         self.suspect: tuple[int, int, AccountKey] | None = None
+        # The accounts it added to since it last closed them (a tuple: a snapshot copies
+        # jobs' fields as they are), None when there are none.
+        self.keys: tuple[AccountKey, ...] | None = None
 
 
 class UsageFold:
@@ -177,6 +180,14 @@ class UsageFold:
         self.hi = until if until is not None else _FAR
         self.per_attempt = per_attempt
         self.accounts: dict[AccountKey, list[int]] = {}
+        # Accounts closed for good: their job ended with nothing open, so they were priced
+        # and moved here, in the order they closed; a job revived later (`ledger resume`)
+        # moves those it adds to back. Reports add them up first, then `accounts`: a
+        # report kept from one request to the next (`report.Rollup`) adds up only what
+        # closed since, and the many finished jobs of a long ledger are not copied and
+        # priced again for every report.
+        self.closed: dict[AccountKey, list[int]] = {}
+        self.reopened = 0  # how many times an account left `closed` (its order changed)
         self.jobs: dict[str, _Job] = {}
         self.position = 0
         self.prices = PriceBook(prices)
@@ -195,7 +206,7 @@ class UsageFold:
         skipped before their time or data is even parsed, and data is decoded only for the
         types whose handler reads it."""
         handlers, needs, timed, jobs, per_attempt = _HANDLERS, _NEEDS_DATA, _NEEDS_TIME, self.jobs, self.per_attempt
-        at, where_of, close = _at, _where, self._close
+        at, where_of, close, closed = _at, _where, self._close, self.closed
         loads = _as_is if decoded else _loads
         seq = 0
         try:
@@ -218,28 +229,37 @@ class UsageFold:
                         t = at(job, time_)
                     close(job, t)
                     job.open, job.since = where, t
+                    if where is not None and where[1] in closed:  # a revived job: the account is open again
+                        self._account(where[1], job)
+                if job.status == ENDED and job.open is None and job.keys is not None:
+                    self._close_accounts(job)
         finally:
             if seq:
                 self.position = seq
         return self
 
     # -- reading ----------------------------------------------------------------------------
-    def figures(self, now: int | None = None, opened: list[Interval] | None = None) -> dict[AccountKey, list[int]]:
+    def figures(self, now: int | None = None, opened: list[Interval] | None = None, *,
+                closed: bool = True) -> dict[AccountKey, list]:
         """Every account's figures (indexes: the categories, then PREEMPTIONS, LOST,
         RECOVERIES, RECOVER_US) with each job's open interval counted up to `now` (us; capped
-        by the window's end; None = the window's end, or nothing open when it has none).
-        `opened`: `open_intervals(now)` when the caller has it already (the dashboard's
-        usage page also adds them to its weekly table). The fold itself is not changed: ask
-        again later, feed it more."""
-        out = {key: values[:] for key, values in self.accounts.items()}
+        by the window's end; None = the window's end, or nothing open when it has none):
+        the closed accounts first, in the order they closed (the fold's own lists: read
+        them, never change them; `closed=False` leaves them out), then the others, each a
+        copy priced up to now. `opened`: `open_intervals(now)` when the caller has it
+        already (the dashboard's usage page also adds them to its weekly table). The fold
+        itself is not changed: ask again later, feed it more."""
+        out: dict[AccountKey, list] = dict(self.closed) if closed else {}
+        copies = {key: values[:] for key, values in self.accounts.items()}
+        out.update(copies)
         end = self.hi if now is None else min(now, self.hi)
         if end < _FAR:
             for iv in self.open_intervals(end) if opened is None or end != now else opened:
-                values = out.get(iv.key)
-                if values is None:
-                    values = out[iv.key] = blank()
+                values = copies.get(iv.key)
+                if values is None:  # nothing counted in it yet (an open interval's account is never closed)
+                    values = out[iv.key] = copies[iv.key] = blank()
                 values[iv.category] += (iv.end - iv.start) * iv.chips
-        for key, values in out.items():
+        for key, values in copies.items():
             self._settle(key, values)
         return out
 
@@ -272,10 +292,7 @@ class UsageFold:
         a = j.since if j.since > self.lo else self.lo
         b = t if t < self.hi else self.hi
         if b > a and chips:
-            values = self.accounts.get(key)
-            if values is None:
-                values = self.accounts[key] = blank()
-            values[category] += (b - a) * chips
+            self._account(key, j)[category] += (b - a) * chips
             if self._sinks:
                 interval = Interval(key, category, a, b, chips)
                 for sink in self._sinks:
@@ -314,16 +331,37 @@ class UsageFold:
         commit = data.get("commit")
         self.prices.replace(from_event(data), commit if isinstance(commit, str) else None)
 
-    def _account(self, key: AccountKey) -> list:
+    def _account(self, key: AccountKey, j: _Job) -> list:
+        """Job `j`'s account `key`, to add to: made when new, back from `closed` when a
+        revived job adds to it again."""
         values = self.accounts.get(key)
         if values is None:
-            values = self.accounts[key] = blank()
+            values = self.closed.pop(key, None)
+            if values is None:
+                values = blank()
+            else:
+                self.reopened += 1
+            self.accounts[key] = values
+        if j.keys is None:
+            j.keys = (key,)
+        elif key not in j.keys:
+            j.keys = (*j.keys, key)
         return values
 
-    def _count(self, key: AccountKey, t: int, slot: int, amount: int, slot2: int, amount2: int) -> None:
-        """Add to two of an account's counters for what happened at `t`, if inside the window."""
+    def _close_accounts(self, j: _Job) -> None:
+        """Job `j` ended with nothing open: its accounts are priced (at the table in force,
+        as a price change or a report would price them) and move to `closed`."""
+        for key in j.keys or ():
+            values = self.accounts.pop(key, None)
+            if values is not None:
+                self._settle(key, values)
+                self.closed[key] = values
+        j.keys = None
+
+    def _count(self, key: AccountKey, j: _Job, t: int, slot: int, amount: int, slot2: int, amount2: int) -> None:
+        """Add to two of job `j`'s account's counters for what happened at `t`, if inside the window."""
         if self.lo <= t <= self.hi:
-            values = self._account(key)
+            values = self._account(key, j)
             values[slot] += amount
             values[slot2] += amount2
 
@@ -381,11 +419,11 @@ class UsageFold:
     def _started(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
         if j.status == LIVE and j.recovering:
             j.recovering = False
-            self._count(_current_key(j), t, RECOVERIES, 1, RECOVER_US, t - j.recover_since)
+            self._count(_current_key(j), j, t, RECOVERIES, 1, RECOVER_US, t - j.recover_since)
         j.phase, j.run_start, j.checkpoint, j.step, j.suspect = RUNNING, t, None, None, None
 
     def _preempted(self, j: _Job, t: int, d: Mapping[str, Any]) -> None:
-        self._count(_current_key(j), t, PREEMPTIONS, 1, LOST, self._lost(j, t))
+        self._count(_current_key(j), j, t, PREEMPTIONS, 1, LOST, self._lost(j, t))
         j.suspect = None
         _interrupted(j, t)
 
@@ -412,7 +450,7 @@ class UsageFold:
         if j.suspect is not None and d.get("kind") == "preempted":
             # The failure was the preemption, seen first from the host's side.
             when, lost, key = j.suspect
-            self._count(key, when, PREEMPTIONS, 1, LOST, lost)
+            self._count(key, j, when, PREEMPTIONS, 1, LOST, lost)
         j.suspect = None
         attempt = _int(d.get("attempt"), j.attempt + 1)
         if attempt != j.attempt:

@@ -9,6 +9,7 @@ and the report says which prices it missed.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -28,6 +29,7 @@ from ledger.usage.fold import (
     RECOVERIES,
     RUNNING,
     AccountKey,
+    Interval,
     UsageFold,
 )
 from ledger.usage.prices import Prices
@@ -107,31 +109,103 @@ class UsageReport:
 
 def summarize(figures: Mapping[AccountKey, Sequence[Any]], by: str = "owner") -> UsageReport:
     """Group the fold's accounts by owner, job, accelerator, zone, pricing or attempt."""
-    if by not in GROUPINGS:
-        raise ValueError(f"cannot group usage by {by!r}; one of {', '.join(GROUPINGS)}")
-    groups: dict[str, list[Sequence[Any]]] = {}
-    counted = []
-    for key, values in figures.items():
-        if not any(values[:COST]):
-            continue
-        counted.append(values)
-        groups.setdefault(group_of(key, by), []).append(values)
-    rows = [_row(name, groups[name]) for name in sorted(groups)]
-    summed = _row("total", counted)
-    return UsageReport(by, rows, summed, summed.missing)
+    return Rollup(by).report(figures)
 
 
-def _row(group: str, accounts: list[Sequence[Any]]) -> UsageRow:
-    """The accounts added up column by column (20k accounts: 3x faster than one account
-    after the other). Each cost column is added in the accounts' order, as one would add
-    them by hand, to the last bit; a cost is None once a price it needs is missing."""
-    columns = list(zip(*accounts, strict=True)) if accounts else [()] * (MISSING_ONDEMAND + 1)
-    v = [sum(c) for c in columns[:COST]] + [reduce(add, columns[COST], 0.0), reduce(add, columns[ONDEMAND], 0.0)]
-    missing: set[str] = set().union(*columns[MISSING])
-    missing_ondemand: set[str] = set().union(*columns[MISSING_ONDEMAND])
-    return UsageRow(group, tuple(v[: len(CATEGORIES)]), v[PREEMPTIONS], v[LOST], v[RECOVERIES], v[RECOVER_US],
-                    None if missing else v[COST], None if missing_ondemand else v[ONDEMAND],
-                    tuple(sorted(missing | missing_ondemand)))
+class _Sums:
+    """A group's accounts added up so far: the counters, the two costs (added in the
+    accounts' order, as one would add them by hand, to the last bit) and the prices missed."""
+
+    __slots__ = ("counts", "cost", "ondemand", "missing", "missing_ondemand")
+
+    def __init__(self) -> None:
+        self.counts = [0] * COST
+        self.cost = self.ondemand = 0.0
+        self.missing: set[str] = set()
+        self.missing_ondemand: set[str] = set()
+
+    def copy(self) -> _Sums:
+        out = _Sums()
+        out.counts, out.cost, out.ondemand = self.counts[:], self.cost, self.ondemand
+        out.missing, out.missing_ondemand = set(self.missing), set(self.missing_ondemand)
+        return out
+
+    def add(self, accounts: list[Sequence[Any]]) -> None:
+        """Add accounts column by column (20k accounts: 3x faster than one account after
+        the other); a cost column goes on from the sum so far, so adding in parts gives
+        the same bits as adding all at once."""
+        if not accounts:
+            return
+        columns = list(zip(*accounts, strict=True))
+        self.counts = [a + sum(c) for a, c in zip(self.counts, columns[:COST], strict=True)]
+        self.cost = reduce(add, columns[COST], self.cost)
+        self.ondemand = reduce(add, columns[ONDEMAND], self.ondemand)
+        self.missing.update(*columns[MISSING])
+        self.missing_ondemand.update(*columns[MISSING_ONDEMAND])
+
+    def row(self, group: str) -> UsageRow:
+        """A cost is None once a price it needs is missing."""
+        v = self.counts
+        return UsageRow(group, tuple(v[: len(CATEGORIES)]), v[PREEMPTIONS], v[LOST], v[RECOVERIES], v[RECOVER_US],
+                        None if self.missing else self.cost, None if self.missing_ondemand else self.ondemand,
+                        tuple(sorted(self.missing | self.missing_ondemand)))
+
+
+class Rollup:
+    """Accounts grouped by one grouping and added up, kept from one report to the next:
+    `report(figures)` adds up accounts once; `report_of(fold, now)` keeps the sums of the
+    fold's closed accounts (`UsageFold.closed`, which never change) and adds only those
+    closed since the last report, then a copy of them and the open accounts. Both give
+    what adding every account in the order `figures()` gives them would, to the last bit.
+    A dashboard keeps one per grouping (at 118,956 jobs, 108,956 closed accounts were
+    copied, priced and added up again for every visit of the usage page)."""
+
+    def __init__(self, by: str = "owner") -> None:
+        if by not in GROUPINGS:
+            raise ValueError(f"cannot group usage by {by!r}; one of {', '.join(GROUPINGS)}")
+        self.by = by
+        self._groups: dict[str, _Sums] = {}
+        self._total = _Sums()
+        self._seen = 0  # how many of the fold's closed accounts are added up
+        self._fold: UsageFold | None = None
+        self._reopened = 0
+
+    def _add(self, groups: dict[str, _Sums], total: _Sums, figures: Iterable[tuple[AccountKey, Sequence[Any]]]) -> None:
+        by = self.by
+        parts: dict[str, list[Sequence[Any]]] = {}
+        counted = []
+        for key, values in figures:
+            if not any(values[:COST]):
+                continue
+            counted.append(values)
+            parts.setdefault(group_of(key, by), []).append(values)
+        for name, accounts in parts.items():
+            sums = groups.get(name)
+            if sums is None:
+                sums = groups[name] = _Sums()
+            sums.add(accounts)
+        total.add(counted)
+
+    def report(self, figures: Mapping[AccountKey, Sequence[Any]]) -> UsageReport:
+        """These accounts added up on top of what is kept (nothing, unless `report_of`
+        kept a fold's closed accounts); what is kept does not change."""
+        groups = {name: sums.copy() for name, sums in self._groups.items()}
+        total = self._total.copy()
+        self._add(groups, total, figures.items())
+        summed = total.row("total")
+        return UsageReport(self.by, [groups[name].row(name) for name in sorted(groups)], summed, summed.missing)
+
+    def report_of(self, fold: UsageFold, now: int | None = None, opened: list[Interval] | None = None) -> UsageReport:
+        """`summarize(fold.figures(now, opened), by)`, adding up only the closed accounts
+        not added before: `closed` only grows at its end, but when a revived job took one
+        back (`UsageFold.reopened`), or for another fold, all of them again."""
+        if fold is not self._fold or fold.reopened != self._reopened:
+            self._groups, self._total, self._seen = {}, _Sums(), 0
+            self._fold, self._reopened = fold, fold.reopened
+        new = list(itertools.islice(fold.closed.items(), self._seen, None))
+        self._seen += len(new)
+        self._add(self._groups, self._total, new)
+        return self.report(fold.figures(now, opened, closed=False))
 
 
 def job_usage(events: Iterable[Any], now: int, prices: Prices | None = None, policy: Iterable[Any] = ()) -> UsageRow | None:

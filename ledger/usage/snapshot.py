@@ -36,11 +36,11 @@ from ledger.usage import prices, share
 from ledger.usage.fold import AccountKey, UsageFold, _Job
 from ledger.usage.share import ShareMeter
 
-_MAGIC = b"TLU1"
+_MAGIC = b"TLU2"
 _SLOTS = _Job.__slots__
 _FAR = 2**62
 # The fields of a job's accounting state that hold account keys (named tuples: stored as plain tuples).
-_KEYED = frozenset({"open", "want_key", "held_key", "suspect"})
+_KEYED = frozenset({"open", "want_key", "held_key", "suspect", "keys"})
 
 Kept = tuple[ShareMeter, UsageFold]
 
@@ -72,6 +72,8 @@ def _keys_out(name: str, value: Any) -> Any:
         return (value[0], tuple(value[1]), value[2])
     if name == "suspect":
         return (value[0], value[1], tuple(value[2]))
+    if name == "keys":
+        return tuple(tuple(k) for k in value)
     return tuple(value)
 
 
@@ -82,6 +84,8 @@ def _keys_in(name: str, value: Any) -> Any:
         return (value[0], AccountKey(*value[1]), value[2])
     if name == "suspect":
         return (value[0], value[1], AccountKey(*value[2]))
+    if name == "keys":
+        return tuple(AccountKey(*k) for k in value)
     return AccountKey(*value)
 
 
@@ -109,6 +113,7 @@ class UsageBody(NamedTuple):
     slots: tuple[str, ...]
     jobs: list[tuple]
     accounts: list[tuple[tuple, list]]
+    closed: list[tuple[tuple, list]]  # in the order they closed
     prices: dict
     prices_commit: str | None
     half_life_hours: float
@@ -122,7 +127,8 @@ def body_of(meter: ShareMeter, fold: UsageFold) -> UsageBody:
         raise ValueError("only a whole-ledger usage fold without overrides is saved as a snapshot")
     with no_cyclic_gc():  # 30k new containers set off collections of the reconciler's whole heap
         return UsageBody(fold.position, _SLOTS, [_row(j) for j in fold.jobs.values()],
-                         [(tuple(k), list(v)) for k, v in fold.accounts.items()], dict(fold.prices.table),
+                         [(tuple(k), list(v)) for k, v in fold.accounts.items()],
+                         [(tuple(k), list(v)) for k, v in fold.closed.items()], dict(fold.prices.table),
                          fold.prices.commit, meter.half_life_hours, meter.ref, dict(meter.acc), list(meter.recent))
 
 
@@ -139,7 +145,7 @@ def decode(blob: bytes) -> Kept | None:
     if not blob.startswith(_MAGIC):
         return None
     try:
-        position, slots, jobs, accounts, table, commit, half_life, ref, acc, recent = load_plain(blob, len(_MAGIC))
+        position, slots, jobs, accounts, closed, table, commit, half_life, ref, acc, recent = load_plain(blob, len(_MAGIC))
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
         return None
     if tuple(slots) != _SLOTS:
@@ -153,12 +159,13 @@ def decode(blob: bytes) -> Kept | None:
             setattr(job, name, _keys_in(name, value))
         fold.jobs[job.id] = job
     fold.accounts = {AccountKey(*k): v for k, v in accounts}
+    fold.closed = {AccountKey(*k): v for k, v in closed}
     fold.prices.replace(table, commit)
     fold.position = position
     return meter, fold
 
 
-_PARTS = ("position", "field names", "jobs' accounting states", "accounts", "price table", "price commit",
+_PARTS = ("position", "field names", "jobs' accounting states", "accounts", "closed accounts", "price table", "price commit",
           "half-life", "meter's reference time", "meter's decayed sums", "meter's last week")
 
 

@@ -246,3 +246,33 @@ def test_price_changes_split_intervals_but_change_no_figure_and_a_constant_price
             if row.missing:  # v9-8 weighs 0 chips; any other family here has a price
                 continue
             assert row.cost == pytest.approx(row.held_us / 3_600_000_000 * 2.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ledgers(), st.lists(st.integers(0, 60), max_size=3), st.lists(st.integers(1, 60), min_size=1, max_size=4))
+def test_a_kept_rollup_reports_what_adding_every_account_reports(rows, price_cuts, report_cuts):
+    """The dashboard keeps the sums of closed accounts from one report to the next
+    (`Rollup.report_of`): at every point, for every grouping, its report is the one
+    adding up all of `figures()` gives, to the last bit of every cost, whatever jobs
+    ended, were revived, or prices changed in between. A fold loaded from a usage
+    snapshot (which keeps the closed accounts in their order) reports the same."""
+    from ledger.usage.report import Rollup
+    from ledger.usage.share import ShareMeter
+    from ledger.usage.snapshot import decode, encode
+
+    priced = list(rows)
+    for i, cut in enumerate(sorted(set(price_cuts), reverse=True)):
+        at = min(cut, len(rows) - 1)
+        priced.insert(at, (0, "_policy", 0, "policy_changed", rows[at][4], _priced(1.0 + i / 3)))
+    priced = [(seq, *r[1:]) for seq, r in enumerate(priced, 1)]
+    fold, rollups, done = UsageFold(), {by: Rollup(by) for by in GROUPINGS if by != "attempt"}, 0
+    for cut in sorted({min(c, len(priced)) for c in report_cuts} | {len(priced)}):
+        fold.apply_rows(priced[done:cut])
+        done = cut
+        now = to_us(priced[cut - 1][4]) + MIN
+        fresh = UsageFold().apply_rows(priced[:cut])
+        _, loaded = decode(encode(ShareMeter(168.0), fold))
+        for by, rollup in rollups.items():
+            whole = summarize(fold.figures(now), by)
+            assert rollup.report_of(fold, now) == whole
+            assert summarize(fresh.figures(now), by) == whole == summarize(loaded.figures(now), by)

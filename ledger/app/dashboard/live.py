@@ -39,7 +39,7 @@ from ledger.fold import LedgerState
 from ledger.replay import fold_into, fold_rows, keep_out_of_collections, load_state, no_cyclic_gc
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store, store_errors
-from ledger.usage import UsageFold, to_us
+from ledger.usage import Rollup, UsageFold, to_us
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
 from ledger.usage.snapshot import load_usage
@@ -130,6 +130,7 @@ class LiveLedger:
         self.weeks = Weeks()
         self.meter: ShareMeter | None = None  # fair share for the queue page, made at its first visit
         self.usage = UsageFold(on_interval=self._closed)
+        self._rollups: dict[str, Rollup] = {}  # the usage page's sums, by grouping: `rollup`
         self.health = TpuHealth()  # each TPU's last host check (`ledger tpus`' health column)
         self.capacity = CapacityMemory()  # past stockouts: where each waiting job will be placed
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
@@ -266,6 +267,13 @@ class LiveLedger:
 
     def now_us(self) -> int:
         return to_us(datetime.now(UTC))
+
+    def rollup(self, by: str) -> Rollup:
+        """The usage page's kept sums for grouping `by` (`report_of` them under `lock`)."""
+        found = self._rollups.get(by)
+        if found is None:
+            found = self._rollups[by] = Rollup(by)
+        return found
 
     def cached(self, name: str, key: Any, make: Callable[[], Any]) -> Any:
         """The answer of page `name` for `key` (a position, a moment), made once: requests

@@ -36,7 +36,6 @@ from ledger.fold import LIVE, TERMINAL, JobState
 from ledger.replay import SNAPSHOT_NAME
 from ledger.store import Store
 from ledger.usage import GROUPINGS, from_us
-from ledger.usage import summarize as usage_summary
 from reconciler import admission
 from reconciler.joblogs import LogView
 from reconciler.joblogs.view import output_name
@@ -368,9 +367,10 @@ def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
     now = live.now_us()
     with live.lock:
         opened = live.usage.open_intervals(now)  # 10,000 waiting jobs' intervals: made once for both
-        figures = live.usage.figures(now, opened)  # a copy of every account: take it once for both tables
-        report = usage_summary(figures, by)
-        owners = usage_summary(figures, "owner") if by != "owner" else report
+        # The closed accounts' sums are kept from one visit to the next: only the open
+        # accounts are copied and priced, and only those closed since are added.
+        report = live.rollup(by).report_of(live.usage, now, opened)
+        owners = live.rollup("owner").report_of(live.usage, now, opened) if by != "owner" else report
         weeks = live.weeks.table(opened, last=WEEKS_SHOWN)
         position = live.usage.position
     return {
