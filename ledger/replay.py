@@ -50,11 +50,10 @@ SNAPSHOT_EVERY = 10_000
 # (jsontext.item of JobState.to_dict), in chunks of jobs in id order, each chunk compressed
 # (LZ4: 49 MB of text at 20k jobs keeps in 4.4 MB and comes back in ~15 ms). Beside them, a
 # small index says of every job what readers select on (`JobIndex`, stored as columns:
-# `_Columns`), so a reader decodes
-# only the jobs it shows (`LazyState`): `ledger tpus` the TPUs' holders, `ledger list
-# --owner` one user's jobs, and `ledger list --json` writes the pieces as they are. Those
-# who decode every job (reconciler, dashboard) load the jobs' fields as plain tuples. The
-# container is a pickle of plain values (tuples, lists, str, bytes), read by an unpickler
+# `_Columns`), so a reader decodes only the jobs it shows (`LazyState`): `ledger tpus` the
+# TPUs' holders, `ledger list --owner` one user's jobs, and `ledger list --json` writes the
+# pieces as they are. Those who decode every job (reconciler, dashboard) load the jobs'
+# fields as plain tuples (LZ4-compressed). The container is a pickle of plain values (tuples, lists, str, bytes), read by an unpickler
 # that refuses every global: nothing in a snapshot can name code to run.
 _MAGIC = b"TLS3"
 _CHUNK = 256  # jobs per compressed chunk
