@@ -523,24 +523,6 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-# A process holding at least this many jobs' states moves what it loaded out of the
-# collector's reach once loaded (`keep_out_of_collections`); below it there is little to gain.
-FREEZE_FROM = 10_000
-
-
-def keep_out_of_collections(jobs: int, at_least: int = FREEZE_FROM) -> bool:
-    """Call once a long-lived process (dashboard, reconciler) has loaded its state of `jobs`
-    jobs: when there are `at_least` of them, everything alive now is moved out of the
-    cyclic collector's reach (`gc.freeze`). A full collection walked it all each time it
-    came round: 0.35 s at 118,956 jobs (580k containers), paid by whichever pass or request
-    was running. Those states hold no cycles; reference counting still frees each one that
-    is let go. Returns whether it froze."""
-    if jobs < at_least:
-        return False
-    gc.freeze()
-    return True
-
-
 def load_plain(data: bytes, start: int = 0) -> Any:
     """Unpickle plain containers only (every snapshot kind's decoder uses this), from `start`
     on (past a magic: a slice would copy the whole blob first); raises

@@ -28,7 +28,6 @@ from ledger.placement import slice_nodes
 from ledger.replay import (
     fold_into,
     fold_rows,
-    keep_out_of_collections,
     load_state,
     load_state_apart,
     maybe_snapshot,
@@ -208,11 +207,8 @@ class Reconciler:
     # -- one pass -------------------------------------------------------------------------
     def catch_up(self) -> None:
         """Snapshot + tail at start, then only the new events: O(events since)."""
-        first = not self._caught_up_once
         self._catch_up_jobs()
         self._catch_up_usage()
-        if first:
-            keep_out_of_collections(len(self.state.jobs) + len(self.live.shelf))
 
     def _catch_up_jobs(self) -> None:
         store = self.store()

@@ -23,7 +23,6 @@ from ledger.replay import (
     fold_into,
     fold_rows,
     job_text,
-    keep_out_of_collections,
     load_lazy,
     load_state,
     load_state_apart,
@@ -348,15 +347,3 @@ def test_holders_and_releases_are_read_from_the_columns_and_the_tail(store_facto
             assert lazy.releasing(names) == {x.id for x in entries if names.intersection(x.released)}
         assert_lazy_is(lazy, full)
 
-
-def test_a_large_state_is_kept_out_of_collections():
-    """A dashboard or reconciler holding many jobs moves its loaded state out of the cyclic
-    collector's reach once; a small one leaves the collector as it is."""
-    import gc
-
-    before = gc.get_freeze_count()
-    assert not keep_out_of_collections(9, at_least=10) and gc.get_freeze_count() == before
-    try:
-        assert keep_out_of_collections(10, at_least=10) and gc.get_freeze_count() > before
-    finally:
-        gc.unfreeze()

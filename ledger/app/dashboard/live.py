@@ -36,7 +36,7 @@ from ledger.capacity import CapacityMemory
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import LedgerState
-from ledger.replay import fold_into, fold_rows, keep_out_of_collections, load_state, no_cyclic_gc
+from ledger.replay import fold_into, fold_rows, load_state, no_cyclic_gc
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store, store_errors
 from ledger.usage import Rollup, UsageFold, to_us
@@ -149,7 +149,6 @@ class LiveLedger:
             with no_cyclic_gc():
                 self.usage.apply_rows(self.capacity.tee(self.health.tee(fold_rows(self._store, 0, self.state.position))))
         self.position = self.state.position
-        keep_out_of_collections(len(self.state.jobs))
         self.loaded_in = time.perf_counter() - started
         self.changed = time.time()
 
