@@ -473,12 +473,15 @@ class SSHHost:
 
 
 def _wait_holding(pid: int, device: Path, timeout: float = 5.0) -> None:
-    """Until `pid` has `device` open: the fault returns once the state it promises is true."""
+    """Until `pid` has `device` open and has become its final `sleep`: the fault returns once
+    the state it promises is true. (Before that, the `flock` it runs is a second process
+    holding the same devices for a moment, and a scan may see two holders.)"""
     deadline = time.monotonic() + timeout
     target = str(device)
     while time.monotonic() < deadline:
         try:
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep" and \
+                    any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
                 return
         except OSError:
             pass
