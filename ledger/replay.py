@@ -245,6 +245,14 @@ class _ColumnsBuilder:
             c.released_by.append(i)
 
 
+def _code_in(values: list[str], value: str | None) -> int | None:
+    """`value`'s code in a column's distinct `values`: None for no value asked, -1 when no
+    job has it."""
+    if value is None:
+        return None
+    return values.index(value) if value in values else -1
+
+
 def _code(codes: dict[str, int], values: list[str], value: str) -> int:
     code = codes.get(value)
     if code is None:
@@ -422,17 +430,9 @@ class LazyState:
         c = self._c
         if owner is None and state is None:  # all of them
             return list(c.ids) if not self._new else sorted([*c.ids, *self._new])
-        wanted = [c.owners.index(owner) if owner in c.owners else -1 if owner is not None else None,
-                  c.states.index(state) if state in c.states else -1 if state is not None else None]
-        if -1 in wanted:
-            found: list[str] = []
-        elif wanted[1] is None:
-            found = [c.ids[i] for i, o in enumerate(c.owner_of) if o == wanted[0]]
-        elif wanted[0] is None:
-            found = [c.ids[i] for i, s in enumerate(c.state_of) if s == wanted[1]]
-        else:
-            found = [c.ids[i] for i, (o, s) in enumerate(zip(c.owner_of, c.state_of, strict=True))
-                     if o == wanted[0] and s == wanted[1]]
+        o, s = _code_in(c.owners, owner), _code_in(c.states, state)
+        found = [] if -1 in (o, s) else [job_id for job_id, oc, sc in zip(c.ids, c.owner_of, c.state_of, strict=True)
+                                         if (o is None or oc == o) and (s is None or sc == s)]
         if not self._changed:
             return found
         found = [i for i in found if i not in self._changed]
@@ -441,15 +441,25 @@ class LazyState:
 
     def holders(self) -> list[JobIndex]:
         """The JobIndex of every job that holds a TPU or asks for a shared one."""
+        kept = [i for i in self._c.notable if self._kept(i)]
+        released = self._released_at(set(kept))
+        return [self._entry(i, released) for i in kept] + \
+            [x for x in self._changed.values() if x.held is not None or x.wants_shared is not None]
+
+    def _released_at(self, places: set[int] | None = None) -> dict[int, list[str]]:
+        """The latest releases' names of the jobs at `places` (None: of every job), by place."""
+        out: dict[int, list[str]] = {}
+        for i, name in zip(self._c.released_by, self._c.released, strict=True):
+            if places is None or i in places:
+                out.setdefault(i, []).append(name)
+        return out
+
+    def _entry(self, i: int, released: dict[int, list[str]]) -> JobIndex:
+        """The snapshot's JobIndex of the job at place `i`."""
         c = self._c
-        kept = {i: row for i, row in c.notable.items() if self._kept(i)}
-        released: dict[int, list[str]] = {i: [] for i in kept}
-        for i, name in zip(c.released_by, c.released, strict=True):
-            if i in released:
-                released[i].append(name)
-        found = [JobIndex(c.ids[i], c.owners[c.owner_of[i]], c.states[c.state_of[i]], *row, tuple(released[i]))
-                 for i, row in kept.items()]
-        return found + [x for x in self._changed.values() if x.held is not None or x.wants_shared is not None]
+        held, held_shared, wants = c.notable.get(i, _NOTHING_HELD)
+        return JobIndex(c.ids[i], c.owners[c.owner_of[i]], c.states[c.state_of[i]], held, held_shared, wants,
+                        tuple(released.get(i, ())))
 
     def releasing(self, names: set[str]) -> set[str]:
         """The ids of the jobs whose latest releases (`JobIndex.released`) name one of `names`."""
@@ -460,15 +470,8 @@ class LazyState:
     @property
     def index(self) -> dict[str, JobIndex]:
         """Every job's JobIndex by id: the snapshot's in id order, then those new since."""
-        c = self._c
-        released: dict[int, list[str]] = {}
-        for i, name in zip(c.released_by, c.released, strict=True):
-            released.setdefault(i, []).append(name)
-        index = {}
-        for i, job_id in enumerate(c.ids):
-            held, held_shared, wants = c.notable.get(i, _NOTHING_HELD)
-            index[job_id] = JobIndex(job_id, c.owners[c.owner_of[i]], c.states[c.state_of[i]], held, held_shared, wants,
-                                     tuple(released.get(i, ())))
+        released = self._released_at()
+        index = {job_id: self._entry(i, released) for i, job_id in enumerate(self._c.ids)}
         index.update(self._changed)
         return index
 
@@ -484,9 +487,9 @@ class LazyState:
                 raise ValueError("the rows and the columns hold different jobs")
             found = {row[0]: JobState(*row) for row in rows}
         found.update((i, self._jobs[i]) for i in self._changed)
-        index = self.index if check else None
         jobs = {i: found[i] for i in (*self._c.ids, *self._new)}
-        if check and index is not None:
+        if check:
+            index = self.index
             for i, job in jobs.items():
                 if index[i] != JobIndex.of(job) or (i not in self._changed and self.job(i) != job):
                     raise ValueError(f"the index or the text of job {i} does not say what its row says")
