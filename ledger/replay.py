@@ -366,6 +366,10 @@ class LazyState:
     def _piece(self, i: int) -> tuple[int, int, int]:
         return i // _CHUNK, self._c.starts[i], self._c.ends[i]
 
+    def holds(self, job_id: str) -> bool:
+        """The state knows the job (the snapshot holds it, or an event since made it)."""
+        return job_id in self._jobs or self._at(job_id) is not None
+
     def job(self, job_id: str) -> JobState:
         job = self._jobs.get(job_id)
         if job is None:
@@ -662,7 +666,7 @@ def load_lazy(store: SnapshotReader, until: int | None = None) -> LazyState:
             state.position = target
             return LazyState.of(state)
         rows = list(fold_rows(store, lazy.position, target))
-        part = LedgerState(lazy.position, {s: lazy.job(s) for s in {r[1] for r in rows} if s in lazy.index})
+        part = LedgerState(lazy.position, {s: lazy.job(s) for s in {r[1] for r in rows} if lazy.holds(s)})
         fold_into(part, rows)
         lazy.update(part.jobs)
     lazy.position = target

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import fold, jsontext
+from ledger import replay as replay_module
 from ledger.errors import UsageError
 from ledger.events.schema import validate_event
 from ledger.replay import (
@@ -347,3 +348,32 @@ def test_holders_and_releases_are_read_from_the_columns_and_the_tail(store_facto
             assert lazy.releasing(names) == {x.id for x in entries if names.intersection(x.released)}
         assert_lazy_is(lazy, full)
 
+
+def test_a_lazy_read_decodes_only_the_jobs_the_tail_touches(store_factory, monkeypatch):
+    """load_lazy looks up each job the events after the snapshot touch where the snapshot
+    keeps it (bisecting its ids), never by making every job's index: that made a read of
+    118,956 jobs with 50 jobs in the tail take 12 s (stop 40's load_lazy)."""
+    plain_spec = {"spec": {}, "spec_hash": "ab" * 8, "commit": "c", "path": "p"}
+    store = store_factory()
+    for n in range(40):
+        store.append(f"alice/j{n:02d}", [fold_event("submitted", **plain_spec)])
+    save_snapshot(store, load_state(store))
+    store.append("alice/j07", [fold_event("provisioning", attempt=1, tpu={"name": "t-7"})])
+    store.append("alice/new", [fold_event("submitted", **plain_spec)])
+    decoded: list[str] = []
+    real_job = replay_module.LazyState.job
+
+    def job(self, job_id):
+        decoded.append(job_id)
+        return real_job(self, job_id)
+
+    def whole_index(self):
+        raise AssertionError("load_lazy made every job's index")
+
+    monkeypatch.setattr(replay_module.LazyState, "job", job)
+    monkeypatch.setattr(replay_module.LazyState, "index", property(whole_index))
+    lazy = load_lazy(store)
+    assert decoded == ["alice/j07"]  # the one snapshot job the tail touches; the new job is folded from nothing
+    assert lazy.holds("alice/new") and lazy.holds("alice/j39") and not lazy.holds("alice/nobody")
+    monkeypatch.undo()
+    assert_lazy_is(lazy, load_state(store, use_snapshot=False))
