@@ -24,9 +24,9 @@ import operator
 import pickle
 import sys
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, overload
 
 import lz4.block
 import msgspec
@@ -53,10 +53,23 @@ SNAPSHOT_EVERY = 10_000
 # `_Columns`), so a reader decodes only the jobs it shows (`LazyState`): `ledger tpus` the
 # TPUs' holders, `ledger list --owner` one user's jobs, and `ledger list --json` writes the
 # pieces as they are. Those who decode every job (reconciler, dashboard) load the jobs'
-# fields as plain tuples (LZ4-compressed). The container is a pickle of plain values (tuples, lists, str, bytes), read by an unpickler
-# that refuses every global: nothing in a snapshot can name code to run.
-_MAGIC = b"TLS3"
-_CHUNK = 256  # jobs per compressed chunk
+# fields as plain tuples (LZ4-compressed). Every container is a pickle of plain values
+# (tuples, lists, str, bytes), read by an unpickler that refuses every global: nothing in
+# a snapshot can name code to run.
+#
+# A snapshot is stored in three parts, each a snapshot row of its own at the same position
+# and code, so each reader fetches and hashes only what it reads (at 118,956 jobs: columns
+# 6 MB, pieces 25 MB, rows 19 MB): the snapshot named SNAPSHOT_NAME holds the columns and
+# each other part's SHA-256 (the manifest: what the due check and every reader load), and
+# `{SNAPSHOT_NAME}.pieces` and `.rows` hold the chunks and the rows. Lazy readers and the
+# reconciler's start read the pieces, the dashboard the rows, verify both.
+_MAGIC = b"TLS4"
+# Jobs per compressed chunk: a reader of one job decompresses its chunk. LZ4 finds matches
+# within 64 KB, so chunks larger than ~64 jobs (~140 KB of text) hardly compress better: at
+# 118,956 jobs, 64 a chunk keep in 25.9 MB against 24.9 at 256, and the 500 jobs a tail of
+# 5,000 events touches decompress in 14 ms against 69.
+_CHUNK = 64
+PIECES, ROWS = "pieces", "rows"
 
 
 def code_version() -> str:
@@ -184,7 +197,7 @@ class _Columns(NamedTuple):
     holders and askers of TPUs hold and ask for (`notable`), and the names of the latest
     releases (flat, each with its job's place)."""
 
-    ids: list[str]
+    ids: Sequence[str]  # a list while built, _Names when loaded
     owners: list[str]
     owner_of: array
     states: list[str]
@@ -192,7 +205,7 @@ class _Columns(NamedTuple):
     starts: array
     ends: array
     notable: dict[int, tuple[str | None, bool, str | None]]  # place -> held, held_shared, wants_shared
-    released: list[str]
+    released: Sequence[str]
     released_by: array
 
     @classmethod
@@ -200,40 +213,135 @@ class _Columns(NamedTuple):
         return cls([], [], array(_UINT32), [], array(_UINT32), array(_UINT32), array(_UINT32), {}, [], array(_UINT32))
 
     def packed(self) -> tuple:
-        return (self.ids, self.owners, _packed(self.owner_of), self.states, _packed(self.state_of), _packed(self.starts),
-                _packed(self.ends), self.notable, self.released, _packed(self.released_by))
+        return (*_Names.packed(self.ids), self.owners, _packed(self.owner_of), self.states, _packed(self.state_of),
+                _packed(self.starts), _packed(self.ends), self.notable, *_Names.packed(self.released),
+                _packed(self.released_by))
 
     @classmethod
     def unpacked(cls, stored: tuple) -> _Columns | None:
         """The columns as stored (`packed`); None unless they are whole and consistent."""
-        ids, owners, owner_of, states, state_of, starts, ends, notable, released, released_by = stored
+        ids_text, id_starts, owners, owner_of, states, state_of, starts, ends, notable, released_text, \
+            released_starts, released_by = stored
+        ids, released = _Names.unpacked(ids_text, id_starts), _Names.unpacked(released_text, released_starts)
+        if ids is None or released is None:
+            return None
+        # The ids' order (bisect finds a job by it) is checked by verify (LazyState.decoded):
+        # checking it here cost every reader 7 ms at 118,956 jobs.
         c = cls(ids, owners, _unpacked(owner_of), states, _unpacked(state_of), _unpacked(starts), _unpacked(ends),
                 notable, released, _unpacked(released_by))
         n = len(c.ids)
-        if not all(isinstance(x, list) for x in (ids, owners, states, released)) or not isinstance(notable, dict) \
+        if not all(isinstance(x, list) for x in (owners, states)) or not isinstance(notable, dict) \
                 or any(len(col) != n for col in (c.owner_of, c.state_of, c.starts, c.ends)) \
-                or len(c.released_by) != len(released) or not set(map(type, ids)) <= {str} \
-                or not all(map(operator.lt, ids, itertools.islice(ids, 1, None))):
+                or len(c.released_by) != len(released) \
+                or not all(map(operator.le, c.released_by, itertools.islice(c.released_by, 1, None))):
             return None
-        if n and (max(c.owner_of) >= len(owners) or max(c.state_of) >= len(states)):
+        if not (_codes_below(owner_of, len(owners)) and _codes_below(state_of, len(states))):
             return None
         if any(not (isinstance(i, int) and 0 <= i < n and isinstance(v, tuple) and len(v) == 3) for i, v in notable.items()) \
-                or (released_by and max(c.released_by) >= n):
+                or (released_by and c.released_by[-1] >= n):  # in place order: the last is the largest
             return None
         return c
+
+
+_SEP = "\0"  # no job id nor TPU name holds it (ledger.spec.names); _Names.packed refuses one that would
+
+
+class _Names(Sequence[str]):
+    """A long list of names (a snapshot's ids, its latest releases) kept as one text, each
+    name followed by a separator, and where each starts: a name is made a str when asked,
+    so a reader that bisects for a few ids never splits all 119k (unpickling them as a list
+    took 19 ms, splitting the text 11). Iterating splits it, and so does the 4,096th lookup
+    by place (~240 bisects, ~3 ms): a reader asking for many jobs splits once."""
+
+    __slots__ = ("_text", "_starts", "_asked", "_list")
+    _SPLIT_AFTER = 4_096  # lookups by place (0.6 us each; a bisect of 119k makes 17)
+
+    def __init__(self, text: str, starts: array) -> None:
+        self._text, self._starts = text, starts  # len(starts) == len(self) + 1
+        self._asked = 0
+        self._list: list[str] | None = None
+
+    @staticmethod
+    def packed(names: Sequence[str]) -> tuple[str, bytes]:
+        text = "".join(name + _SEP for name in names)
+        if text.count(_SEP) != len(names):
+            raise ValueError("a job id or TPU name holds a NUL character: it cannot be kept in a snapshot")
+        return text, _packed(itertools.accumulate((len(n) + 1 for n in names), initial=0))
+
+    @classmethod
+    def unpacked(cls, text: Any, starts: Any) -> _Names | None:
+        """None unless `text` and `starts` are a packed list of names."""
+        if not isinstance(text, str) or not isinstance(starts, bytes) or len(starts) % 4:
+            return None
+        at = _unpacked(starts)
+        if not at or at[0] != 0 or at[-1] != len(text) or text.count(_SEP) != len(at) - 1:
+            return None
+        return cls(text, at)
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if self._list is not None:
+            return self._list[i]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        self._asked += 1
+        if self._asked > self._SPLIT_AFTER:
+            self._list = self._text.split(_SEP)[:-1]
+            return self._list[i]
+        if i < 0:
+            i += len(self)
+            if i < 0:
+                raise IndexError(i)
+        return self._text[self._starts[i]:self._starts[i + 1] - 1]  # past the end: IndexError
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._list if self._list is not None else self._text.split(_SEP)[:-1])
+
+    def sorted_list(self) -> Sequence[str]:
+        """What to bisect: the names split, once they are (a bisect of a list runs at C
+        speed, 17x faster than through __getitem__), else these."""
+        return self._list if self._list is not None else self
+
+
+def _place(names: Sequence[str], name: str) -> int | None:
+    """Where `name` is in `names` (in order), None if it is not."""
+    if isinstance(names, _Names):
+        names = names.sorted_list()
+    i = bisect.bisect_left(names, name)
+    return i if i < len(names) and names[i] == name else None
+
+
+def _codes_below(data: bytes, n: int) -> bool:
+    """Every code in `data` (packed, `_packed`) is below `n`. A lab has fewer than 256 owners
+    and states: then each code's three high bytes are 0 and its low byte one of range(n),
+    checked at C speed (max() over 119k codes took 5 ms a column)."""
+    if not isinstance(data, bytes):
+        return False
+    if n > 256:
+        return not data or max(_unpacked(data)) < n
+    high = data[1::4] + data[2::4] + data[3::4]
+    return high.count(0) == len(high) and not data[0::4].translate(None, bytes(range(n)))
 
 
 class _ColumnsBuilder:
     """Columns made job by job, in id order, as `_encode_state` walks."""
 
     def __init__(self) -> None:
-        self.c = _Columns.empty()
+        self._ids: list[str] = []
+        self._released: list[str] = []
+        self.c = _Columns.empty()._replace(ids=self._ids, released=self._released)
         self._owner: dict[str, int] = {}
         self._state: dict[str, int] = {}
 
     def add(self, entry: JobIndex, start: int, end: int) -> None:
-        c, i = self.c, len(self.c.ids)
-        c.ids.append(entry.id)
+        c, i = self.c, len(self._ids)
+        self._ids.append(entry.id)
         c.owner_of.append(_code(self._owner, c.owners, entry.owner))
         c.state_of.append(_code(self._state, c.states, entry.state))
         c.starts.append(start)
@@ -241,7 +349,7 @@ class _ColumnsBuilder:
         if entry.held is not None or entry.wants_shared is not None:
             c.notable[i] = (entry.held, entry.held_shared, entry.wants_shared)
         for name in entry.released:
-            c.released.append(name)
+            self._released.append(name)
             c.released_by.append(i)
 
 
@@ -261,7 +369,27 @@ def _code(codes: dict[str, int], values: list[str], value: str) -> int:
     return code
 
 
-def encode_state(state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> bytes:
+class Encoded(NamedTuple):
+    """A job-state snapshot's content: the manifest (the snapshot's own state) and its parts'."""
+
+    manifest: bytes
+    parts: dict[str, bytes]  # PIECES, ROWS
+
+
+# A part's content by its name (PIECES, ROWS), or None when it is not there.
+Parts = Callable[[str], bytes | None]
+
+
+class SnapshotPartError(ValueError):
+    """A part of a snapshot is missing or is not the one its manifest names."""
+
+
+def part_name(name: str, part: str) -> str:
+    """The name a part of snapshot `name` is stored under."""
+    return f"{name}.{part}"
+
+
+def encode_state(state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> Encoded:
     """The snapshot of `state`, and of `settled`: jobs kept apart from it with their pieces
     (`job_text`), in id order (the reconciler's shelf, reconciler/shelf.py), read as walked."""
     own = ((job, None) for job in sorted(state.jobs.values(), key=_job_id))
@@ -282,7 +410,7 @@ def job_from_text(text: bytes | memoryview) -> JobState:
     return _ONE.decode(text)
 
 
-def _encode_state(position: int, by_id: Iterable[tuple[JobState, bytes | None]]) -> bytes:
+def _encode_state(position: int, by_id: Iterable[tuple[JobState, bytes | None]]) -> Encoded:
     """One walk over the jobs in id order, each with its piece if it has one already: each
     job's piece, columns and row are made at once, so a job decoded for the walk is let
     go at once."""
@@ -308,8 +436,13 @@ def _encode_state(position: int, by_id: Iterable[tuple[JobState, bytes | None]])
             text = bytearray(b"[")
     if len(text) > 1:
         chunks.append(lz4.block.compress(bytes(text + b"]")))
-    packed_rows = lz4.block.compress(pickle.dumps(rows, protocol=5))
-    return _MAGIC + pickle.dumps((position, _FIELDS, columns.c.packed(), chunks, packed_rows), protocol=5)
+    parts = {PIECES: pickle.dumps(chunks, protocol=5), ROWS: lz4.block.compress(pickle.dumps(rows, protocol=5))}
+    digests = {part: _digest(data) for part, data in parts.items()}
+    return Encoded(_MAGIC + pickle.dumps((position, _FIELDS, columns.c.packed(), digests), protocol=5), parts)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 # msgspec builds the dataclass as it parses (half the time of JobState(**dict)), and refuses
@@ -334,11 +467,12 @@ class LazyState:
     consecutive jobs is one slice of it, written out as it is."""
 
     def __init__(self, position: int, columns: _Columns | None = None, chunks: list[bytes] | None = None,
-                 rows: bytes = b"") -> None:
+                 rows: Callable[[], bytes] | None = None) -> None:
         self.position = position
         self._c = columns or _Columns.empty()
         self._chunks = chunks or []
-        self._rows = rows  # every job's fields, in the columns' order (an LZ4-compressed pickle)
+        # every job's fields, in the columns' order (an LZ4-compressed pickle), fetched when decoded
+        self._rows = rows
         self._plain: dict[int, bytes] = {}
         self._jobs: dict[str, JobState] = {}  # decoded, or folded since the snapshot
         self._changed: dict[str, JobIndex] = {}  # folded since the snapshot: its columns and piece are stale
@@ -353,9 +487,7 @@ class LazyState:
 
     def _at(self, job_id: str) -> int | None:
         """Where the snapshot holds the job (its place in the columns), None if it does not."""
-        ids = self._c.ids
-        i = bisect.bisect_left(ids, job_id)
-        return i if i < len(ids) and ids[i] == job_id else None
+        return _place(self._c.ids, job_id)
 
     def _chunk(self, n: int) -> bytes:
         text = self._plain.get(n)
@@ -446,16 +578,23 @@ class LazyState:
     def holders(self) -> list[JobIndex]:
         """The JobIndex of every job that holds a TPU or asks for a shared one."""
         kept = [i for i in self._c.notable if self._kept(i)]
-        released = self._released_at(set(kept))
+        released = self._released_at(kept)
         return [self._entry(i, released) for i in kept] + \
             [x for x in self._changed.values() if x.held is not None or x.wants_shared is not None]
 
-    def _released_at(self, places: set[int] | None = None) -> dict[int, list[str]]:
+    def _released_at(self, places: Iterable[int] | None = None) -> dict[int, list[str]]:
         """The latest releases' names of the jobs at `places` (None: of every job), by place."""
+        c = self._c
         out: dict[int, list[str]] = {}
-        for i, name in zip(self._c.released_by, self._c.released, strict=True):
-            if places is None or i in places:
+        if places is None:
+            for i, name in zip(c.released_by, c.released, strict=True):
                 out.setdefault(i, []).append(name)
+            return out
+        for i in places:  # released_by is in place order (`_Columns.unpacked` checks it)
+            lo = bisect.bisect_left(c.released_by, i)
+            hi = bisect.bisect_right(c.released_by, i, lo)
+            if lo < hi:
+                out[i] = c.released[lo:hi]
         return out
 
     def _entry(self, i: int, released: dict[int, list[str]]) -> JobIndex:
@@ -486,9 +625,14 @@ class LazyState:
         vouches for what lazy readers read too."""
         found: dict[str, JobState] = {}
         if self._c.ids:
-            rows = load_plain(lz4.block.decompress(self._rows))
-            if [row[0] for row in rows] != self._c.ids:
+            if self._rows is None:
+                raise ValueError("the snapshot was read without its rows")
+            rows = load_plain(lz4.block.decompress(self._rows()))
+            ids = list(self._c.ids)
+            if [row[0] for row in rows] != ids:
                 raise ValueError("the rows and the columns hold different jobs")
+            if check and not all(map(operator.lt, ids, itertools.islice(ids, 1, None))):
+                raise ValueError("the snapshot's ids are not in order (a reader bisects them)")
             found = {row[0]: JobState(*row) for row in rows}
         found.update((i, self._jobs[i]) for i in self._changed)
         jobs = {i: found[i] for i in (*self._c.ids, *self._new)}
@@ -500,20 +644,55 @@ class LazyState:
         return LedgerState(self.position, jobs)
 
 
-def decode_lazy(blob: bytes) -> LazyState | None:
+class _Manifest(NamedTuple):
+    position: int
+    columns: _Columns
+    digests: dict[str, str]  # each part's SHA-256
+
+    def part(self, parts: Parts, part: str) -> bytes:
+        """The part's content, once it is the one this manifest names; SnapshotPartError if not."""
+        data = parts(part)
+        if data is None:
+            raise SnapshotPartError(f"its part {part!r} is missing")
+        if _digest(data) != self.digests[part]:
+            raise SnapshotPartError(f"its part {part!r} is not the one it names (altered, damaged or of another save)")
+        return data
+
+    def chunks(self, parts: Parts) -> list[bytes] | None:
+        data = self.part(parts, PIECES)
+        try:
+            chunks = load_plain(data)
+        except (pickle.UnpicklingError, ValueError, TypeError, EOFError, IndexError):
+            return None
+        if not isinstance(chunks, list) or len(chunks) != -(-len(self.columns.ids) // _CHUNK) \
+                or not set(map(type, chunks)) <= {bytes}:
+            return None
+        return chunks
+
+
+def _manifest(blob: bytes) -> _Manifest | None:
     """None when the blob is not a snapshot this code can read (it is then ignored)."""
     if not blob.startswith(_MAGIC):
         return None
     try:
-        position, names, columns, chunks, rows = load_plain(blob, len(_MAGIC))
-        if tuple(names) != _FIELDS:
+        position, names, columns, digests = load_plain(blob, len(_MAGIC))
+        if tuple(names) != _FIELDS or not isinstance(digests, dict) or set(digests) != {PIECES, ROWS}:
             return None
         c = _Columns.unpacked(columns)
-        if c is None or len(chunks) != -(-len(c.ids) // _CHUNK) or not isinstance(rows, bytes):
-            return None
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError, IndexError):
         return None
-    return LazyState(position, c, chunks, rows)
+    return None if c is None else _Manifest(position, c, digests)
+
+
+def decode_lazy(blob: bytes, parts: Parts) -> LazyState | None:
+    """The snapshot's columns and pieces (its rows fetched only if decoded whole); None when
+    it is not a snapshot this code can read (it is then ignored). SnapshotPartError when a
+    part is missing or not the one it names."""
+    m = _manifest(blob)
+    chunks = None if m is None else m.chunks(parts)
+    if m is None or chunks is None:
+        return None
+    return LazyState(m.position, m.columns, chunks, lambda: m.part(parts, ROWS))
 
 
 @contextlib.contextmanager
@@ -539,14 +718,20 @@ def load_plain(data: bytes, start: int = 0) -> Any:
     return _PlainUnpickler(source).load()
 
 
-def decode_state(blob: bytes, check: bool = False) -> LedgerState | None:
-    """Every job's state in the snapshot `blob`; None when it is not a snapshot this code can
-    read (it is then ignored). `check`: LazyState.decoded's."""
-    lazy = decode_lazy(blob)
-    if lazy is None:
+def decode_state(blob: bytes, parts: Parts, check: bool = False) -> LedgerState | None:
+    """Every job's state in the snapshot `blob` (and its rows; its pieces too when `check`);
+    None when it is not a snapshot this code can read (it is then ignored).
+    SnapshotPartError when a part is missing or not the one it names. `check`:
+    LazyState.decoded's."""
+    m = _manifest(blob)
+    if m is None:
         return None
+    chunks = m.chunks(parts) if check else []
+    if chunks is None:
+        return None
+    rows = m.part(parts, ROWS)
     try:
-        return lazy.decoded(check)
+        return LazyState(m.position, m.columns, chunks, lambda: rows).decoded(check)
     except (msgspec.DecodeError, lz4.block.LZ4BlockError, pickle.UnpicklingError, TypeError, KeyError, IndexError,
             ValueError, EOFError):  # msgspec's ValidationError too
         return None
@@ -577,15 +762,20 @@ def snapshot_problem(store: Reader, snap: Snapshot) -> str | None:
 
 
 def checked_snapshot(store: SnapshotReader, name: str, code_version: str, at_most: int,
-                     decode: Callable[[bytes], Any], position_of: Callable[[Any], int]) -> Any | None:
+                     decode: Callable[[Snapshot], Any], position_of: Callable[[Any], int]) -> Any | None:
     """The decoded state of the newest snapshot `name` of that code at or before `at_most`,
-    if it passes the checks (snapshot_problem, and it decodes to its position); None
-    otherwise, with a log line. Every kind of snapshot (job states, usage) is checked here."""
+    if it passes the checks (snapshot_problem, its parts are the ones it names, and it
+    decodes to its position); None otherwise, with a log line. Every kind of snapshot (job
+    states, usage) is checked here."""
     snap = store.load_snapshot(name, code_version, at_most=at_most)
     if snap is None:
         return None
-    why = snapshot_problem(store, snap)
-    state = decode(snap.state) if why is None else None
+    why, state = snapshot_problem(store, snap), None
+    if why is None:
+        try:
+            state = decode(snap)
+        except SnapshotPartError as exc:
+            why = str(exc)
     if why is None and (state is None or position_of(state) != snap.position):
         why = "its state does not decode to its position"
     if why is not None:
@@ -597,7 +787,34 @@ def checked_snapshot(store: SnapshotReader, name: str, code_version: str, at_mos
 
 def usable_snapshot(store: SnapshotReader, at_most: int) -> LedgerState | None:
     """The state of this code's newest job-state snapshot at or before `at_most`, if usable."""
-    return checked_snapshot(store, SNAPSHOT_NAME, code_version(), at_most, decode_state, _position)
+    return checked_snapshot(store, SNAPSHOT_NAME, code_version(), at_most,
+                            lambda snap: decode_state(snap.state, stored_parts(store, snap)), _position)
+
+
+def stored_parts(store: SnapshotReader, snap: Snapshot) -> Parts:
+    """The parts of job-state snapshot `snap` as the store holds them, fetched when asked."""
+    def part(part: str) -> bytes | None:
+        return _own_part(snap, store.load_snapshot(part_name(snap.name, part), snap.code_version, at_most=snap.position))
+    return part
+
+
+def parts_among(snapshots: Iterable[Snapshot], snap: Snapshot) -> Parts:
+    """The parts of job-state snapshot `snap` among `snapshots` (verify has them all at hand)."""
+    found = {s.name: s for s in snapshots if s.position == snap.position and s.code_version == snap.code_version}
+
+    def part(part: str) -> bytes | None:
+        return _own_part(snap, found.get(part_name(snap.name, part)))
+    return part
+
+
+def _own_part(snap: Snapshot, found: Snapshot | None) -> bytes | None:
+    """`found`'s content if it is a part saved with `snap` (same position, the same event)."""
+    return found.state if found is not None and found.position == snap.position \
+        and found.event_hash == snap.event_hash else None
+
+
+def _lazy(store: SnapshotReader) -> Callable[[Snapshot], LazyState | None]:
+    return lambda snap: decode_lazy(snap.state, stored_parts(store, snap))
 
 
 def _position(state: Any) -> int:
@@ -627,7 +844,7 @@ def load_state_apart(store: SnapshotReader, apart: Callable[[JobState], bool],
     went to `put` is to be dropped)."""
     head = store.head()
     with no_cyclic_gc():
-        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), head, decode_lazy, _position)
+        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), head, _lazy(store), _position)
         if lazy is None:
             return None
         rows = list(fold_rows(store, lazy.position, head))
@@ -660,7 +877,7 @@ def load_lazy(store: SnapshotReader, until: int | None = None) -> LazyState:
     head = store.head()
     target = head if until is None else min(until, head)
     with no_cyclic_gc():
-        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), target, decode_lazy, _position)
+        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), target, _lazy(store), _position)
         if lazy is None:
             state = fold_into(LedgerState(), fold_rows(store, 0, target))
             state.position = target
@@ -681,14 +898,20 @@ def tied_snapshot(store: Reader, name: str, code_version: str, position: int, st
     return Snapshot.seal(name, code_version, position, event_hash, state)
 
 
-def make_snapshot(store: Reader, state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> Snapshot:
-    """`state` (and `settled`: encode_state's) sealed as a job-state snapshot, tied to the
-    event at its position."""
-    return tied_snapshot(store, SNAPSHOT_NAME, code_version(), state.position, encode_state(state, settled))
+def make_snapshots(store: Reader, state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> list[Snapshot]:
+    """`state` (and `settled`: encode_state's) sealed as a job-state snapshot and its parts,
+    each tied to the event at its position: the parts first, the manifest last (the order
+    to save them in: a manifest is never stored before what it names)."""
+    encoded = encode_state(state, settled)
+    code = code_version()
+    parts = [tied_snapshot(store, part_name(SNAPSHOT_NAME, part), code, state.position, data)
+             for part, data in encoded.parts.items()]
+    return [*parts, tied_snapshot(store, SNAPSHOT_NAME, code, state.position, encoded.manifest)]
 
 
 def save_snapshot(store: SnapshotReader, state: LedgerState, settled: Iterable[tuple[JobState, bytes]] = ()) -> None:
-    store.save_snapshot(make_snapshot(store, state, settled))
+    for snap in make_snapshots(store, state, settled):
+        store.save_snapshot(snap)
 
 
 def snapshot_due(store: SnapshotReader, name: str, code_version: str, position: int, every: int = SNAPSHOT_EVERY) -> bool:
@@ -699,11 +922,16 @@ def snapshot_due(store: SnapshotReader, name: str, code_version: str, position: 
     return not (since < every and (last is None or snapshot_problem(store, last) is None))
 
 
+def state_due(store: SnapshotReader, position: int, every: int = SNAPSHOT_EVERY) -> bool:
+    """A job-state snapshot at `position` is due (snapshot_due; only its manifest is fetched)."""
+    return snapshot_due(store, SNAPSHOT_NAME, code_version(), position, every)
+
+
 def maybe_snapshot(store: SnapshotReader, state: LedgerState, every: int = SNAPSHOT_EVERY, *,
                    settled: Iterable[tuple[JobState, bytes]] = ()) -> bool:
     """Save `state` (and `settled`: encode_state's) when a job-state snapshot is due
-    (snapshot_due). Call it after a replay at the head; returns whether it saved."""
-    if not snapshot_due(store, SNAPSHOT_NAME, code_version(), state.position, every):
+    (state_due). Call it after a replay at the head; returns whether it saved."""
+    if not state_due(store, state.position, every):
         return False
     save_snapshot(store, state, settled)
     return True

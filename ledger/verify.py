@@ -22,8 +22,19 @@ from ledger.events import GENESIS_HASH, sealed_hash
 from ledger.events.data import OverrideSignature
 from ledger.events.schema import RowChecker
 from ledger.fold import LedgerState
+from ledger.replay import (
+    PIECES,
+    ROWS,
+    SNAPSHOT_NAME,
+    SnapshotPartError,
+    decode_state,
+    fold_into,
+    no_cyclic_gc,
+    part_name,
+    parts_among,
+    snapshot_problem,
+)
 from ledger.replay import code_version as snapshot_code
-from ledger.replay import decode_state, fold_into, no_cyclic_gc, snapshot_problem
 from ledger.store import open_store
 from ledger.store.base import Reader, Snapshot, SnapshotReader
 from ledger.usage import UsageFold
@@ -359,18 +370,25 @@ def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
     code, usage_code = snapshot_code(), usage_snapshot.code_version()
     state = LedgerState()
     usage: dict[str, usage_snapshot.Kept] = {}  # a fold per usage snapshot name (half-life)
+    parts = {part_name(SNAPSHOT_NAME, p) for p in (PIECES, ROWS)}
     with no_cyclic_gc():
-        for snap in store.list_snapshots():  # by position
+        snapshots = store.list_snapshots()  # by position
+        for snap in snapshots:
             problem = snapshot_problem(store, snap)
             if problem is None and snap.code_version == usage_code:
                 verdicts.append(SnapshotVerdict(snap, True, _usage_problem(store, snap, usage)))
                 continue
-            if problem is not None or snap.code_version != code:
+            # A part is checked by its own hash here, and as what its manifest names below.
+            if problem is not None or snap.code_version != code or snap.name in parts:
                 verdicts.append(SnapshotVerdict(snap, False, problem))
                 continue
             fold_into(state, store.fold_rows(state.position, snap.position))
             state.position = snap.position
-            decoded = decode_state(snap.state, check=True)
+            try:
+                decoded = decode_state(snap.state, parts_among(snapshots, snap), check=True)
+            except SnapshotPartError as exc:
+                verdicts.append(SnapshotVerdict(snap, True, str(exc)))
+                continue
             if decoded is None or decoded.position != snap.position:
                 problem = "its state does not decode to its position"
             else:

@@ -30,7 +30,7 @@ from ledger.replay import (
     snapshot_due,
     tied_snapshot,
 )
-from ledger.store.base import SnapshotReader
+from ledger.store.base import Snapshot, SnapshotReader
 from ledger.usage import fold as usage_fold
 from ledger.usage import prices, share
 from ledger.usage.fold import AccountKey, UsageFold, _Job
@@ -194,7 +194,11 @@ def _position(kept: Kept) -> int:
 # -- the store side -----------------------------------------------------------------------------
 def usable(store: SnapshotReader, half_life_hours: float, at_most: int) -> Kept | None:
     """The checked usage snapshot of that half-life at or before `at_most` (None: none usable)."""
-    return checked_snapshot(store, snapshot_name(half_life_hours), code_version(), at_most, decode, _position)
+    return checked_snapshot(store, snapshot_name(half_life_hours), code_version(), at_most, _decoded, _position)
+
+
+def _decoded(snap: Snapshot) -> Kept | None:
+    return decode(snap.state)
 
 
 def load_usage(store: SnapshotReader, half_life_hours: float, until: int | None = None,

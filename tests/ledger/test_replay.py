@@ -4,6 +4,7 @@ with the rest equals the fold of everything, and snapshot + tail equals a full r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import operator
 
@@ -16,7 +17,11 @@ from ledger import replay as replay_module
 from ledger.errors import UsageError
 from ledger.events.schema import validate_event
 from ledger.replay import (
+    PIECES,
+    ROWS,
+    Encoded,
     JobIndex,
+    SnapshotPartError,
     code_version,
     decode_lazy,
     decode_state,
@@ -126,12 +131,29 @@ def test_snapshot_encoding_round_trips_and_refuses_code(store_factory):
     store = store_factory()
     store.append("alice/a", [fold_event("submitted", spec={"x": 1}, spec_hash="ab" * 4, commit="c", path="p")])
     state = load_state(store)
-    assert as_data(decode_state(encode_state(state))) == as_data(state)
-    assert decode_state(b"TLS3" + pickle.dumps(fold.JobState("x/y"))) is None  # names a class: refused
-    assert decode_state(b"not a snapshot") is None
-    assert decode_state(encode_state(state)[:-40]) is None  # cut short
-    blob = encode_state(state)
-    assert decode_state(b"TLS2" + blob[4:]) is None  # the earlier encoding's magic: not this code's
+    encoded = encode_state(state)
+    parts = encoded.parts.get
+    assert as_data(decode_state(encoded.manifest, parts)) == as_data(state)
+    assert as_data(decode_state(encoded.manifest, parts, check=True)) == as_data(state)
+    assert as_data(decode_lazy(encoded.manifest, parts).decoded()) == as_data(state)
+    assert decode_state(b"TLS4" + pickle.dumps(fold.JobState("x/y")), parts) is None  # names a class: refused
+    assert decode_state(b"not a snapshot", parts) is None
+    assert decode_state(encoded.manifest[:-40], parts) is None  # cut short
+    assert decode_state(b"TLS3" + encoded.manifest[4:], parts) is None  # the earlier encoding's magic: not this code's
+    # Each reader fetches only the parts it reads; one that is missing or not the one named is refused.
+    fetched: list[str] = []
+    assert decode_lazy(encoded.manifest, lambda p: fetched.append(p) or parts(p)).select() == ["alice/a"]
+    assert fetched == [PIECES]
+    assert decode_state(encoded.manifest, lambda p: fetched.append(p) or parts(p)) is not None
+    assert fetched == [PIECES, ROWS]
+    other = encode_state(fold.LedgerState(state.position, {})).parts
+    for reader in (decode_lazy, functools.partial(decode_state, check=True)):  # the readers of the pieces
+        with pytest.raises(SnapshotPartError, match="part 'pieces' is missing"):
+            reader(encoded.manifest, {ROWS: encoded.parts[ROWS]}.get)
+        with pytest.raises(SnapshotPartError, match="part 'pieces' is not the one it names"):
+            reader(encoded.manifest, {**encoded.parts, PIECES: other[PIECES]}.get)
+    with pytest.raises(SnapshotPartError, match="part 'rows' is missing"):
+        decode_state(encoded.manifest, {PIECES: encoded.parts[PIECES]}.get)
 
 
 def test_snapshots_of_the_earlier_encoding_are_never_loaded(store_factory):
@@ -152,15 +174,18 @@ def test_an_index_that_lies_about_a_job_is_caught_by_verify(store_factory):
 
     store = two_jobs(store_factory)
     real = load_state(store)
-    position, names, columns, chunks, rows = pickle.loads(encode_state(real)[4:])
-    ids, owners, owner_of, states, state_of, *rest = columns
-    assert ids == ["alice/a", "bob/b"] and states == ["pending"]
-    columns = (ids, owners, owner_of, ["pending", "finished"], _codes(1, 0), *rest)  # alice/a claimed finished
-    lie = b"TLS3" + pickle.dumps((position, names, columns, chunks, rows), protocol=5)
-    assert decode_lazy(lie).select(state="finished") == ["alice/a"]  # what a lazy reader would believe
-    insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
-    [verdict] = verify_snapshots(store)
-    assert verdict.rebuilt and verdict.problem == "its state does not decode to its position"
+    encoded = encode_state(real)
+    position, names, columns, digests = pickle.loads(encoded.manifest[4:])
+    ids, id_starts, owners, owner_of, states, state_of, *rest = columns
+    assert ids == "alice/a\0bob/b\0" and states == ["pending"]  # the ids as one text
+    columns = (ids, id_starts, owners, owner_of, ["pending", "finished"], _codes(1, 0), *rest)  # alice/a claimed finished
+    lie = encoded._replace(manifest=b"TLS4" + pickle.dumps((position, names, columns, digests), protocol=5))
+    assert decode_lazy(lie.manifest, lie.parts.get).select(state="finished") == ["alice/a"]  # what a lazy reader would believe
+    insert_encoded(store_factory, store, lie)
+    verdicts = verify_snapshots(store)
+    assert [(v.snapshot.name, v.rebuilt, v.problem) for v in verdicts] == [
+        ("ledger", True, "its state does not decode to its position"), ("ledger.pieces", False, None),
+        ("ledger.rows", False, None)]
 
 
 def test_a_text_that_lies_about_a_job_is_caught_by_verify(store_factory):
@@ -170,15 +195,17 @@ def test_a_text_that_lies_about_a_job_is_caught_by_verify(store_factory):
 
     store = two_jobs(store_factory)
     real = load_state(store)
-    position, names, columns, _, rows = pickle.loads(encode_state(real)[4:])
-    _, _, lied, chunks, _ = pickle.loads(finished(real, "alice/a")[4:])
-    columns = (*columns[:5], *lied[5:7], *columns[7:])  # the places of the lie's texts
-    lie = b"TLS3" + pickle.dumps((position, names, columns, chunks, rows), protocol=5)
-    assert decode_lazy(lie).job("alice/a").state == fold.FINISHED  # what `ledger list --json` would print
-    assert decode_state(lie) == real  # what the reconciler would load
-    insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2), lie))
-    [verdict] = verify_snapshots(store)
-    assert verdict.rebuilt and verdict.problem == "its state does not decode to its position"
+    encoded, forged = encode_state(real), finished(real, "alice/a")
+    position, names, columns, digests = pickle.loads(encoded.manifest[4:])
+    _, _, lied, lied_digests = pickle.loads(forged.manifest[4:])
+    columns = (*columns[:6], *lied[6:8], *columns[8:])  # the places of the lie's texts
+    digests = {**digests, PIECES: lied_digests[PIECES]}  # and the lie's pieces, their digest recomputed
+    lie = Encoded(b"TLS4" + pickle.dumps((position, names, columns, digests), protocol=5),
+                  {**encoded.parts, PIECES: forged.parts[PIECES]})
+    assert decode_lazy(lie.manifest, lie.parts.get).job("alice/a").state == fold.FINISHED  # what `ledger list --json` would print
+    assert decode_state(lie.manifest, lie.parts.get) == real  # what the reconciler would load
+    insert_encoded(store_factory, store, lie)
+    assert [v.problem for v in verify_snapshots(store)] == ["its state does not decode to its position", None, None]
 
 
 def test_snapshot_policy(store_factory):
@@ -240,7 +267,14 @@ def two_jobs(store_factory):
     return store
 
 
-def finished(state: fold.LedgerState, job_id: str) -> bytes:
+def insert_encoded(store_factory, store, encoded: Encoded, position: int = 2) -> None:
+    """A job-state snapshot and its parts written with plain SQL, each sealed (what a forger
+    with database access can write)."""
+    for name, data in [*((f"ledger.{p}", d) for p, d in encoded.parts.items()), ("ledger", encoded.manifest)]:
+        insert_raw(store_factory, store.url, Snapshot.seal(name, code_version(), position, store.hash_at(position), data))
+
+
+def finished(state: fold.LedgerState, job_id: str) -> Encoded:
     """`state` encoded with `job_id` claimed finished: what a forger would write."""
     lie = fold.LedgerState(state.position, dict(state.jobs))
     lie.jobs[job_id] = dataclasses.replace(lie.jobs[job_id], state=fold.FINISHED)
@@ -250,7 +284,7 @@ def finished(state: fold.LedgerState, job_id: str) -> bytes:
 def test_a_forged_snapshot_is_ignored_by_replay_and_named_by_verify(store_factory, caplog):
     store = two_jobs(store_factory)
     real = load_state(store)
-    forged = Snapshot("ledger", code_version(), 2, store.hash_at(2), finished(real, "alice/a"), "0" * 64)
+    forged = Snapshot("ledger", code_version(), 2, store.hash_at(2), finished(real, "alice/a").manifest, "0" * 64)
     insert_raw(store_factory, store.url, forged)
     with caplog.at_level(logging.WARNING, logger="ledger.replay"):
         assert load_state(store).jobs["alice/a"].state == "pending"
@@ -258,7 +292,7 @@ def test_a_forged_snapshot_is_ignored_by_replay_and_named_by_verify(store_factor
     [verdict] = verify_snapshots(store)
     assert verdict.snapshot.position == 2 and "does not match its hash" in verdict.problem
     assert maybe_snapshot(store, real, every=10**6)  # a bad newest snapshot is replaced at once
-    assert [v.problem for v in verify_snapshots(store)] == [None]
+    assert [v.problem for v in verify_snapshots(store)] == [None, None, None]
     assert load_state(store).jobs["alice/a"].state == "pending"
 
 
@@ -266,10 +300,9 @@ def test_a_snapshot_forged_with_consistent_hashes_is_caught_by_verify(store_fact
     store = two_jobs(store_factory)
     real = load_state(store)
     # Everything a forger can recompute: the event hash from the chain, its own hash.
-    insert_raw(store_factory, store.url, Snapshot.seal("ledger", code_version(), 2, store.hash_at(2),
-                                                       finished(real, "alice/a")))
-    [verdict] = verify_snapshots(store)
-    assert verdict.rebuilt
+    insert_encoded(store_factory, store, finished(real, "alice/a"))
+    verdict = verify_snapshots(store)[0]
+    assert verdict.rebuilt and verdict.snapshot.name == "ledger"
     assert verdict.problem == "job alice/a: state is 'finished' in it, 'pending' from the events"
 
 
@@ -277,16 +310,18 @@ def test_a_snapshot_from_another_chain_is_not_used(store_factory, caplog):
     ours = two_jobs(store_factory)
     theirs = two_jobs(store_factory)  # the same jobs, but other event ids and times: another chain
     save_snapshot(theirs, load_state(theirs))
-    [snap] = theirs.list_snapshots()
+    snaps = theirs.list_snapshots()
+    snap = next(s for s in snaps if s.name == "ledger")
     assert snap.intact and snap.event_hash == theirs.hash_at(2) != ours.hash_at(2)
-    insert_raw(store_factory, ours.url, snap)
+    for each in snaps:
+        insert_raw(store_factory, ours.url, each)
     with caplog.at_level(logging.WARNING, logger="ledger.replay"):
         assert as_data(load_state(ours)) == as_data(load_state(ours, use_snapshot=False))
     assert "made from another event at seq 2" in caplog.text
     past = Snapshot.seal("ledger", code_version(), 9, "ab" * 32, snap.state)  # past the head
     insert_raw(store_factory, ours.url, past)
     assert [v.problem for v in verify_snapshots(ours)] == [
-        "it was made from another event at seq 2 than the ledger holds",
+        *["it was made from another event at seq 2 than the ledger holds"] * 3,
         "it folds up to seq 9, past the ledger's head",
     ]
 
@@ -299,7 +334,8 @@ def test_sound_snapshots_verify_and_other_codes_are_checked_by_hash_only(store_f
     verdicts = verify_snapshots(store)
     # By position, then code version (this code's is hex, so before "other-code").
     assert [(v.snapshot.position, v.rebuilt, v.problem) for v in verdicts] == [
-        (1, True, None), (1, False, None), (2, True, None),
+        (1, True, None), (1, False, None), (1, False, None), (1, False, None), (2, True, None), (2, False, None),
+        (2, False, None),
     ]
 
 
@@ -339,7 +375,7 @@ def test_holders_and_releases_are_read_from_the_columns_and_the_tail(store_facto
         for stream, events in tail:
             store.append(stream, events)
         full, lazy = load_state(store, use_snapshot=False), load_lazy(store)
-        assert lazy._c.ids == ["alice/a", "bob/b", "carol/c", "dave/d"]  # read from the snapshot
+        assert list(lazy._c.ids) == ["alice/a", "bob/b", "carol/c", "dave/d"]  # read from the snapshot
         entries = [JobIndex.of(j) for j in full.jobs.values()]
         key = operator.attrgetter("id")
         assert sorted(lazy.holders(), key=key) == sorted(
@@ -347,6 +383,7 @@ def test_holders_and_releases_are_read_from_the_columns_and_the_tail(store_facto
         for names in ({"pool"}, {"t-c1", "t-a1"}, {"nothing"}):
             assert lazy.releasing(names) == {x.id for x in entries if names.intersection(x.released)}
         assert_lazy_is(lazy, full)
+
 
 
 def test_a_lazy_read_decodes_only_the_jobs_the_tail_touches(store_factory, monkeypatch):
@@ -377,3 +414,71 @@ def test_a_lazy_read_decodes_only_the_jobs_the_tail_touches(store_factory, monke
     assert lazy.holds("alice/new") and lazy.holds("alice/j39") and not lazy.holds("alice/nobody")
     monkeypatch.undo()
     assert_lazy_is(lazy, load_state(store, use_snapshot=False))
+
+
+def test_releases_out_of_place_order_are_refused(store_factory):
+    """`holders` finds a job's latest releases by bisecting the places they are listed by:
+    a manifest listing them out of order is not read at all."""
+    import pickle
+
+    encoded = encode_state(load_state(two_jobs(store_factory)))
+    position, names, columns, digests = pickle.loads(encoded.manifest[4:])
+    for by in ((0, 1), (1, 0)):
+        manifest = b"TLS4" + pickle.dumps((position, names, (*columns[:9], *replay_module._Names.packed(["t-1", "t-2"]), _codes(*by)), digests), protocol=5)
+        lazy = decode_lazy(manifest, encoded.parts.get)
+        assert (lazy is not None) == (by == (0, 1))
+    assert lazy is None
+
+
+@given(codes=st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 300), max_size=40), n=st.integers(0, 400))
+def test_codes_are_checked_below_their_count_as_max_would(codes, n):
+    """The manifest's owner and state codes are checked at C speed (`_codes_below`): it says
+    what max() over them says, for a lab's few values and for more than 256."""
+    assert replay_module._codes_below(_codes(*codes), n) == (not codes or max(codes) < n)
+
+
+@given(names=st.lists(st.text(st.characters(blacklist_characters="\0")), max_size=20))
+def test_names_kept_as_one_text_read_back_as_a_list(names):
+    """A snapshot's ids and releases are one text and the places they start (`_Names`):
+    read back by place, by slice and whole they are the list they were."""
+    kept = replay_module._Names.unpacked(*replay_module._Names.packed(names))
+    assert kept is not None and len(kept) == len(names) and list(kept) == names
+    assert [kept[i] for i in range(len(names))] == names == kept[:] and kept[1:3] == names[1:3]
+    if names:
+        assert kept[-1] == names[-1]
+    with pytest.raises(IndexError):
+        kept[len(names)]
+
+
+def test_names_holding_a_nul_are_refused_and_a_bad_packing_is_not_read():
+    with pytest.raises(ValueError, match="NUL"):
+        replay_module._Names.packed(["a/b", "c\0d"])
+    text, starts = replay_module._Names.packed(["a/b", "c/d"])
+    assert replay_module._Names.unpacked(text, starts) is not None
+    for bad in ((text[:-1], starts), (text, starts[:-4]), (text, starts + b"\0"), (b"a/b", starts), (text, _codes(1, 4, 8))):
+        assert replay_module._Names.unpacked(*bad) is None
+
+
+def test_ids_out_of_order_are_caught_by_verify_s_decoding(store_factory):
+    """Lazy readers bisect the snapshot's ids without checking their order at every load:
+    the check decode (`ledger verify`) refuses ids out of order, rows in the same order."""
+    import pickle
+
+    import lz4.block
+
+    encoded = encode_state(load_state(two_jobs(store_factory)))
+    lazy = decode_lazy(encoded.manifest, encoded.parts.get)
+    rows = replay_module.load_plain(lz4.block.decompress(encoded.parts[ROWS]))
+    backwards = lz4.block.compress(pickle.dumps(rows[::-1], protocol=5))
+    lie = replay_module.LazyState(lazy.position, lazy._c._replace(ids=list(lazy._c.ids)[::-1]), lazy._chunks, lambda: backwards)
+    assert list(lie.decoded().jobs) == ["bob/b", "alice/a"]  # what a reader without the check takes
+    with pytest.raises(ValueError, match="not in order"):
+        lie.decoded(check=True)
+
+
+def test_names_read_by_place_many_times_are_split_once_and_read_the_same(monkeypatch):
+    monkeypatch.setattr(replay_module._Names, "_SPLIT_AFTER", 3)
+    names = [f"u/j{i:02d}" for i in range(10)]
+    kept = replay_module._Names.unpacked(*replay_module._Names.packed(names))
+    assert [kept[i] for i in range(10)] == names and kept._list == names  # split after the third
+    assert kept[-1] == "u/j09" and kept[2:4] == names[2:4] and list(kept) == names

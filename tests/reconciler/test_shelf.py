@@ -59,6 +59,7 @@ def test_a_frozen_shelf_does_not_move_and_a_snapshot_from_it_holds_every_job():
     shelf.put(everything.jobs["ana/waiting"])
     assert [(j.id, text) for j, text in frozen.pieces()] == [(i, job_text(everything.jobs[i])) for i in sorted(everything.jobs)
                                                            if settled(everything.jobs[i])]
-    saved = decode_state(encode_state(state, frozen.pieces()))
+    encoded = encode_state(state, frozen.pieces())
+    saved = decode_state(encoded.manifest, encoded.parts.get)
     assert saved is not None and saved.position == everything.position
     assert saved.jobs == everything.jobs
