@@ -20,6 +20,7 @@ small pool (`StorePool`): one connection is never used by two threads at once.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import queue
 import threading
@@ -149,6 +150,9 @@ class LiveLedger:
             with no_cyclic_gc():
                 self.usage.apply_rows(self.capacity.tee(self.health.tee(fold_rows(self._store, 0, self.state.position))))
         self.position = self.state.position
+        # The collector's first full pass over what was just loaded (954k containers at
+        # 118,956 jobs: ~0.5 s) runs now, before the first page is served, not during it.
+        gc.collect()
         self.loaded_in = time.perf_counter() - started
         self.changed = time.time()
 
