@@ -68,7 +68,7 @@ from ledger.replay import SNAPSHOT_EVERY, load_state, save_snapshot, usable_snap
 from ledger.spec import spec_hash  # noqa: E402
 from ledger.spec.policy import parse_policy  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
-from ledger.usage.snapshot import body_of, load_usage, save_body, save_usage  # noqa: E402
+from ledger.usage.snapshot import body_of, load_usage, save_body, save_usage, usable  # noqa: E402
 from reconciler.model import NodeObs, PlanConfig, QueuedObs  # noqa: E402
 from reconciler.plan import plan, tpu_request  # noqa: E402
 from reconciler.remote.types import HostStatus  # noqa: E402
@@ -171,6 +171,9 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None],
                 if usable_snapshot(store, store.head()) is None:  # the fold's code changed: as a reconciler would
                     progress("  its job-state snapshot is of other code: saving one of this code")
                     save_snapshot(store, load_state(store, use_snapshot=False))
+                if usable(store, policy().fair_share.half_life_hours, store.head()) is None:
+                    progress("  its usage snapshot is of other code: saving one of this code")
+                    save_usage(store, *load_usage(store, policy().fair_share.half_life_hours))
                 return
         finally:
             store.close()
