@@ -2,7 +2,7 @@
 pods, some multislice), 10,000 waiting jobs, 50 users in 6 teams, 1M events.
 
     python bench/lab_scale.py                      # everything (the ledger is built once, kept)
-    python bench/lab_scale.py --only pass,reads    # some parts: build, start, pass, reads, day, probe
+    python bench/lab_scale.py --only pass,reads    # some parts: build, start, pass, reads, turn, day, probe
     python bench/lab_scale.py --db /tmp/lab-1m.db --events 1000000 --hours 24 --every 120 --json
 
 What is real and what is emulator state:
@@ -25,6 +25,7 @@ Printed (medians, CPU and wall, with the load average):
 
 - pass: `Reconciler.step()` CPU with every waiting job planned (target <= 100 ms);
 - reads: `ledger list --json`, `ledger tpus --json` and the dashboard's pages (target <= 200 ms);
+- turn: the reconciler's RSS pass by pass through a snapshot turn (pass 200) with nothing due;
 - day: `--hours` simulated hours of passes, one every `--every` simulated seconds (the
   reconciler's clock is injected): its RSS per hour, and the events written for waiting jobs
   (target 0 per waiting job per hour); the dashboard (pages requested through the day) and
@@ -370,6 +371,25 @@ def part_pass(url: str, now: float, runs: int) -> dict[str, Any]:
         rec.close()
 
 
+def part_turn(url: str, now: float) -> dict[str, Any]:
+    """This process's RSS pass by pass through the reconciler's snapshot turn (every 200
+    passes) with nothing new to snapshot: what it holds there beyond its steady state."""
+    sim = {"t": now}
+    rec, _ = reconciler(url, lambda: sim["t"])
+    rss: dict[str, float] = {}
+    try:
+        for n in range(1, 206):
+            sim["t"] += 120
+            rec.step()
+            rec.drain()
+            if n in (1, 20, 100, 199, 200, 201, 202, 203, 205):
+                rss[str(n)] = rss_kb() / 1024
+        rec.snapshot_saved()
+    finally:
+        rec.close()
+    return {"rss_mb_after_pass": rss}
+
+
 def part_start(url: str) -> dict[str, Any]:
     """The reconciler's start (its first catch-up: snapshot, tail, the live view and the
     shelf), in a process of its own so its RSS is the reconciler's alone."""
@@ -633,7 +653,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--history-events", type=int, default=HISTORY_PER_JOB,
                     help=f"events per finished job (9, 18, ... {HISTORY_PER_JOB}: default); 9 makes ~110,000 finished jobs of 1M events")
-    ap.add_argument("--only", default="build,start,pass,reads,day,probe")
+    ap.add_argument("--only", default="build,start,pass,reads,turn,day,probe")
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--every", type=float, default=120.0, help="simulated seconds between passes in the day")
@@ -669,6 +689,9 @@ def main() -> None:
             result["reads"] = part_reads(tailed, args.runs)
         result["reads"]["tail_events"] = args.tail
         say(f"reads: {json.dumps(result['reads'])}")
+    if "turn" in parts:
+        result["turn"] = part_turn(url, now.timestamp() + 60)
+        say(f"turn: {json.dumps(result['turn'])}")
     if "day" in parts:
         result["day"] = part_day(url, now.timestamp() + 60, args.hours, args.every)
         say(f"day: {json.dumps(result['day'])}")
@@ -710,6 +733,9 @@ def report(r: dict[str, Any]) -> None:
                 print(f"  {k:36s} median {v['wall']:8.1f} ms wall{cpu} (target <= {TARGETS['read_ms']:.0f} ms)")
             else:
                 print(f"  {k:36s} {v:.2f} s")
+    if "turn" in r:
+        shown = ", ".join(f"{k}: {v:.0f}" for k, v in r["turn"]["rss_mb_after_pass"].items())
+        print(f"  RSS (MB) after each pass through the snapshot turn at pass 200, nothing due: {shown}")
     if "day" in r:
         d = r["day"]
         print(f"  {d['hours']:g} simulated hours, a pass every {d['every_s']:g} s ({d['passes']} passes, "
