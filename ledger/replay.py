@@ -303,6 +303,12 @@ class _Names(Sequence[str]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._list if self._list is not None else self._text.split(_SEP)[:-1])
 
+    def consistent(self) -> bool:
+        """Each name starts where the text's separators say (verify: lookups by place use
+        the starts, iteration the separators)."""
+        return list(itertools.accumulate((len(n) + 1 for n in self._text.split(_SEP)[:-1]), initial=0)) \
+            == self._starts.tolist()
+
     def sorted_list(self) -> Sequence[str]:
         """What to bisect: the names split, once they are (a bisect of a list runs at C
         speed, 17x faster than through __getitem__), else these."""
@@ -633,6 +639,9 @@ class LazyState:
                 raise ValueError("the rows and the columns hold different jobs")
             if check and not all(map(operator.lt, ids, itertools.islice(ids, 1, None))):
                 raise ValueError("the snapshot's ids are not in order (a reader bisects them)")
+            if check and not all(names.consistent() for names in (self._c.ids, self._c.released)
+                                 if isinstance(names, _Names)):
+                raise ValueError("the snapshot's names do not start where its text says")
             found = {row[0]: JobState(*row) for row in rows}
         found.update((i, self._jobs[i]) for i in self._changed)
         jobs = {i: found[i] for i in (*self._c.ids, *self._new)}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -227,6 +227,11 @@ class Reader(Protocol):
 
     def count_since(self, after: int) -> int:
         """How many events have seq > after (progress bars)."""
+        ...
+
+    def stream_rows(self, streams: Collection[str], types: Collection[str], until: int) -> list[tuple]:
+        """fold_rows' rows of `streams`' events of `types` with seq <= until, in seq order:
+        one indexed query for a few streams (`ledger tpus` reads its TPUs' health so)."""
         ...
 
 

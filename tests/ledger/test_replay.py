@@ -482,3 +482,19 @@ def test_names_read_by_place_many_times_are_split_once_and_read_the_same(monkeyp
     kept = replay_module._Names.unpacked(*replay_module._Names.packed(names))
     assert [kept[i] for i in range(10)] == names and kept._list == names  # split after the third
     assert kept[-1] == "u/j09" and kept[2:4] == names[2:4] and list(kept) == names
+
+
+def test_names_whose_starts_disagree_with_their_text_are_caught_by_verify_s_decoding(store_factory):
+    """A name looked up by place is cut where its start says, a listing splits the text: a
+    manifest where the two disagree is refused by the check decode (`ledger verify`)."""
+    import pickle
+
+    encoded = encode_state(load_state(two_jobs(store_factory)))
+    position, names, columns, digests = pickle.loads(encoded.manifest[4:])
+    assert decode_state(encoded.manifest, encoded.parts.get, check=True) is not None
+    skewed = (columns[0], _codes(0, 7, 14), *columns[2:])  # "alice/a\0" is 8 long: the second id read as "\0bob/b"
+    lie = b"TLS4" + pickle.dumps((position, names, skewed, digests), protocol=5)
+    lazy = decode_lazy(lie, encoded.parts.get)
+    assert lazy is not None and lazy._c.ids[1] == "\0bob/b" and list(lazy._c.ids) == ["alice/a", "bob/b"]
+    assert decode_state(lie, encoded.parts.get, check=True) is None
+    assert not lazy._c.ids.consistent()

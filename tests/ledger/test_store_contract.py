@@ -338,6 +338,27 @@ def test_fold_and_raw_rows_agree_with_read_all(store_factory):
     assert store.count_since(1) == 2
 
 
+def test_stream_rows_are_those_streams_events_of_those_types_up_to_a_seq(store_factory):
+    """What `ledger tpus` reads its TPUs' health from: fold rows, one query, in seq order."""
+    from ledger.events import NewEvent, dumps
+
+    store = store_factory()
+    store.append("alice/a", [note("x"), NewEvent("queued", {"reason": "r"})])
+    store.append("bob/b", [note("y"), NewEvent("queued", {"reason": "s"})])
+    store.append("alice/a", [NewEvent("queued", {"reason": "t"})])
+    store.append("carol/c", [NewEvent("queued", {"reason": "u"})])
+    by_seq = {e.seq: e for e in store.read_all()}
+
+    def fold_row(seq: int) -> tuple:
+        e = by_seq[seq]
+        return (e.seq, e.stream, e.version, e.type, e.time, dumps(e.data))
+
+    assert store.stream_rows({"alice/a", "bob/b"}, {"queued"}, 99) == [fold_row(2), fold_row(4), fold_row(5)]
+    assert store.stream_rows(["alice/a", "bob/b"], ["queued", "note"], 4) == [fold_row(s) for s in (1, 2, 3, 4)]
+    assert store.stream_rows({"alice/a"}, {"queued"}, 1) == []
+    assert store.stream_rows(set(), {"queued"}, 99) == [] and store.stream_rows({"nobody/x"}, {"queued"}, 99) == []
+
+
 def test_partly_stored_batch_is_refused(store_factory):
     store = store_factory()
     store.append("alice/a", [note("a", key="k1")])

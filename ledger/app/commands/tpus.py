@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.readmodels import health_streams, tpu_health, tpu_jobs, tpu_rows
+from ledger.app.readmodels import health_streams, tpu_health_of, tpu_jobs, tpu_rows
 from ledger.replay import load_lazy
 
 
@@ -22,11 +22,9 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     # after it, only the TPUs' holders decoded; the hosts' health from the few streams that
     # hold it (readmodels.health_streams).
     state = load_lazy(store)
-    # A job's first event is its `submitted` (the spec: its largest, and no health in it).
     holders = state.holders()
-    events = sorted((e for stream in health_streams(holders, state.releasing) for e in store.read_stream(stream, after_version=1)
-                     if e.seq <= state.position), key=lambda e: e.seq)
-    rows = tpu_rows(state.jobs(tpu_jobs(holders)), tpu_health(events))
+    health = tpu_health_of(store, health_streams(holders, state.releasing), state.position)
+    rows = tpu_rows(state.jobs(tpu_jobs(holders)), health)
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows, plain=True)
         return

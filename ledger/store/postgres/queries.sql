@@ -56,6 +56,10 @@ FROM {s}.events WHERE seq > %s AND seq <= %s ORDER BY seq LIMIT %s;
 SELECT seq, stream, version, type, time, data FROM {s}.events
 WHERE seq > %s AND seq <= %s ORDER BY seq LIMIT %s;
 
+-- name: stream_rows
+SELECT seq, stream, version, type, time, data FROM {s}.events
+WHERE stream = ANY(%s) AND type = ANY(%s) AND seq <= %s ORDER BY seq;
+
 -- name: count_since
 SELECT count(*) FROM {s}.events WHERE seq > %s;
 

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -191,6 +191,9 @@ class PostgresRecorder(AppendOne):
 
     def count_since(self, after: int) -> int:
         return self._one("count_since", (after,))[0]  # type: ignore[index]
+
+    def stream_rows(self, streams: Collection[str], types: Collection[str], until: int) -> list[tuple]:
+        return self._db.execute(self._db.q["stream_rows"], (sorted(streams), sorted(types), until))
 
     def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
         for rows in self._pages("page", after, until, None):

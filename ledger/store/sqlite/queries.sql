@@ -61,6 +61,11 @@ FROM events WHERE seq > ? AND seq <= ? ORDER BY seq;
 -- name: fold_rows
 SELECT seq, stream, version, type, time, data FROM events WHERE seq > ? AND seq <= ? ORDER BY seq;
 
+-- name: stream_rows
+SELECT seq, stream, version, type, time, data FROM events
+WHERE stream IN (SELECT value FROM json_each(?1)) AND type IN (SELECT value FROM json_each(?2)) AND seq <= ?3
+ORDER BY seq;
+
 -- name: count_since
 SELECT COUNT(*) FROM events WHERE seq > ?;
 

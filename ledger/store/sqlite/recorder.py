@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TypeVar
 
 from ledger.errors import ConflictError, StoreError, UsageError
@@ -324,6 +324,9 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
 
     def count_since(self, after: int) -> int:
         return self._db.execute(self._q["count_since"], (after,)).fetchone()[0]
+
+    def stream_rows(self, streams: Collection[str], types: Collection[str], until: int) -> list[tuple]:
+        return self._db.execute(self._q["stream_rows"], (json.dumps(sorted(streams)), json.dumps(sorted(types)), until)).fetchall()
 
     def raw_rows(self, after: int = 0, until: int | None = None) -> Iterator[tuple]:
         return self._scan("raw_rows", after, until)
