@@ -460,8 +460,9 @@ def with_tail(db: Path, events: int, now: datetime) -> Iterator[str]:
                 held=3992.0, limit=4000.0, needs=8.0), REC, time=when)], None) for i in range(0, 10_000, 10_000 // (events // 10))]
             lives = [(f"{OWNERS[i % 50]}/tail-{i:06d}", job_events(f"{OWNERS[i % 50]}/tail-{i:06d}", 9, i), 0)
                      for i in range((events - len(waits)) // 9)]
-            for at in range(0, len(waits) + len(lives), 200):
-                store.append_many((waits + lives)[at:at + 200])
+            batches = waits + lives
+            for at in range(0, len(batches), 200):
+                store.append_many(batches[at:at + 200])
         finally:
             store.close()
         yield f"sqlite:///{copy}"

@@ -797,7 +797,7 @@ def checked_snapshot(store: SnapshotReader, name: str, code_version: str, at_mos
 def usable_snapshot(store: SnapshotReader, at_most: int) -> LedgerState | None:
     """The state of this code's newest job-state snapshot at or before `at_most`, if usable."""
     return checked_snapshot(store, SNAPSHOT_NAME, code_version(), at_most,
-                            lambda snap: decode_state(snap.state, stored_parts(store, snap)), _position)
+                            _with_parts(store, decode_state), _position)
 
 
 def stored_parts(store: SnapshotReader, snap: Snapshot) -> Parts:
@@ -822,8 +822,12 @@ def _own_part(snap: Snapshot, found: Snapshot | None) -> bytes | None:
         and found.event_hash == snap.event_hash else None
 
 
-def _lazy(store: SnapshotReader) -> Callable[[Snapshot], LazyState | None]:
-    return lambda snap: decode_lazy(snap.state, stored_parts(store, snap))
+Decoded = TypeVar("Decoded")
+
+
+def _with_parts(store: SnapshotReader, decode: Callable[[bytes, Parts], Decoded]) -> Callable[[Snapshot], Decoded]:
+    """`decode` (decode_state, decode_lazy) of a stored job-state snapshot and its stored parts."""
+    return lambda snap: decode(snap.state, stored_parts(store, snap))
 
 
 def _position(state: Any) -> int:
@@ -853,7 +857,7 @@ def load_state_apart(store: SnapshotReader, apart: Callable[[JobState], bool],
     went to `put` is to be dropped)."""
     head = store.head()
     with no_cyclic_gc():
-        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), head, _lazy(store), _position)
+        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), head, _with_parts(store, decode_lazy), _position)
         if lazy is None:
             return None
         rows = list(fold_rows(store, lazy.position, head))
@@ -886,7 +890,7 @@ def load_lazy(store: SnapshotReader, until: int | None = None) -> LazyState:
     head = store.head()
     target = head if until is None else min(until, head)
     with no_cyclic_gc():
-        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), target, _lazy(store), _position)
+        lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), target, _with_parts(store, decode_lazy), _position)
         if lazy is None:
             state = fold_into(LedgerState(), fold_rows(store, 0, target))
             state.position = target
