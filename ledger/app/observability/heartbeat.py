@@ -41,6 +41,9 @@ class HeartbeatThread:
         return self.beat_of.instance
 
     def start(self) -> HeartbeatThread:
+        # The first beat is written before start returns, so a service that answers /readyz
+        # is already listed by `ledger status`.
+        self.beat()
         self._thread.start()
         return self
 
@@ -63,10 +66,8 @@ class HeartbeatThread:
         return True
 
     def _run(self) -> None:
-        while True:
+        while not self._stop.wait(self.every):
             self.beat()
-            if self._stop.wait(self.every):
-                return
 
     def _drop(self) -> None:
         if self._heartbeats is not None:

@@ -99,12 +99,12 @@ class Service:
             self.follower.refresh()
         except Exception as exc:  # /readyz reports it; the service itself decides whether to run
             click.echo(f"metrics: cannot read the ledger yet: {exc}", err=True)
+        if self.heartbeat is not None:
+            self.heartbeat.start()
         if self.server is not None:
             self.server.start()
             click.echo(f"metrics on {self.server.url}/metrics (/healthz, /readyz)", err=True)
             sys.stderr.flush()
-        if self.heartbeat is not None:
-            self.heartbeat.start()
         return self
 
     def close(self) -> None:
