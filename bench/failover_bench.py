@@ -35,7 +35,7 @@ from ledger import defaults  # noqa: E402
 from ledger.app.wiring import Settings, build  # noqa: E402
 from ledger.events import NewEvent, actor  # noqa: E402
 from ledger.fold import replay  # noqa: E402
-from ledger.spec import spec_hash  # noqa: E402
+from ledger.spec.model import spec_hash  # noqa: E402
 from ledger.store import open_store  # noqa: E402
 
 ZONE = "us-central2-b"

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ledger.gitops import ingest  # noqa: E402
-from ledger.spec import load_repo_config, validate_text  # noqa: E402
+from ledger.spec.config import load_repo_config  # noqa: E402
+from ledger.spec.normalize import validate_text  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
 
 PLAIN = "tpu: {accelerator: v4-8, zone: us-central2-b}\ncommand:\n  cmd: python train.py\n  env: {A: '1'}\n"

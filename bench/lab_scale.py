@@ -66,7 +66,7 @@ from ledger.events import NewEvent, actor, format_time  # noqa: E402
 from ledger.events import data as ev  # noqa: E402
 from ledger.fold import evolve, initial  # noqa: E402
 from ledger.replay import SNAPSHOT_EVERY, load_state, save_snapshot, usable_snapshot  # noqa: E402
-from ledger.spec import spec_hash  # noqa: E402
+from ledger.spec.model import spec_hash  # noqa: E402
 from ledger.spec.policy import parse_policy  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
 from ledger.usage.snapshot import body_of, load_usage, save_body, save_usage, usable  # noqa: E402

@@ -33,7 +33,7 @@ from emulator import Emulator  # noqa: E402
 from ledger.app.wiring import Settings, build  # noqa: E402
 from ledger.events import NewEvent, actor  # noqa: E402
 from ledger.fold import RUNNING, replay  # noqa: E402
-from ledger.spec import spec_hash  # noqa: E402
+from ledger.spec.model import spec_hash  # noqa: E402
 from ledger.store import open_store  # noqa: E402
 from reconciler.remote import layout  # noqa: E402
 

@@ -25,7 +25,7 @@ from emulator import Emulator, Timings  # noqa: E402
 from ledger.app.wiring import Settings, build  # noqa: E402
 from ledger.events import NewEvent, actor  # noqa: E402
 from ledger.fold import replay  # noqa: E402
-from ledger.spec import spec_hash  # noqa: E402
+from ledger.spec.model import spec_hash  # noqa: E402
 from ledger.store import open_store  # noqa: E402
 
 root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="placement-scene-"))

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ledger.app.commands.init import lay_template  # noqa: E402
 from ledger.resources import template_dir  # noqa: E402
-from ledger.spec import validate_paths  # noqa: E402
+from ledger.spec.files import validate_paths  # noqa: E402
 
 
 def generate(root: Path, files: int, owners: int = 100) -> None:

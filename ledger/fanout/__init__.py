@@ -7,6 +7,7 @@ from ledger.fanout.publisher import (
     PublishStats,
     cursor_name,
     drain,
+    publishing,
     run_publisher,
     start_publisher_thread,
 )
@@ -21,7 +22,7 @@ from ledger.fanout.subscriber import (
 )
 
 __all__ = [
-    "Deduper", "decode", "encode", "OutboxPublisher", "PublishStats", "cursor_name", "drain",
+    "Deduper", "decode", "encode", "OutboxPublisher", "PublishStats", "cursor_name", "drain", "publishing",
     "run_publisher", "start_publisher_thread", "PubSubConfig", "config_from_env",
     "PubSubSubscriber", "StoreSubscriber", "Subscriber", "iter_events", "open_subscriber",
     "wait_for_event",

@@ -17,9 +17,11 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -265,3 +267,17 @@ def start_publisher_thread(
     thread = threading.Thread(target=supervised, name="ledger-fanout", daemon=True)
     thread.start()
     return thread, stop
+
+
+@contextlib.contextmanager
+def publishing(store_url: str, project: str | None, topic: str | None) -> Iterator[None]:
+    """Run the outbox publisher beside a long-running command when a topic is configured."""
+    if not topic:
+        yield
+        return
+    thread, stop = start_publisher_thread(store_url, project, topic)
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)

@@ -35,9 +35,11 @@ from ledger.gitops.decide import Ignored, RepoState, StepInput, Verifier, decide
 from ledger.gitops.position import Position, fold_position, stream_for
 from ledger.gitops.repo import ZERO, Change, Commit, GitError, GitRepo
 from ledger.gitops.signed import committed_at, is_ssh, split_signed, ssh_verdict
-from ledger.spec import is_ignored, load_repo_config, spec_hash, validate_text
-from ledger.spec.files import secrets_check
+from ledger.spec.config import load_repo_config
+from ledger.spec.files import is_ignored, secrets_check
 from ledger.spec.layout import ALIASES_PATH, JOBS_DIR, POLICY_PATH, is_governed, is_job_path
+from ledger.spec.model import spec_hash
+from ledger.spec.normalize import validate_text
 from ledger.store import Store
 
 Validator = Callable[[bytes, str, RepoState], Any]

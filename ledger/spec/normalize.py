@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from ledger import defaults, tpu_types
-from ledger.spec import placement
+from ledger.spec import placement_check
 from ledger.spec import recovery as rec
 from ledger.spec.args import expand as expand_args
 from ledger.spec.args import flags as args_flags
@@ -149,7 +149,7 @@ def _check(data: dict, job_id: str | None, path: str, config: RepoConfig, report
     stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
     tpu = _tpu(raw["tpu"], job_id, config, report, policy, raw)
-    hosts = placement.smallest_hosts(tpu) if tpu else None
+    hosts = placement_check.smallest_hosts(tpu) if tpu else None
     envs = _envs(raw, report)
     command = _command(raw, hosts, report)
     setup = _setup(raw, envs, report)
@@ -327,7 +327,7 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
             "chips": acc.chips if acc else None,
         }
     known_shared = t.get("name") in shared_table or t.get("name") in (aliases.get("tpu_names") or {})
-    placed = placement.check_request(t, report, policy, known_shared=known_shared)
+    placed = placement_check.check_request(t, report, policy, known_shared=known_shared)
     metadata = dict(t.get("metadata", {}))
     for key in metadata:
         if key in RESERVED_METADATA:
@@ -348,7 +348,7 @@ def _tpu(t: dict, job_id: str | None, config: RepoConfig, report: _Report, polic
         "hosts": placed["hosts"],
         "chips": placed["chips"],
     })
-    out.update(placement.check_alternatives(t, out, raw, config, report, policy))
+    out.update(placement_check.check_alternatives(t, out, raw, config, report, policy))
     return out
 
 

@@ -263,7 +263,7 @@ def test_a_100k_backlog_drains_in_bounded_memory(emulator, names, store_url) -> 
 
 def test_long_running_commands_publish_while_they_run(emulator, names, store_url) -> None:
     """`ledger watch --topic` and `ledger reconcile --topic` run the outbox beside them."""
-    from ledger.app.commands.common import publishing
+    from ledger.fanout import publishing
 
     topic, sub_name = names
     sub = PubSubSubscriber(sub_name, topic=topic)

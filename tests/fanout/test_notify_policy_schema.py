@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import LedgerError
-from ledger.spec import load_repo_config
+from ledger.spec.config import load_repo_config
 from ledger.spec.policy import NotifyPolicy, load_policy, parse_policy
 
 

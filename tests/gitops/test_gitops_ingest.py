@@ -175,7 +175,7 @@ def test_a_watcher_with_a_stale_position_appends_nothing_twice(hub, store):
     )
     from ledger.gitops.position import Position
     from ledger.gitops.repo import GitRepo
-    from ledger.spec import spec_hash
+    from ledger.spec.model import spec_hash
 
     hub.bootstrap()
     hub.commit({"jobs/alice/a.yaml": spec()}, "a", approvers=(BOB,))

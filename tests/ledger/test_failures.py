@@ -64,7 +64,7 @@ def test_a_ledger_holding_the_old_refused_create_verifies_and_its_job_can_be_res
     the transition is legal now, so it verifies as it is, and `ledger resume` applies."""
     from ledger.events import NewEvent, actor
     from ledger.fold import FAILED_FINAL, replay
-    from ledger.spec import spec_hash
+    from ledger.spec.model import spec_hash
     from ledger.store import open_store
     from ledger.verify import verify_store
 

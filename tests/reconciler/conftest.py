@@ -52,7 +52,7 @@ class Harness:
         )
 
     def submit(self, job_id: str, spec: dict, *, commit: str = "c0ffee") -> None:
-        from ledger.spec import spec_hash
+        from ledger.spec.model import spec_hash
 
         store = open_store(self.store_url)
         commit = hashlib.sha1(f"{job_id}{commit}".encode()).hexdigest()

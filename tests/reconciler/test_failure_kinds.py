@@ -16,7 +16,7 @@ import pytest
 from ledger.events import NewEvent, actor
 from ledger.events import data as ev
 from ledger.fold import FAILED_FINAL, JobState, replay
-from ledger.spec import spec_hash
+from ledger.spec.model import spec_hash
 from ledger.store import open_store
 from ledger.verify import verify_store
 from reconciler.model import Action, HostObs, NodeObs, Observed

@@ -35,7 +35,7 @@ from ledger.events import NewEvent, actor, format_time
 from ledger.events import data as ev
 from ledger.failures import kind_of
 from ledger.fold import BLOCKED, QUEUED, JobState, replay
-from ledger.spec import spec_hash
+from ledger.spec.model import spec_hash
 from ledger.store import open_store
 from ledger.store.sqlite import recorder
 from ledger.verify import verify_store

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ledger.resources import template_dir
-from ledger.spec import RepoConfig, load_repo_config
+from ledger.spec.config import RepoConfig, load_repo_config
 
 TEMPLATE_DIR = Path(str(template_dir()))  # a folder: the tests run from the source tree
 

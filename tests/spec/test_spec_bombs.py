@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.spec import normalize, validate_text
+from ledger.spec import normalize
 from ledger.spec.interpolate import MAX_DEPTH, MAX_EXPANSIONS, MAX_OUTPUT_CHARS, MAX_VALUE_CHARS
+from ledger.spec.normalize import validate_text
 
 HEAD = "tpu: {accelerator: v4-8, zone: us-central2-b}\ncommand:\n  cmd: echo $E1\n  env:\n"
 ROOT = Path(__file__).resolve().parents[2]

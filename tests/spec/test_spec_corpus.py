@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ledger.resources import template_dir
-from ledger.spec import recovery_rules, validate_text
+from ledger.spec.normalize import validate_text
+from ledger.spec.recovery import recovery_rules
 
 TEMPLATE_DIR = Path(str(template_dir()))  # a folder: the tests run from the source tree
 

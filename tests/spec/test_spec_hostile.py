@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.spec import MAX_BYTES, MAX_DEPTH, validate_text
 from ledger.spec.names import SHELL_META, job_id_from_path, safe_stream
+from ledger.spec.normalize import validate_text
+from ledger.spec.yamlsafe import MAX_BYTES, MAX_DEPTH
 
 VALID = "tpu: {accelerator: v4-8, zone: us-central2-b}\ncommand: {cmd: python train.py}\n"
 

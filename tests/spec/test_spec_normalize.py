@@ -6,18 +6,12 @@ import re
 
 import pytest
 
-from ledger.spec import (
-    SHORTHAND,
-    command_args,
-    default_tpu_name,
-    job_id_from_path,
-    load_repo_config,
-    recovery_rules,
-    spec_hash,
-    validate_text,
-)
-from ledger.spec.names import job_id_for
+from ledger.spec.config import load_repo_config
+from ledger.spec.model import spec_hash
+from ledger.spec.names import default_tpu_name, job_id_for, job_id_from_path
+from ledger.spec.normalize import command_args, validate_text
 from ledger.spec.policy import ApprovalPolicy, NotifyOwner, Policy
+from ledger.spec.recovery import SHORTHAND, recovery_rules
 
 BASE = "tpu: {{accelerator: {acc}, zone: {zone}, pricing: {pricing}}}\ncommand: {{cmd: python train.py}}\n"
 
@@ -273,7 +267,8 @@ def test_empty_config_files_mean_defaults():
 
 
 def test_job_paths_and_ignored_examples(config):
-    from ledger.spec import is_ignored, is_job_path
+    from ledger.spec.files import is_ignored
+    from ledger.spec.layout import is_job_path
 
     assert is_job_path("jobs/alice/x.yaml") and is_job_path("jobs/Alice/x.yml")
     assert not is_job_path("jobs/README.md") and not is_job_path(".ledger/policy.yaml")

@@ -3,7 +3,8 @@ once, read through ledger.spec.placement."""
 
 from __future__ import annotations
 
-from ledger.spec import spec_hash, validate_text
+from ledger.spec.model import spec_hash
+from ledger.spec.normalize import validate_text
 from ledger.spec.placement import failover, placed_spec, placements
 
 HEAD = """\

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.spec import validate_paths
+from ledger.spec.files import validate_paths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from spec_bench import generate  # noqa: E402

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.spec import load_repo_config, validate_text
+from ledger.spec.config import load_repo_config
+from ledger.spec.normalize import validate_text
 from ledger.spec.secrets import SecretError, SecretsDir, reference_problem
 
 KEY_BYTES = b"-----BEGIN OPENSSH PRIVATE KEY-----\nRECONCILER\n-----END OPENSSH PRIVATE KEY-----\n"

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ledger import defaults, jsontext
-from ledger.fanout import start_publisher_thread
 from ledger.store import Store, open_store
 
 
@@ -83,18 +81,3 @@ def topic_option(func):
         help="Also publish every event to this Pub/Sub topic while running (needs --project / "
              "LEDGER_PROJECT; PUBSUB_EMULATOR_HOST for the emulator) [env: LEDGER_PUBSUB_TOPIC].",
     )(func)
-
-
-@contextlib.contextmanager
-def publishing(store_url: str, project: str | None, topic: str | None) -> Iterator[None]:
-    """Run the outbox publisher beside a long-running command when a topic is configured."""
-    if not topic:
-        yield
-        return
-
-    thread, stop = start_publisher_thread(store_url, project, topic)
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(30)

@@ -20,7 +20,6 @@ from ledger.app.commands.checkpoint import (
 )
 from ledger.app.commands.common import (
     log_archive_option,
-    publishing,
     store_from,
     topic_option,
     tpu_access_options,
@@ -30,6 +29,7 @@ from ledger.app.observability.service import Service, metrics_option
 from ledger.app.queueview import LedgerPolicy, PolicyFile
 from ledger.app.wiring import Settings, build
 from ledger.errors import safe_url
+from ledger.fanout import publishing
 from reconciler.joblogs import Collector, CollectorThread, Limits, open_archive
 from reconciler.joblogs.bounds import MIB
 from reconciler.tpu import project_for

@@ -9,7 +9,7 @@ import click
 
 from ledger.app.commands.common import print_json
 from ledger.errors import UsageError
-from ledger.spec import validate_paths
+from ledger.spec.files import validate_paths
 
 
 @click.command("validate")

@@ -12,13 +12,14 @@ import click
 from rich.table import Table
 
 from ledger import defaults
-from ledger.app.commands.common import console, print_json, publishing, store_from, topic_option
+from ledger.app.commands.common import console, print_json, store_from, topic_option
 from ledger.app.forgeopts import forge_options, forge_setup, listen_address, webhook_secret
 from ledger.app.observability.health import recent_check
 from ledger.app.observability.service import Service, metrics_option
 from ledger.app.queueview import would_start
 from ledger.app.webhook import WebhookServer
 from ledger.errors import LedgerError, UsageError, safe_url
+from ledger.fanout import publishing
 from ledger.gitops.hook import install_hook
 from ledger.gitops.plan import plan, to_markdown
 from ledger.gitops.watch import Watcher
