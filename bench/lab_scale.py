@@ -62,6 +62,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 from workload import job_events  # noqa: E402
 
+from ledger.capacity_snapshot import capacity_due, load_capacity, save_capacity  # noqa: E402
 from ledger.events import NewEvent, actor, format_time  # noqa: E402
 from ledger.events import data as ev  # noqa: E402
 from ledger.fold import evolve, initial  # noqa: E402
@@ -175,6 +176,9 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None],
                 if usable(store, policy().fair_share.half_life_hours, store.head()) is None:
                     progress("  its usage snapshot is of other code: saving one of this code")
                     save_usage(store, *load_usage(store, policy().fair_share.half_life_hours))
+                if capacity_due(store, store.head()):
+                    progress("  no capacity snapshot of this code: saving one")
+                    save_capacity(store, load_capacity(store))
                 return
         finally:
             store.close()
@@ -234,6 +238,7 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None],
         state = load_state(store, use_snapshot=False)
         save_snapshot(store, state)
         save_usage(store, *load_usage(store, 168.0))
+        save_capacity(store, load_capacity(store))
         progress(f"built {store.head():,} events in {time.perf_counter() - started:.0f} s ({len(records):,} waits recorded)")
     finally:
         store.close()
@@ -469,19 +474,21 @@ def with_tail(db: Path, events: int, now: datetime) -> Iterator[str]:
 
 
 def part_reads(url: str, runs: int) -> dict[str, Any]:
-    """`ledger list --json` and `ledger tpus --json` in-process, their output written to a
+    """`ledger list --json`, `ledger tpus --json` and `ledger queue --json` in-process, their output written to a
     file as `ledger list --json > FILE` does (click's CliRunner would hold the 49 MB in
     memory, twice: ~130 ms that no user pays), then the dashboard's pages."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "out.json"
         for name, args in (("ledger list", ["list", "--json"]), ("ledger tpus", ["tpus", "--json"]),
-                           ("ledger list --owner user7", ["list", "--owner", "user7", "--json"])):
+                           ("ledger list --owner user7", ["list", "--owner", "user7", "--json"]),
+                           ("ledger queue", ["queue", "--json"])):
             samples = [cpu_wall(lambda args=args: _into_file(["--store", url, *args], target)) for _ in range(runs)]
             out[name] = {"wall": statistics.median(s[0] for s in samples), "cpu": statistics.median(s[1] for s in samples),
                          "output_mb": target.stat().st_size / 1e6}
             json.loads(target.read_bytes())  # what it wrote is whole
-    with dashboard(url) as (proc, address, _):
+    with dashboard(url) as (proc, address, ready):
+        out["dashboard_ready_s"] = ready  # its process started to its first line "dashboard of ...": serving
         out["dashboard_start_s"] = _dashboard_started(address)
         for path in ("/jobs", "/tpus", "/queue", "/usage", "/api/jobs", "/api/tpus", "/api/queue", "/jobs/user7/wait-00007"):
             times = [_get(address, path) for _ in range(runs + 1)][1:]

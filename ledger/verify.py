@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ledger import fold, overrides
+from ledger import capacity_snapshot, fold, overrides
+from ledger.capacity import CapacityMemory
 from ledger.events import GENESIS_HASH, sealed_hash
 from ledger.events.data import OverrideSignature
 from ledger.events.schema import RowChecker
@@ -364,12 +365,14 @@ def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
     catches a snapshot forged with consistent hashes. The rebuild is one fold of the
     ledger up to the newest snapshot, visiting the snapshots in position order: about the
     cost of `ledger replay --no-snapshot`. Usage snapshots of this code are compared with
-    the usage fold rebuilt the same way. Snapshots of other code are checked by hash only
+    the usage fold rebuilt the same way, capacity snapshots with the capacity memory
+    (ledger.capacity_snapshot). Snapshots of other code are checked by hash only
     (replay never uses them)."""
     verdicts = []
-    code, usage_code = snapshot_code(), usage_snapshot.code_version()
+    code, usage_code, capacity_code = snapshot_code(), usage_snapshot.code_version(), capacity_snapshot.code_version()
     state = LedgerState()
     usage: dict[str, usage_snapshot.Kept] = {}  # a fold per usage snapshot name (half-life)
+    memory = CapacityMemory()  # the capacity memory, fed forward as the snapshots come
     parts = {part_name(SNAPSHOT_NAME, p) for p in (PIECES, ROWS)}
     with no_cyclic_gc():
         snapshots = store.list_snapshots()  # by position
@@ -377,6 +380,9 @@ def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
             problem = snapshot_problem(store, snap)
             if problem is None and snap.code_version == usage_code:
                 verdicts.append(SnapshotVerdict(snap, True, _usage_problem(store, snap, usage)))
+                continue
+            if problem is None and snap.code_version == capacity_code:
+                verdicts.append(SnapshotVerdict(snap, True, _capacity_problem(store, snap, memory)))
                 continue
             # A part is checked by its own hash here, and as what its manifest names below.
             if problem is not None or snap.code_version != code or snap.name in parts:
@@ -413,6 +419,19 @@ def _usage_problem(store: Reader, snap: Snapshot, folds: dict[str, usage_snapsho
     rebuilt[1].apply_rows(store.fold_rows(rebuilt[1].position, snap.position))
     rebuilt[1].position = snap.position
     return usage_snapshot.difference(saved, rebuilt)
+
+
+def _capacity_problem(store: Reader, snap: Snapshot, rebuilt: CapacityMemory) -> str | None:
+    """A capacity snapshot against the memory of the events up to its position (`rebuilt`,
+    fed forward as the snapshots come by position)."""
+    saved = capacity_snapshot.decode(snap.state)
+    if saved is None or saved.position != snap.position:
+        return "its state does not decode to its position"
+    if snap.name != capacity_snapshot.SNAPSHOT_NAME:
+        return f"it is a capacity memory under another name ({snap.name})"
+    rebuilt.apply_rows(store.fold_rows(rebuilt.position, snap.position))
+    rebuilt.position = snap.position
+    return capacity_snapshot.difference(saved, rebuilt)
 
 
 def _difference(saved: dict[str, fold.JobState], rebuilt: dict[str, fold.JobState]) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ledger import defaults, logcontext
 from ledger.capacity import CapacityMemory
+from ledger.capacity_snapshot import due_blob, load_capacity, save_blob
 from ledger.events import NewEvent, actor, format_time, parse_time
 from ledger.events import data as ev
 from ledger.failures import from_status, kind_of, status, summary
@@ -220,8 +221,8 @@ class Reconciler:
             if state is None:
                 shelf, state = Shelf(), load_state(store)
             self.live.rebuild(state, shelf)
-            # The memory is folded over the whole ledger once (it decodes only a few types).
-            self.capacity = CapacityMemory().apply_rows(fold_rows(store, 0, self.state.position))
+            # The memory from its snapshot and the events after it, at the jobs' position.
+            self.capacity = load_capacity(store, self.state.position)
             self._caught_up_once = True
         else:
             touched: set[str] = set()
@@ -240,20 +241,22 @@ class Reconciler:
             self.usage.apply_rows(fold_rows(store, self.usage.position))
 
     def _keep_snapshots(self) -> None:
-        """Every 200 passes, once: the snapshots of the jobs' state and of usage, when due.
-        Both are encoded and saved on a thread of their own, from copies later folds never
-        change (`LedgerState.detached`, the shelf's `frozen`, usage's `due_body`): at 20,000 jobs that takes 2.5 s,
-        which a pass would otherwise wait."""
+        """Every 200 passes, once: the snapshots of the jobs' state, of usage and of the
+        capacity memory, when due. They are encoded and saved on a thread of their own, from
+        copies later folds never change (`LedgerState.detached`, the shelf's `frozen`, usage's
+        `due_body`, capacity's `due_blob`): at 20,000 jobs that takes 2.5 s, which a pass would
+        otherwise wait."""
         if self.passes % 200 or not self.snapshot_saved(0):
             return
         usage = None
         if self.usage is not None:
             usage = due_body(self.store(), self.meter, self.usage)  # copied now: the fold moves on
+        capacity = due_blob(self.store(), self.capacity)  # encoded now, for the same reason
         # Copied only when due: at 118,956 jobs a copy of the state and the shelf held ~90 MB
         # more for as long as the saver ran, every 200 passes, due or not.
         source = self.snapshot_source() if state_due(self.store(), self.state.position) else None
-        if source is not None or usage is not None:
-            self._saving = self._snapshotter.submit(self._save_snapshots, source, usage)
+        if source is not None or usage is not None or capacity is not None:
+            self._saving = self._snapshotter.submit(self._save_snapshots, source, usage, capacity)
 
     @property
     def state(self) -> LedgerState:
@@ -271,7 +274,8 @@ class Reconciler:
         saving = self._saving
         return saving is None or not wait([saving], timeout).not_done
 
-    def _save_snapshots(self, source: tuple[LedgerState, FrozenShelf] | None, usage: UsageBody | None) -> None:
+    def _save_snapshots(self, source: tuple[LedgerState, FrozenShelf] | None, usage: UsageBody | None,
+                        capacity: tuple[int, bytes] | None = None) -> None:
         started = time.monotonic()
         what = f"the jobs' snapshot at seq {source[0].position}" if source is not None else ""
         try:
@@ -285,6 +289,10 @@ class Reconciler:
                 if usage is not None:
                     what = f"the usage snapshot at seq {usage.position}"
                     save_body(store, usage)
+                    saved = True
+                if capacity is not None:
+                    what = f"the capacity snapshot at seq {capacity[0]}"
+                    save_blob(store, *capacity)
                     saved = True
             finally:
                 store.close()

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from ledger.capacity import CapacityMemory
+from ledger.capacity_snapshot import capacity_due, load_capacity, save_capacity
 from ledger.defaults import USAGE_HALF_LIFE_HOURS
 from ledger.errors import ConflictError, LedgerError
 from ledger.events import Event, NewEvent, actor, format_time, parse_time
@@ -128,9 +129,19 @@ def recent_usage(store: SnapshotReader, policy: Policy | None, now: datetime | N
     return admission.usage_at(meter, fold.open_intervals(us, held=True), us)
 
 
-def capacity_memory(store: Reader) -> CapacityMemory:
-    """The lab-wide capacity memory as the reconciler folds it (ledger.capacity)."""
-    return CapacityMemory().apply_rows(store.fold_rows(0, None))
+def refresh_capacity_snapshot(store: SnapshotReader) -> bool:
+    """Save a capacity snapshot at the head when one is due (`ledger replay`, as the usage
+    snapshot); whether it saved."""
+    if not capacity_due(store, store.head()):
+        return False
+    save_capacity(store, load_capacity(store))
+    return True
+
+
+def capacity_memory(store: SnapshotReader) -> CapacityMemory:
+    """The lab-wide capacity memory as the reconciler folds it (ledger.capacity), from its
+    snapshot and the events after it (ledger.capacity_snapshot)."""
+    return load_capacity(store)
 
 
 def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, JobState] | None = None,

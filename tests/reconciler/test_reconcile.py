@@ -8,7 +8,9 @@ import sqlite3
 import subprocess
 import sys
 
+from ledger import capacity_snapshot
 from ledger.app.wiring import build
+from ledger.capacity import CapacityMemory
 from ledger.events import NewEvent
 from ledger.fold import CANCELLED, FAILED_FINAL, FINISHED, RUNNING
 from ledger.replay import (
@@ -250,6 +252,11 @@ def test_the_jobs_snapshot_is_saved_off_the_pass_and_is_the_state_at_its_positio
         assert snap is not None and snap.position == head
         assert decode_state(snap.state, stored_parts(store, snap)) == load_state(store, until=head, use_snapshot=False)
         assert [ok for _, ok in told] == [True]
+        # The capacity memory's beside it, the same memory as a fold of every event.
+        memory = store.load_snapshot(capacity_snapshot.SNAPSHOT_NAME, capacity_snapshot.code_version(), at_most=head)
+        assert memory is not None and memory.position == head
+        whole = CapacityMemory().apply_rows(store.fold_rows(0, head))
+        assert capacity_snapshot.difference(capacity_snapshot.decode(memory.state), whole) is None
     finally:
         store.close()
 

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.queueview import refresh_usage_snapshot
+from ledger.app.queueview import refresh_capacity_snapshot, refresh_usage_snapshot
 from ledger.app.readmodels import job_json, last_change
 from ledger.errors import LedgerError
 from ledger.replay import load_state, maybe_snapshot, resolve_until
@@ -52,6 +52,7 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
         with contextlib.suppress(LedgerError), store_errors(store.url):
             maybe_snapshot(store, state)
             refresh_usage_snapshot(store)  # the usage fold's snapshot beside it (ledger queue, usage)
+            refresh_capacity_snapshot(store)  # and the capacity memory's (ledger queue)
     jobs = sorted(state.jobs.values(), key=lambda j: j.id)
     if as_json:
         print_json({"position": state.position, "jobs": [job_json(j) for j in jobs]})

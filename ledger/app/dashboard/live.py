@@ -1,8 +1,9 @@
 """The dashboard's live read model: one per server, kept current from the store's tail.
 
 At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
-the events after it) and folds the ledger once into the usage fold (`ledger usage`'s) and
-the TPUs' last host checks. Then
+the events after it), the capacity memory the same way, and folds the ledger once into the
+usage fold (`ledger usage`'s, whose closed intervals make the weekly table) and the TPUs'
+last host checks. Then
 one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
 PostgreSQL, a cheap head poll on SQLite), reads only the new rows and folds them into both,
 as the reconciler's loop does. No request replays the ledger; every page reads this state
@@ -34,6 +35,7 @@ from typing import Any
 from ledger.app.dashboard.weeks import Weeks
 from ledger.app.readmodels import TpuHealth
 from ledger.capacity import CapacityMemory
+from ledger.capacity_snapshot import load_capacity
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import LedgerState
@@ -147,8 +149,9 @@ class LiveLedger:
         started = time.perf_counter()
         with store_errors(store_url):
             self.state: LedgerState = load_state(self._store)
+            self.capacity = load_capacity(self._store, self.state.position)
             with no_cyclic_gc():
-                self.usage.apply_rows(self.capacity.tee(self.health.tee(fold_rows(self._store, 0, self.state.position))))
+                self.usage.apply_rows(self.health.tee(fold_rows(self._store, 0, self.state.position)))
         self.position = self.state.position
         # The collector's first full pass over what was just loaded (954k containers at
         # 118,956 jobs: ~0.5 s) runs now, before the first page is served, not during it.
