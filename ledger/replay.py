@@ -581,6 +581,20 @@ class LazyState:
         found += (x.id for x in choose(self._changed.values(), owner=owner, state=state))
         return sorted(found)
 
+    def unended_or_holding(self) -> list[str]:
+        """The ids of the jobs that have not ended or still hold a TPU (or ask for a shared
+        one), in id order: the jobs admission reads (the reconciler's live view holds these;
+        the rest are settled, reconciler.live)."""
+        c = self._c
+        live = {code for code, state in enumerate(c.states) if state not in TERMINAL}
+        found = {job_id for job_id, code in zip(c.ids, c.state_of, strict=True) if code in live}
+        found.update(c.ids[i] for i in c.notable)
+        if self._changed:
+            found.difference_update(self._changed)
+            found.update(x.id for x in self._changed.values()
+                         if not x.terminal or x.held is not None or x.wants_shared is not None)
+        return sorted(found)
+
     def holders(self) -> list[JobIndex]:
         """The JobIndex of every job that holds a TPU or asks for a shared one."""
         kept = [i for i in self._c.notable if self._kept(i)]

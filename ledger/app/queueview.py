@@ -24,7 +24,7 @@ from ledger.errors import ConflictError, LedgerError
 from ledger.events import Event, NewEvent, actor, format_time, parse_time
 from ledger.events.data import PolicyApplied
 from ledger.fold import JobState, evolve, initial
-from ledger.replay import load_state
+from ledger.replay import load_lazy, load_state
 from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
 from ledger.store import Reader, SnapshotReader, Store, open_store
@@ -138,6 +138,15 @@ def refresh_capacity_snapshot(store: SnapshotReader) -> bool:
     return True
 
 
+def admission_jobs(store: SnapshotReader) -> dict[str, JobState]:
+    """The jobs admission reads, at the head: those not ended or still holding a TPU, decoded
+    from the snapshot one by one (LazyState.unended_or_holding). The ended ones change no
+    admission (the reconciler itself plans without them: reconciler.live); at 118,956 jobs,
+    10,200 of them live, decoding every job took ~0.7 s of `ledger queue` and `inspect`."""
+    lazy = load_lazy(store)
+    return {job.id: job for job in lazy.jobs(lazy.unended_or_holding())}
+
+
 def capacity_memory(store: SnapshotReader) -> CapacityMemory:
     """The lab-wide capacity memory as the reconciler folds it (ledger.capacity), from its
     snapshot and the events after it (ledger.capacity_snapshot)."""
@@ -154,11 +163,11 @@ def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, 
     choice first (reconciler.placement) and admission charges that choice; each row says
     which (`choice`) and why (`placement`)."""
     if jobs is None:
-        jobs = load_state(store).jobs
+        jobs = admission_jobs(store)
     memory = capacity_memory(store) if memory is None else memory
     placing = placement.place_waiting(jobs, memory, to_us(now or datetime.now(UTC)))
     asks = {jid: got.choice.index for jid, got in placing.items() if isinstance(got, placement.Try)}
-    rows = admission.explain(jobs, policy, recent_usage(store, policy) if usage is None else usage, asks=asks)
+    rows = admission.explain(jobs, policy, recent_usage(store, policy, now) if usage is None else usage, asks=asks)
     for row in rows:
         got = placing.get(row["job"])
         row["choice"], row["placement"] = None, ""

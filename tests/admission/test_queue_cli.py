@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from ledger.app.cli import cli
 from ledger.app.queueview import (
     LedgerPolicy,
     PolicyFile,
+    admission_jobs,
     queue_rows,
     queue_summary,
     record_policy,
@@ -23,6 +24,7 @@ from ledger.app.queueview import (
 from ledger.events import NewEvent, actor, parse_time
 from ledger.events.data import PolicyChanged
 from ledger.fold import replay
+from ledger.replay import load_state, save_snapshot
 from ledger.spec.policy import sharing_blocks
 from ledger.store import open_store
 from tests.admission.lab import POLICY, ZONE, policy, spec
@@ -219,3 +221,31 @@ def test_the_watchers_policy_in_git_is_the_one_in_force_by_default(tmp_path: Pat
     finally:
         store.close()
     assert run(url, "verify").exit_code == 0
+
+
+def test_queue_reads_only_the_live_jobs_and_answers_as_with_every_job(tmp_path: Path):
+    """`ledger queue` and inspect decode only the jobs admission reads (not ended, or still
+    holding a TPU) from the snapshot: the same rows as from every job's state."""
+    url, _ = lab(tmp_path)
+    store = open_store(url)
+    try:
+        ended = {
+            "bob/done": [*running("v4-8", "n2"), ("finished", {"exit_code": 0}), ("released", {"tpu": tpu("n2", "v4-8")})],
+            "alice/old": [*running("v4-128", "n0"), ("finished", {"exit_code": 0})],  # its TPU not yet released
+        }
+        for job_id, events in ended.items():
+            store.append(job_id, [NewEvent(t, {**(GIT if t == "submitted" else {}), **d}, actor("git", "tester"))
+                                  for t, d in events])
+        save_snapshot(store, load_state(store))
+        store.append("dan/d", [NewEvent("submitted", {**GIT, "spec": spec("v4-32")}, actor("git", "tester"))])  # after it
+        every = load_state(store).jobs
+        assert every["alice/old"].terminal and every["alice/old"].tpu and every["bob/done"].tpu is None
+        live = admission_jobs(store)
+        assert set(live) == {"alice/a", "alice/b", "carol/c", "alice/old", "dan/d"}
+        assert all(live[j] == every[j] for j in live)
+        rules, now = policy(), datetime.now(UTC)  # one moment for both: fair-share usage decays
+        rows = queue_rows(store, rules, now=now)
+        assert rows == queue_rows(store, rules, every, now=now)
+        assert [(r["job"], r["wait"]) for r in rows][-1] == ("alice/b", "quota")
+    finally:
+        store.close()

@@ -10,9 +10,15 @@ from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
 from ledger.app.figures import chip_hours, percent
-from ledger.app.queueview import policy_at, policy_option, queue_rows, recent_usage, share_rows
+from ledger.app.queueview import (
+    admission_jobs,
+    policy_at,
+    policy_option,
+    queue_rows,
+    recent_usage,
+    share_rows,
+)
 from ledger.describe import figure
-from ledger.replay import load_state
 
 
 @click.command("queue")
@@ -44,12 +50,12 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, t
     """
     store = store_from(ctx)
     policy = policy_at(policy_path, store)
-    jobs = load_state(store).jobs
+    jobs = admission_jobs(store)
     usage = recent_usage(store, policy)
     levels = share_rows(policy, jobs, usage)
     if tree:
         if as_json:
-            print_json(levels)
+            print_json(levels, plain=True)
         elif levels:
             console().print(_tree_table(levels))
         else:
@@ -59,7 +65,7 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, t
     if owner:
         rows = [r for r in rows if r["owner"] == owner]
     if as_json:
-        print_json(rows)
+        print_json(rows, plain=True)  # JSON types only: msgspec writes the same bytes
         return
     if not rows:
         console().print("no job is waiting")
