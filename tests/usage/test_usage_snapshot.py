@@ -19,6 +19,7 @@ from ledger.replay import tied_snapshot
 from ledger.store.base import Snapshot
 from ledger.store.sqlite import SQLiteStore
 from ledger.usage import UsageFold
+from ledger.usage.fold import _Job
 from ledger.usage.share import ShareMeter
 from ledger.usage.snapshot import (
     code_version,
@@ -68,6 +69,13 @@ def test_snapshot_plus_tail_is_the_full_fold(rows, cut_at, second_at, later):
     assert kept is not None
     kept[1].apply_rows(rows[second:])
     assert figures(kept, now) == figures(full, now)
+
+
+def test_a_job_is_made_from_its_row_field_by_field():
+    """`_Job.of_row` unpacks a row in `__slots__` order: every field lands where its name says."""
+    row = tuple(f"value of {name}" for name in _Job.__slots__)
+    job = _Job.of_row(row)
+    assert [getattr(job, name) for name in _Job.__slots__] == list(row)
 
 
 @pytest.fixture
