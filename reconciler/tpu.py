@@ -140,6 +140,7 @@ class TpuApi:
             self._channel = TpuGrpcTransport.create_channel(
                 credentials=google_credentials(), scopes=list(SCOPES), options=list(CHANNEL_OPTIONS))
         self.client = tpu_v2.TpuClient(transport=TpuGrpcTransport(channel=self._channel))
+        self._watchers: list[Callable[[Any], None]] = []  # connectivity callbacks: `on_reconnect`
         self.calls = 0  # API calls made, for the benchmark's calls-per-pass figure
         self.timeout = defaults.TPU_CALL_TIMEOUT_S
         # Told of every call: (method, status code name, seconds). Metrics hook in here.
@@ -183,6 +184,7 @@ class TpuApi:
             last["state"] = state
 
         self._channel.subscribe(changed, try_to_connect=True)
+        self._watchers.append(changed)
 
     # -- observing ------------------------------------------------------------------------
     def list_nodes(self, zone: str) -> list[NodeObs]:
@@ -408,6 +410,11 @@ class TpuApi:
         return state is None
 
     def close(self) -> None:
+        # Unsubscribed first: closing a channel that still has a connectivity callback lets
+        # grpc's polling thread watch the closed channel and print a traceback (grpc#18995).
+        for watcher in self._watchers:
+            self._channel.unsubscribe(watcher)
+        self._watchers.clear()
         self._channel.close()
 
 
