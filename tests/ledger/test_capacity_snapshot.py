@@ -1,6 +1,6 @@
 """The capacity memory's snapshot (ledger/capacity_snapshot.py): snapshot + tail is exactly the
-memory of a fold of every event (hypothesis, pure); on a real SQLite ledger `load_capacity`
-starts from it, a snapshot whose content was forged with consistent hashes is caught by
+memory of a fold of every event (hypothesis, pure); on a real ledger (SQLite and PostgreSQL)
+`load_capacity` starts from it, a snapshot whose content was forged with consistent hashes is caught by
 `verify_snapshots`, a damaged one is ignored, and `ledger replay` keeps one current (the
 reconciler's: tests/reconciler/test_reconcile.py)."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -28,7 +27,7 @@ from ledger.capacity_snapshot import (
 )
 from ledger.events import NewEvent
 from ledger.replay import SNAPSHOT_EVERY, tied_snapshot
-from ledger.store.sqlite import SQLiteStore
+from ledger.store import Store
 from ledger.verify import verify_snapshots
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
@@ -97,17 +96,16 @@ def test_what_is_not_a_capacity_snapshot_decodes_to_none():
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    store = SQLiteStore(tmp_path / "ledger.db")
+def store(store_factory):
+    store = store_factory()  # SQLite and PostgreSQL (tests/ledger/backends)
     for _seq, job, _version, type_, time, data in rows_of([(JOBS[i % 3], kind, i % 2, i % 3, False, 60)
                                                           for i, kind in enumerate(["stockout"] * 6 + ["provisioning"]
                                                                                    + ["stockout"] * 5)]):
         store.append(job, [NewEvent(type_, json.loads(data), time=time)])
-    yield store
-    store.close()
+    return store
 
 
-def full_fold(store: SQLiteStore, until: int | None = None) -> CapacityMemory:
+def full_fold(store: Store, until: int | None = None) -> CapacityMemory:
     memory = CapacityMemory().apply_rows(store.fold_rows(0, until))
     memory.position = store.head() if until is None else until
     return memory
@@ -141,10 +139,9 @@ def test_a_forged_snapshot_is_caught_by_verify_and_a_damaged_one_ignored(store):
     assert state_of(load_capacity(store)) == state_of(full_fold(store))
 
 
-def test_ledger_replay_keeps_a_capacity_snapshot_beside_the_others(store, tmp_path: Path):
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def test_ledger_replay_keeps_a_capacity_snapshot_beside_the_others(store):
     store.append("alice/a", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
-    replayed = CliRunner().invoke(cli, ["--store", url, "replay", "--json"])
+    replayed = CliRunner().invoke(cli, ["--store", store.url, "replay", "--json"])
     assert replayed.exit_code == 0, replayed.output
     (snap,) = [s for s in store.list_snapshots() if s.name == SNAPSHOT_NAME]
     assert snap.position == store.head()
