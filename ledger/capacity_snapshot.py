@@ -28,8 +28,6 @@ from ledger.store.base import Snapshot, SnapshotReader
 
 SNAPSHOT_NAME = "capacity"
 _MAGIC = b"TLC1"
-_STOCKOUTS = tuple(f.name for f in dataclasses.fields(Stockouts))
-_TALLY = tuple(f.name for f in dataclasses.fields(Tally))
 
 
 def code_version() -> str:
