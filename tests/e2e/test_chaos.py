@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from emulator import Emulator
 from emulator.control import ControlClient
@@ -21,6 +22,7 @@ from ledger.app.chaos.run import run_chaos, services
 from ledger.app.chaos.sampler import Sampler, double_provisioned
 from ledger.app.chaos.scenario import KINDS, JobPlan, Scenario, plan
 from ledger.app.chaos.world import ZONE, make_world, work_left
+from ledger.app.cli import cli
 from tests.postgres.conftest import _admin_url
 
 # Short enough for CI (about 65 s a run), long enough for every kind of fault to land.
@@ -84,6 +86,12 @@ def test_chaos_two_reconcilers_sharing_leases_on_postgres(tmp_path: Path, chaos_
                        pg_url=chaos_pg, say=lines.append)
     assert result.processes["reconciler-1"]["kills"] >= 1  # both members were killed
     _check(result, lines)
+    # The schema is dropped, its events exported first: a sound ledger again once imported.
+    copy = f"sqlite:///{tmp_path / 'copy.db'}"
+    imported = CliRunner().invoke(cli, ["--store", copy, "import", str(tmp_path / "run" / "ledger.jsonl")])
+    assert imported.exit_code == 0, imported.output
+    checked = CliRunner().invoke(cli, ["--store", copy, "verify", "--json"])
+    assert checked.exit_code == 0 and json.loads(checked.output)["events"] == result.verify["events"], checked.output
 
 
 @pytest.mark.timeout(300)

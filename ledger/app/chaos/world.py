@@ -17,6 +17,7 @@ import psycopg
 
 from ledger.app.chaos.scenario import JobPlan
 from ledger.app.demo import STEWARD, _git  # git as a person; a member of @lab/tpu-stewards
+from ledger.events import export_lines
 from ledger.store import open_store
 from reconciler.keys import ensure_key
 
@@ -109,6 +110,14 @@ class World:
 
     def close(self) -> None:
         if self.pg_admin and self.pg_schema:
+            # The schema goes, its events stay: `ledger import WORKDIR/ledger.jsonl` into a
+            # file to look into a run (a slow release, a broken invariant) afterwards.
+            store = open_store(self.store_url, create=False)
+            try:
+                with (self.workdir / "ledger.jsonl").open("w") as out:
+                    out.writelines(export_lines(store.raw_rows()))
+            finally:
+                store.close()
             with psycopg.connect(self.pg_admin, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{self.pg_schema}" CASCADE')
 

@@ -20,7 +20,8 @@ from ledger.errors import LedgerError, UsageError
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the fault schedule: a run is replayed with its seed.")
 @click.option("--jobs", type=click.IntRange(1, 50), default=6, show_default=True, help="Spot jobs committed to the jobs repository.")
 @click.option("--store", "store_kind", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True,
-              help="The ledger's backend (the run makes its own: a file, or a fresh schema).")
+              help="The ledger's backend (the run makes its own: a file, or a fresh schema, dropped at the end "
+                   "once its events are exported to WORKDIR/ledger.jsonl for `ledger import`).")
 @click.option("--pg-url", envvar="LEDGER_CHAOS_PG", default=None, metavar="URL",
               help="With --store postgres: a database to make the ledger's schema in "
                    "[default: postgresql://postgres@127.0.0.1:5432/postgres; env: LEDGER_CHAOS_PG].")

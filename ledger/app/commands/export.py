@@ -20,16 +20,10 @@ import msgspec
 
 from ledger.app.commands.common import store_from
 from ledger.errors import LedgerError, UsageError
-from ledger.events import Event, body_text
+from ledger.events import Event, export_lines
 from ledger.verify import verify_rows
 
 IMPORT_BATCH = 10_000
-
-
-def export_lines(store) -> Iterator[str]:
-    """One JSON object per event: canonical(envelope without hash) with `hash` added."""
-    for row in store.raw_rows():
-        yield body_text(*row[:10])[:-1] + ',"hash":"' + row[10] + '"}\n'
 
 
 @click.command("export")
@@ -49,7 +43,7 @@ def export_cmd(ctx: click.Context, file: Path | None) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {file}: {exc.strerror}") from exc
     try:
-        handle.writelines(export_lines(store))
+        handle.writelines(export_lines(store.raw_rows()))
     finally:
         if out is None:
             handle.close()
