@@ -63,7 +63,7 @@ class Runner(Protocol):
     def start(self, job_id: str, attempt: int, hosts: list[Any], spec: dict, *, extra_args: list[str], resume: bool,
               placed: Any = None) -> dict[int, int]: ...
     def probe(self, job_id: str, attempt: int, hosts: list[Any], *, workers: list[int] | None = None) -> dict[int, Any]: ...
-    def stop(self, job_id: str, attempt: int, hosts: list[Any], *, grace: float = 10) -> None: ...
+    def stop(self, job_id: str, attempt: int, hosts: list[Any], *, grace: float = 10, once: bool = False) -> Any: ...
 
 
 class Executor:
@@ -293,7 +293,7 @@ class Executor:
             return None
         return [slices.lost_event(tpu, node, lost, job.attempt, what)]
 
-    def _stop(self, job: JobState, p: dict) -> None:
+    def _stop(self, job: JobState, kind: str, p: dict) -> None:
         if not p.get("stop"):
             return
         hosts = self.hosts_of(job)
@@ -301,7 +301,10 @@ class Executor:
             keep = set(p["stop_slices"])
             hosts = [h for h in hosts if getattr(h, "slice", 0) in keep]
         try:
-            self.runner.stop(job.id, job.attempt, hosts, grace=self.stop_grace_s)
+            # A TPU deleted next: a host that does not answer at once (a lost host, the usual
+            # reason for a reapply) is not dialled again and again; each reachable one still
+            # gets its grace. Those retries took ~10 s of every such release under chaos.
+            self.runner.stop(job.id, job.attempt, hosts, grace=self.stop_grace_s, once=deletes_tpu(kind, p))
         except Exception as exc:  # best effort: the TPU is deleted next anyway
             log.warning("could not stop %s attempt %s: %s", job.id, job.attempt, exc)
 
@@ -323,7 +326,7 @@ class Executor:
         return self.tpu.delete(zone, name, queued=queued)
 
     def _release(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
-        self._stop(job, p)
+        self._stop(job, "release", p)
         self._delete(p["tpu"], taken_up=taken_up)
         if not p.get("next"):  # the job has ended (a retry or reapply makes a TPU with the same key)
             self._forget_key(job.id)
@@ -338,7 +341,7 @@ class Executor:
             log.warning("could not delete the SSH key of %s: %s", job_id, exc)
 
     def _cancel(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
-        self._stop(job, p)
+        self._stop(job, "cancel", p)
         events: Events = []
         if p.get("tpu"):
             self._delete(p["tpu"], taken_up=taken_up)
@@ -348,7 +351,7 @@ class Executor:
         return events
 
     def _recover(self, job: JobState, p: dict, taken_up: bool = False) -> Events:
-        self._stop(job, p)
+        self._stop(job, "recover", p)
         events: Events = []
         if p.get("reapply") and p.get("tpu"):
             self._delete(p["tpu"], taken_up=taken_up)
@@ -403,6 +406,11 @@ def as_taken_up(kind: str, p: dict) -> dict:
     A TPU of the job's own that the action deletes is not stopped first again: the dead
     process had its grace period, and the delete ends what still runs there. Under a crash
     loop a fresh stop (seconds of SSH) per process would keep the release from ever ending."""
+    return {**p, "stop": bool(p.get("stop")) and not deletes_tpu(kind, p)}
+
+
+def deletes_tpu(kind: str, p: dict) -> bool:
+    """The action deletes a TPU of the job's own once its command is stopped: a release, a
+    cancel, or a recovery that reapplies."""
     tpu = p.get("tpu") or {}
-    deletes = bool(tpu) and not tpu.get("shared") and (kind in ("release", "cancel") or bool(p.get("reapply")))
-    return {**p, "stop": bool(p.get("stop")) and not deletes}
+    return bool(tpu) and not tpu.get("shared") and (kind in ("release", "cancel") or bool(p.get("reapply")))

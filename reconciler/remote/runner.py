@@ -424,16 +424,18 @@ class RemoteRunner:
 
     # -- stop ----------------------------------------------------------------------------
     def stop(self, job_id: str, attempt: int, hosts: list[Host], *, grace: float = 10,
-             workers: list[int] | None = None) -> dict[int, str | None]:
+             workers: list[int] | None = None, once: bool = False) -> dict[int, str | None]:
         """SIGTERM to each selected host's process group, SIGKILL after `grace` seconds.
-        Returns {worker: error or None}; an unreachable host is reported, not raised."""
+        Returns {worker: error or None}; an unreachable host is reported, not raised.
+        `once`: one dial a host, no retries (its TPU is deleted next)."""
         # stopping on purpose: its watchers' ending is no news to wake anyone for
         self.watchers.forget(lambda k: k[0] != job_id)
 
         def one(h: Host) -> str | None:
             script = scripts.bash(scripts.stop_script(job_id, h.worker, attempt, grace, h.slice))
             try:
-                res = self.pool.run(h, script, timeout=grace + self.command_timeout, idempotent=True)
+                res = self.pool.run(h, script, timeout=grace + self.command_timeout, idempotent=True,
+                                    retries=0 if once else None, fail_fast=once)
             except RemoteError as exc:
                 return str(exc)
             return None if res.exit_code == 0 else f"stop exited {res.exit_code}: {res.stderr.decode(errors='replace')[-300:]}"

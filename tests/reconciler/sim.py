@@ -281,7 +281,7 @@ class SimCloud:
             return {0: HostStatus("running", kinds=kinds)}
         return {0: HostStatus("exited", exit_code=p.exit_code, kinds=kinds)}
 
-    def stop(self, job_id: str, attempt: int, hosts: list[Any], *, grace: float = 10) -> None:
+    def stop(self, job_id: str, attempt: int, hosts: list[Any], *, grace: float = 10, once: bool = False) -> None:
         def act() -> None:
             p = self.procs.get((job_id, attempt))
             if p is not None and p.state == "running":
