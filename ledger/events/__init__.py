@@ -39,7 +39,7 @@ from ledger.events.envelope import (
 
 __all__ = [
     "DATA_TYPES", "ENVELOPE_FIELDS", "EVENT_TYPES", "GENESIS_HASH", "READ_TYPES", "Actor", "Envelope",
-    "Event", "EventData", "EventDataError", "NewEvent", "actor", "body_text", "canonical", "export_lines",
-    "dumps", "event_id", "format_time", "now", "parse_time", "random_id", "row_hash", "seal",
+    "Event", "EventData", "EventDataError", "NewEvent", "actor", "body_text", "canonical",
+    "dumps", "event_id", "export_lines", "format_time", "now", "parse_time", "random_id", "row_hash", "seal",
     "sealed_hash",
 ]

@@ -110,16 +110,21 @@ class World:
 
     def close(self) -> None:
         if self.pg_admin and self.pg_schema:
-            # The schema goes, its events stay: `ledger import WORKDIR/ledger.jsonl` into a
-            # file to look into a run (a slow release, a broken invariant) afterwards.
-            store = open_store(self.store_url, create=False)
             try:
-                with (self.workdir / "ledger.jsonl").open("w") as out:
-                    out.writelines(export_lines(store.raw_rows()))
-            finally:
-                store.close()
-            with psycopg.connect(self.pg_admin, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{self.pg_schema}" CASCADE')
+                self._export()
+            finally:  # the schema goes even when its events could not be written out
+                with psycopg.connect(self.pg_admin, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{self.pg_schema}" CASCADE')
+
+    def _export(self) -> None:
+        """The schema goes, its events stay: `ledger import WORKDIR/ledger.jsonl` into a file
+        to look into a run (a slow release, a broken invariant) afterwards."""
+        store = open_store(self.store_url, create=False)
+        try:
+            with (self.workdir / "ledger.jsonl").open("w") as out:
+                out.writelines(export_lines(store.raw_rows()))
+        finally:
+            store.close()
 
 
 def work_left(buckets: Path, jobs: list[JobPlan]) -> int:
