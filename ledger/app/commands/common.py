@@ -27,8 +27,12 @@ def print_json(value: Any, *, plain: bool = False) -> None:
     msgspec writes it, the same bytes as json.dump, ten times faster (10,000 jobs' states:
     18 MB in 0.2 s instead of 2.2 s). Anything else (a datetime, a set) goes through json's
     `default=str`, which msgspec would write differently."""
-    if plain:
-        sys.stdout.write(jsontext.pretty(value).decode() + "\n")
+    if plain:  # bytes as they are: a 277 MB answer is not copied into a str twice more
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        out.write(jsontext.pretty(value))
+        out.write(b"\n")
+        out.flush()
         return
     json.dump(value, sys.stdout, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     sys.stdout.write("\n")

@@ -55,6 +55,6 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
             refresh_capacity_snapshot(store)  # and the capacity memory's (ledger queue)
     jobs = sorted(state.jobs.values(), key=lambda j: j.id)
     if as_json:
-        print_json({"position": state.position, "jobs": [job_json(j) for j in jobs]})
+        print_json({"position": state.position, "jobs": [job_json(j) for j in jobs]}, plain=True)  # as `ledger list` writes them
         return
     console().print(jobs_table(jobs, f"ledger at seq {state.position}: {len(jobs)} job(s)"))
