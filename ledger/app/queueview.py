@@ -147,12 +147,6 @@ def admission_jobs(store: SnapshotReader) -> dict[str, JobState]:
     return {job.id: job for job in lazy.jobs(lazy.unended_or_holding())}
 
 
-def capacity_memory(store: SnapshotReader) -> CapacityMemory:
-    """The lab-wide capacity memory as the reconciler folds it (ledger.capacity), from its
-    snapshot and the events after it (ledger.capacity_snapshot)."""
-    return load_capacity(store)
-
-
 def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, JobState] | None = None,
                usage: admission.Usage | None = None, memory: CapacityMemory | None = None,
                now: datetime | None = None) -> list[dict[str, Any]]:
@@ -164,7 +158,7 @@ def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, 
     which (`choice`) and why (`placement`)."""
     if jobs is None:
         jobs = admission_jobs(store)
-    memory = capacity_memory(store) if memory is None else memory
+    memory = load_capacity(store) if memory is None else memory
     placing = placement.place_waiting(jobs, memory, to_us(now or datetime.now(UTC)))
     asks = {jid: got.choice.index for jid, got in placing.items() if isinstance(got, placement.Try)}
     rows = admission.explain(jobs, policy, recent_usage(store, policy, now) if usage is None else usage, asks=asks)

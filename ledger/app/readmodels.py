@@ -6,7 +6,7 @@ Pure functions over the fold's states (`ledger.fold.JobState`); no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -15,7 +15,6 @@ from ledger.defaults import RELEASE_REFUSED_RETRY_S
 from ledger.fold import JobState
 from ledger.placement import accelerator_of, held, slice_nodes
 from ledger.replay import JobIndex, choose
-from ledger.store.base import Reader
 from ledger.usage import CATEGORIES, UsageReport
 
 
@@ -106,22 +105,21 @@ class TpuHealth:
             yield row
 
 
+def tpu_health_of_rows(rows: Iterable[tuple]) -> dict[str, dict[str, str]]:
+    """`TpuHealth` over store rows in ledger order (`ledger tpus` reads its holders' streams'
+    rows of `TpuHealth.TYPES` in one query: store.stream_rows)."""
+    fold = TpuHealth()
+    for _ in fold.tee(rows):
+        pass
+    return fold.checks
+
+
 def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:
     """`TpuHealth` over events in ledger order."""
     fold = TpuHealth()
     for e in events:
         if e.type in fold.TYPES:
             fold.add(e.stream, e.type, e.time, e.data or {})
-    return fold.checks
-
-
-def tpu_health_of(store: Reader, streams: Collection[str], until: int) -> dict[str, dict[str, str]]:
-    """`TpuHealth` over `streams`' events up to seq `until`: only the types it folds are
-    read, as store rows, in one query (`ledger tpus`: 200 holders' streams read event by
-    event took ~30 ms at 118,956 jobs)."""
-    fold = TpuHealth()
-    for _ in fold.tee(store.stream_rows(streams, TpuHealth.TYPES, until)):
-        pass
     return fold.checks
 
 

@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, store_from
-from ledger.app.readmodels import health_streams, tpu_health_of, tpu_jobs, tpu_rows
+from ledger.app.readmodels import TpuHealth, health_streams, tpu_health_of_rows, tpu_jobs, tpu_rows
 from ledger.replay import load_lazy
 
 
@@ -23,7 +23,7 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     # hold it (readmodels.health_streams).
     state = load_lazy(store)
     holders = state.holders()
-    health = tpu_health_of(store, health_streams(holders, state.releasing), state.position)
+    health = tpu_health_of_rows(store.stream_rows(health_streams(holders, state.releasing), TpuHealth.TYPES, state.position))
     rows = tpu_rows(state.jobs(tpu_jobs(holders)), health)
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows, plain=True)
