@@ -114,8 +114,10 @@ def test_command_survives_connection_loss_and_runner_restart(pod, runner_for, wa
 def test_stop_kills_the_process_group_after_grace(pod, runner_for, wait_for):
     r = runner_for(pod)
     # The job ignores SIGTERM, and so do its children: only SIGKILL ends it.
-    pids = r.start(JOB, 1, pod.hosts[:2], spec("trap '' TERM; sleep 300 & sleep 300; wait"), extra_args=[], resume=False)
-    wait_for(lambda: all(s.state == "running" for s in r.probe(JOB, 1, pod.hosts[:2]).values()))
+    pids = r.start(JOB, 1, pod.hosts[:2], spec("trap '' TERM; echo ignoring; sleep 300 & sleep 300; wait"), extra_args=[],
+                   resume=False)
+    # Running is not enough: a TERM before the shell set its trap ends it with 143 (seen in CI).
+    wait_for(lambda: all(s.state == "running" and s.output_bytes for s in r.probe(JOB, 1, pod.hosts[:2]).values()))
     errors = r.stop(JOB, 1, pod.hosts[:2], grace=0.5)
     assert errors == {0: None, 1: None}
     st = r.probe(JOB, 1, pod.hosts[:2])
