@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from ledger import fold
 from ledger.app.cli import cli
+from ledger.app.commands.common import RICH_TABLE_ROWS, print_table, write_columns
 from ledger.app.readmodels import job_json
 from ledger.events import NewEvent, actor
 from ledger.replay import code_version, encode_state, load_state, save_snapshot
@@ -102,6 +104,36 @@ def test_list_filters(ledger_file):
     assert [j["id"] for j in json.loads(run(ledger_file, "list", "--owner", "bob", "--json").output)] == ["bob/b"]
     assert [j["id"] for j in json.loads(run(ledger_file, "list", "--state", "running", "--json").output)] == ["alice/a"]
     assert run(ledger_file, "list", "--state", "sleeping").exit_code == 2
+
+
+def test_list_and_replay_to_a_pipe_write_a_line_a_job(ledger_file):
+    """Not a terminal: plain columns, one line a job however narrow the reader (rich would
+    fold the cells to 80 columns, across lines that grep then misses)."""
+    for args in (("list",), ("replay",)):
+        lines = CliRunner(env={"COLUMNS": "20"}).invoke(cli, ["--store", f"sqlite:///{ledger_file}", *args]).output.splitlines()
+        assert lines[1].split() == ["id", "owner", "state", "attempt", "restarts", "tpu", "last", "change"]
+        assert [line.split()[:3] for line in lines[2:]] == [["alice/a", "alice", "running"], ["bob/b", "bob", "pending"]]
+        assert lines[2].index("running") == lines[1].index("state")  # aligned under the header
+
+
+def test_plain_columns_are_aligned_and_carry_no_control_character():
+    out = io.StringIO()
+    write_columns(out, "two rows", ("id", "why", "last"),
+                  [("a/x", "quota\nexhausted", "1"), ("b/長い名前", "\x1b[2Jwiped", "22")])
+    lines = out.getvalue().splitlines()
+    assert lines == ["two rows",  # 長い名前 is eight cells wide, as a terminal draws it
+                     "id" + " " * 10 + "why" + " " * 14 + "last",
+                     "a/x" + " " * 9 + "quota exhausted" + " " * 2 + "1",
+                     "b/長い名前" + " " * 2 + " [2Jwiped" + " " * 8 + "22"]
+
+
+def test_a_long_table_on_a_terminal_is_plain_columns_too(monkeypatch, capsys):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich takes the output for a terminal
+    print_table("few", ("id", "state"), [("a/x", "running")])
+    assert "┃" in capsys.readouterr().out  # rich's boxed table
+    print_table("many", ("id", "state"), [(f"a/{i}", "running") for i in range(RICH_TABLE_ROWS + 1)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == RICH_TABLE_ROWS + 3 and lines[2] == "a/0    running"
 
 
 def test_verify_sound_then_hand_edited(ledger_file):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ledger.app.commands.common import console, print_json_items, store_from
-from ledger.app.commands.replay import jobs_table
+from ledger.app.commands.replay import print_jobs
 from ledger.app.readmodels import release_refused, release_refused_line
 from ledger.fold import BLOCKED, LIVE, TERMINAL
 from ledger.replay import load_lazy
@@ -34,8 +34,8 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
         print_json_items(state.texts(ids))
         return
     jobs = state.jobs(ids)
+    print_jobs(jobs, f"{len(jobs)} job(s) at seq {state.position}")
     out = console()
-    out.print(jobs_table(jobs, f"{len(jobs)} job(s) at seq {state.position}"))
     for job in jobs:  # the TPU API refused it for good: say why, and what to do
         if job.state == BLOCKED:
             out.print(f"{job.id} is blocked: {(job.last_error or {}).get('message', '')} (then `ledger resume {job.id}`)",

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.common import console, print_json, print_table, store_from
 from ledger.app.figures import chip_hours, percent
 from ledger.app.queueview import (
     admission_jobs,
@@ -70,14 +70,16 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, t
     if not rows:
         console().print("no job is waiting")
     else:
-        table = Table("#", "job", "class", "needs", "waits for", "why", title=f"{len(rows)} waiting job(s)")
-        for r in rows:
-            needs = f"{r['chips']} {r['family']}" if r["chips"] is not None else "?"
-            why = r["reason"] if not r.get("placement") or r["placement"] in r["reason"] else f"{r['reason']}; {r['placement']}"
-            table.add_row(str(r["position"]), r["job"], f"{r['class']} ({r['priority']})", needs, r["wait"], why)
-        console().print(table)
+        print_table(f"{len(rows)} waiting job(s)", ("#", "job", "class", "needs", "waits for", "why"),
+                    [_queue_row(r) for r in rows])
     if levels and not owner:
         console().print(_tree_table(levels))
+
+
+def _queue_row(r: dict[str, Any]) -> tuple[str, ...]:
+    needs = f"{r['chips']} {r['family']}" if r["chips"] is not None else "?"
+    why = r["reason"] if not r.get("placement") or r["placement"] in r["reason"] else f"{r['reason']}; {r['placement']}"
+    return str(r["position"]), r["job"], f"{r['class']} ({r['priority']})", needs, r["wait"], why
 
 
 def _tree_table(levels: list[dict[str, Any]]) -> Table:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 
 import click
-from rich.table import Table
 
-from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.common import print_json, print_table, store_from
 from ledger.app.queueview import refresh_capacity_snapshot, refresh_usage_snapshot
 from ledger.app.readmodels import job_json, last_change
 from ledger.errors import LedgerError
@@ -22,13 +21,8 @@ def job_row(job) -> tuple[str, ...]:
     return (job.id, job.owner, job.state or "-", str(job.attempt), str(job.restarts), tpu, last_change(job))
 
 
-def jobs_table(jobs, title: str):
-    table = Table(title=title, title_justify="left")
-    for name in JOB_COLUMNS:
-        table.add_column(name, no_wrap=name in ("id", "state"), overflow="fold")
-    for job in jobs:
-        table.add_row(*job_row(job))
-    return table
+def print_jobs(jobs, title: str) -> None:
+    print_table(title, JOB_COLUMNS, [job_row(job) for job in jobs], no_wrap=("id", "state"))
 
 
 @click.command("replay")
@@ -57,4 +51,4 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
     if as_json:
         print_json({"position": state.position, "jobs": [job_json(j) for j in jobs]}, plain=True)  # as `ledger list` writes them
         return
-    console().print(jobs_table(jobs, f"ledger at seq {state.position}: {len(jobs)} job(s)"))
+    print_jobs(jobs, f"ledger at seq {state.position}: {len(jobs)} job(s)")
