@@ -75,6 +75,10 @@ def test_table_csv_and_missing_prices(ledger_file):
     assert "usage by pricing in chip-hours" in table and "goodput" in table and "on demand" in table
     assert "spot" in table and "32.27" in table and "81.8%" in table  # bert, alone on spot
     assert "no price for v4/ondemand, v4/spot, v5litepod/ondemand, v5litepod/reserved" in table
+    # To a pipe: plain columns, figures aligned on their right edge, the total the last row.
+    lines = table.splitlines()[1:table.splitlines().index(next(x for x in table.splitlines() if x.startswith("prices")))]
+    assert lines[0].split()[:3] == ["pricing", "held", "running"] and lines[-1].startswith("total ")
+    assert len({len(line) for line in lines}) == 1
     rows = list(csv.DictReader(io.StringIO(run(ledger_file, "usage", "--until", "2026-03-02T12:33:00Z", "--csv", "--by", "zone"))))
     assert [r["zone"] for r in rows] == ["us-central2-b", "us-west4-a"]
     assert float(rows[1]["held_chip_hours"]) == pytest.approx(496 / 60, abs=1e-6)

@@ -69,7 +69,7 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
     which `grep`, `sort` and `less -S` take as they are (rich folds long cells to a pipe's
     80 columns, across lines)."""
     out = console()
-    if out.is_terminal and len(rows) <= RICH_TABLE_ROWS:
+    if not plain_table(out, len(rows)):
         from rich.table import Table
 
         table = Table(title=title, title_justify="left")
@@ -82,20 +82,29 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
     write_columns(sys.stdout, title, columns, rows)
 
 
-def write_columns(out: Any, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+def plain_table(out: Any, rows: int) -> bool:
+    """Whether a table of `rows` rows goes to `out` (a rich Console) as plain columns."""
+    return not out.is_terminal or rows > RICH_TABLE_ROWS
+
+
+def write_columns(out: Any, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
+                  right: Collection[int] = ()) -> None:
     """`title`, then `columns` and `rows` as text columns two spaces apart, each as wide as
-    its widest cell in terminal cells (the last one unpadded)."""
+    its widest cell in terminal cells (the last one unpadded unless it is `right`-aligned:
+    the columns at those indexes, figures, are aligned on their right edge)."""
     from rich.cells import cell_len  # a CJK character is two cells wide, as a terminal draws it
 
     def width(cell: str) -> int:
         return len(cell) if cell.isascii() else cell_len(cell)
 
     cells = [[c if c.isprintable() else c.translate(_CONTROL) for c in map(str, row)] for row in (columns, *rows)]
-    widths = [max(width(row[i]) for row in cells) for i in range(len(columns) - 1)]
+    last = len(columns) - 1
+    widths = [max(width(row[i]) for row in cells) for i in range(len(columns) if last in right else last)]
     out.write(title.translate(_CONTROL) + "\n")
     for row in cells:
-        padded = [cell + " " * (w - width(cell) + 2) for cell, w in zip(row, widths, strict=False)]
-        out.write("".join(padded) + row[-1] + "\n")
+        padded = [" " * (w - width(cell)) + cell if i in right else cell + " " * (w - width(cell))
+                  for i, (cell, w) in enumerate(zip(row, widths, strict=False))]
+        out.write("  ".join(padded if len(padded) == len(row) else [*padded, row[-1]]) + "\n")
 
 
 def tpu_access_options(func):

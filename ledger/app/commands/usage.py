@@ -12,7 +12,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.common import console, plain_table, print_json, store_from, write_columns
 from ledger.app.figures import USAGE_HEADERS, chip_hours, duration, money, percent, usage_cells
 from ledger.app.queueview import half_life_of
 from ledger.app.readmodels import usage_json
@@ -219,7 +219,12 @@ def usage_cmd(ctx: click.Context, since: str | None, until: str | None, by: str,
         return
     out = console()
     title = f"usage by {by} in chip-hours, {span[0] or 'from the start'} .. {span[1]} (up to seq {fold.position})"
-    out.print(usage_table(report, title))
+    if plain_table(out, len(report.rows)):  # the total as the last row
+        cells = [usage_cells(row) for row in report.rows]
+        write_columns(sys.stdout, title, (by, *USAGE_HEADERS), [*cells, ["total", *usage_cells(report.total)[1:]]],
+                      right=range(1, len(USAGE_HEADERS) + 1))
+    else:
+        out.print(usage_table(report, title))
     out.print(prices_text(fold))
     if report.missing:
         out.print(f"{missing_text(report.missing)}: their costs show '?'. Add them to `prices:` in "
