@@ -232,7 +232,11 @@ def _verify_split(store: Reader, url: str, head: int, *, transitions: bool = Tru
     ctx.set_forkserver_preload([__name__])
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(send, url, mid, head), daemon=True)
-    child.start()
+    try:
+        child.start()
+    except OSError:  # no process to be had (a process limit, no room for the server's socket)
+        with no_cyclic_gc():
+            return verify_rows(store.raw_rows(), transitions=transitions)
     send.close()
     walk = _Walk(transitions)
     with no_cyclic_gc():
@@ -243,7 +247,11 @@ def _verify_split(store: Reader, url: str, head: int, *, transitions: bool = Tru
         child.kill()
         child.join()
         return first
-    answer = receive.recv()
+    try:
+        answer = receive.recv()
+    except EOFError:  # the child died without an answer (killed: out of memory, a signal)
+        with no_cyclic_gc():
+            answer = _check_range(store.raw_rows(mid, head), mid)  # its range, here
     child.join()
     if isinstance(answer, Exception):
         raise answer

@@ -135,3 +135,41 @@ def test_verify_in_two_processes_finds_what_one_finds(tmp_path):
         db.execute("UPDATE events SET data = ? WHERE seq = ?", (original, seq))
         db.commit()
     assert verify_store(store, parallel_from=1).ok
+
+
+def test_a_child_killed_mid_check_leaves_its_range_to_the_parent(tmp_path):
+    """The child may die without answering (the kernel's out-of-memory killer, a signal):
+    the parent checks the child's range itself and finds what one process finds, with no
+    traceback (it used to raise EOFError)."""
+    import multiprocessing
+    import sqlite3
+    import threading
+
+    from workload import workload
+
+    from ledger.store.sqlite import SQLiteStore
+
+    path = tmp_path / "l.db"
+    store = SQLiteStore(path)
+    store.append_many([(job, events, 0) for job, events in workload(20_000, 200)])
+    head = store.head()
+    damaged = head - 10  # in the child's range
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER events_no_update")
+    db.execute("UPDATE events SET data = '{\"reason\":\"forged\"}' WHERE seq = ?", (damaged,))
+    db.commit()
+    killed = []
+
+    def kill_the_child() -> None:
+        while not killed:
+            for child in multiprocessing.active_children():
+                child.kill()
+                killed.append(child)
+
+    killer = threading.Thread(target=kill_the_child, daemon=True)
+    killer.start()
+    report = verify_store(store, parallel_from=1)
+    killer.join(5)
+    assert killed and killed[0].exitcode == -9
+    assert report.problem == verify_store(store, parallel_from=0).problem
+    assert report.problem.position == damaged and "hash mismatch" in report.problem.reason
