@@ -91,6 +91,9 @@ def cli(ctx: click.Context, store: str | None, config_path: str | None, log_form
     them. `ledger watch` turns commits into events, `ledger reconcile` acts on them, and
     every step lands in an append-only, hash-chained ledger that `ledger inspect`,
     `ledger replay` and `ledger verify` explain.
+
+    Tables are boxed on a terminal; to a pipe, or past 500 rows, they are plain
+    columns, one line a row (for grep and sort). --json is the form for scripts.
     """
     # A crash inside a native library (gRPC, libpq, OpenSSL) kills a service with no word;
     # this prints every thread's Python stack to stderr (the service's log) first. (A stderr
