@@ -236,6 +236,8 @@ def _verify_split(store: Reader, url: str, head: int, *, transitions: bool = Tru
     try:
         child.start()
     except OSError:  # no process to be had (a process limit, no room for the server's socket)
+        receive.close()
+        send.close()
         with no_cyclic_gc():
             return verify_rows(store.raw_rows(), transitions=transitions)
     send.close()
