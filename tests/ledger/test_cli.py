@@ -19,7 +19,14 @@ from ledger.app.cli import cli
 from ledger.app.commands.common import RICH_TABLE_ROWS, print_table, write_columns
 from ledger.app.readmodels import job_json
 from ledger.events import NewEvent, actor
-from ledger.replay import code_version, encode_state, load_state, save_snapshot
+from ledger.replay import (
+    code_version,
+    encode_state,
+    lines_decoder,
+    load_lazy,
+    load_state,
+    save_snapshot,
+)
 from ledger.store.base import Snapshot
 from ledger.store.sqlite import SQLiteStore
 
@@ -114,6 +121,25 @@ def test_list_and_replay_to_a_pipe_write_a_line_a_job(ledger_file):
         assert lines[1].split() == ["id", "owner", "state", "attempt", "restarts", "tpu", "last", "change"]
         assert [line.split()[:3] for line in lines[2:]] == [["alice/a", "alice", "running"], ["bob/b", "bob", "pending"]]
         assert lines[2].index("running") == lines[1].index("state")  # aligned under the header
+
+
+def test_a_jobs_lines_are_its_states_fields(ledger_file):
+    """`ledger list`'s table decodes a few fields of each job (replay.lines_decoder): the
+    same values as the whole state has, JobState's defaults for what a piece leaves out."""
+    names = ("id", "owner", "state", "attempt", "restarts", "tpu", "times", "last_error")
+    store = SQLiteStore(ledger_file)
+    try:
+        save_snapshot(store, load_state(store, until=3))  # bob/b from the snapshot's pieces, alice/a after it
+        lazy = load_lazy(store)
+        ids = lazy.select()
+        lines, states = lazy.lines(ids, lines_decoder(names)), lazy.jobs(ids)
+        assert lazy.lines(["bob/b"], lines_decoder(names))[0].state == "pending"
+    finally:
+        store.close()
+    assert [[getattr(x, n) for n in names] for x in lines] == [[getattr(x, n) for n in names] for x in states]
+    assert lines[0].tpu["name"] == "tpu-1" and lines[1].tpu is None and lines[1].times
+    with pytest.raises(ValueError, match="specs"):
+        lines_decoder(("id", "specs"))
 
 
 def test_plain_columns_are_aligned_and_carry_no_control_character():

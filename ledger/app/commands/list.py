@@ -8,7 +8,11 @@ from ledger.app.commands.common import console, print_json_items, store_from
 from ledger.app.commands.replay import print_jobs
 from ledger.app.readmodels import release_refused, release_refused_line
 from ledger.fold import BLOCKED, LIVE, TERMINAL
-from ledger.replay import load_lazy
+from ledger.replay import lines_decoder, load_lazy
+
+# What the table reads of each job (replay.job_row, readmodels.last_change) and the lines
+# after it (the blocked ones' error, release_refused): the rest of a state is not decoded.
+_TABLE = lines_decoder(("id", "owner", "state", "attempt", "restarts", "tpu", "times", "last_error"))
 
 
 @click.command("list")
@@ -33,7 +37,7 @@ def list_cmd(ctx: click.Context, owner: str | None, state_: str | None, as_json:
     if as_json:
         print_json_items(state.texts(ids))
         return
-    jobs = state.jobs(ids)
+    jobs = state.lines(ids, _TABLE)
     print_jobs(jobs, f"{len(jobs)} job(s) at seq {state.position}")
     out = console()
     for job in jobs:  # the TPU API refused it for good: say why, and what to do
