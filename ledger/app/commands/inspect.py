@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from ledger.app.commands.common import print_json, store_from
+from ledger.app.commands.common import print_json, store_from, write_columns
 from ledger.app.commands.usage import accounting_line
 from ledger.app.queueview import policy_at, policy_option, queue_rows
 from ledger.app.readmodels import (
@@ -100,11 +99,7 @@ def waiting_row(store: Reader, job: str, policy: Policy | None, state: JobState 
 
 
 def _wide_table(title: str, rows: list[Row]) -> None:
-    """Every column at its natural width: nothing wraps, nothing is cut."""
-    click.echo(title)
-    table = Table()
-    for name in ("seq", "time", "event", "actor", "summary"):
-        table.add_column(name, no_wrap=True)
-    for r in rows:
-        table.add_row(str(r.seq), r.time, r.type, r.actor, r.summary)
-    Console(highlight=False, width=100_000).print(table, crop=False)
+    """Every column at its natural width: nothing wraps, nothing is cut (a long-running job's
+    thousands of events are written as they come, not measured cell by cell by rich)."""
+    write_columns(sys.stdout, title, ("seq", "time", "event", "actor", "summary"),
+                  [(str(r.seq), r.time, r.type, r.actor, r.summary) for r in rows])
