@@ -151,6 +151,9 @@ def test_plain_columns_are_aligned_and_carry_no_control_character():
                      "id" + " " * 10 + "why" + " " * 14 + "last",
                      "a/x" + " " * 9 + "quota exhausted" + " " * 2 + "1",
                      "b/長い名前" + " " * 2 + " [2Jwiped" + " " * 8 + "22"]
+    untitled = io.StringIO()
+    write_columns(untitled, None, ("n", "x"), [("10", "a"), ("9", "b")], right=(0,))
+    assert untitled.getvalue() == " n  x\n10  a\n 9  b\n"
 
 
 def test_a_long_table_on_a_terminal_is_plain_columns_too(monkeypatch, capsys):

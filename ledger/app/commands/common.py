@@ -62,7 +62,7 @@ RICH_TABLE_ROWS = 500
 _CONTROL = {c: " " for c in (*range(0x20), 0x7F)}
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
+def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
                 no_wrap: Collection[str] = ()) -> None:
     """A titled table: rich's, boxed and wrapped to the terminal, when a person reads a
     terminal and the rows are few; otherwise plain columns, one line a row, never folded,
@@ -87,9 +87,9 @@ def plain_table(out: Any, rows: int) -> bool:
     return not out.is_terminal or rows > RICH_TABLE_ROWS
 
 
-def write_columns(out: Any, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
+def write_columns(out: Any, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
                   right: Collection[int] = ()) -> None:
-    """`title`, then `columns` and `rows` as text columns two spaces apart, each as wide as
+    """`title` (if any), then `columns` and `rows` as text columns two spaces apart, each as wide as
     its widest cell in terminal cells (the last one unpadded unless it is `right`-aligned:
     the columns at those indexes, figures, are aligned on their right edge)."""
     from rich.cells import cell_len  # a CJK character is two cells wide, as a terminal draws it
@@ -100,7 +100,8 @@ def write_columns(out: Any, title: str, columns: Sequence[str], rows: Sequence[S
     cells = [[c if c.isprintable() else c.translate(_CONTROL) for c in map(str, row)] for row in (columns, *rows)]
     last = len(columns) - 1
     widths = [max(width(row[i]) for row in cells) for i in range(len(columns) if last in right else last)]
-    out.write(title.translate(_CONTROL) + "\n")
+    if title is not None:
+        out.write(title.translate(_CONTROL) + "\n")
     for row in cells:
         padded = [" " * (w - width(cell)) + cell if i in right else cell + " " * (w - width(cell))
                   for i, (cell, w) in enumerate(zip(row, widths, strict=False))]

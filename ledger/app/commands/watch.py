@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from ledger import defaults
-from ledger.app.commands.common import console, print_json, store_from, topic_option
+from ledger.app.commands.common import console, print_json, print_table, store_from, topic_option
 from ledger.app.forgeopts import forge_options, forge_setup, listen_address, webhook_secret
 from ledger.app.observability.health import recent_check
 from ledger.app.observability.service import Service, metrics_option
@@ -252,11 +251,10 @@ def _print_plan(report) -> None:  # noqa: ANN001
     if not report.items and not report.config_changes:
         out.print("no job changes")
         return
-    table = Table("action", "job", "path", "tpu", "chips", "notes")
-    for item in report.items:
-        notes = item.notes("approvers: " + " ".join(item.approvers) if item.approvers else None)
-        table.add_row(item.action, item.job or "-", item.path, item.tpu_label(), str(item.chips or ""), "; ".join(notes))
-    out.print(table)
+    print_table(None, ("action", "job", "path", "tpu", "chips", "notes"), [
+        (item.action, item.job or "-", item.path, item.tpu_label(), str(item.chips or ""),
+         "; ".join(item.notes("approvers: " + " ".join(item.approvers) if item.approvers else None)))
+        for item in report.items])
     if report.config_changes:
         out.print("configuration changed (needs approval under the current policy): " + ", ".join(report.config_changes))
     out.print(f"{t['submit']} to submit, {t['update']} to update, {t['cancel']} to cancel, "
