@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
 
+from rich.console import Console
+
+from ledger.app.commands.doctor import _table
 from ledger.describe import summarize
-from reconciler.doctor import CHECKS, Context, Facts, JobInfo, Paths, Proc, fixes, judge, probe
+from reconciler.doctor import (
+    CHECKS,
+    Context,
+    Facts,
+    JobInfo,
+    Paths,
+    Proc,
+    Report,
+    fixes,
+    judge,
+    probe,
+)
+from reconciler.doctor.model import Finding
 from reconciler.doctor.owners import ago
 from reconciler.doctor.records import repaired, started_pids
 from reconciler.doctor.run import Repair
@@ -173,3 +189,12 @@ def test_after_the_repairs_each_finding_says_what_was_done_or_that_it_failed():
         (1, "libtpu_lock"): ("fail", "stale lockfile /tmp/libtpu_lockfile (no process holds it) (the repair failed)"),
     }
     assert after.health == "unhealthy" and not after.fixable
+
+
+def test_a_finding_with_brackets_is_printed_as_it_is():
+    """A finding quotes a host's words (a process's command line): a "[" there is text, not
+    rich markup (a stray "[/]" made rich raise, and `ledger doctor` print a traceback)."""
+    report = Report(findings=[Finding("tpu_free", 0, "fail", "held by pid 42: python train.py --tag [/] [bold]x")])
+    out = io.StringIO()
+    Console(file=out, width=200).print(_table(report, "t", {}))
+    assert "python train.py --tag [/] [bold]x" in out.getvalue()

@@ -158,8 +158,10 @@ def test_plain_columns_are_aligned_and_carry_no_control_character():
 
 def test_a_long_table_on_a_terminal_is_plain_columns_too(monkeypatch, capsys):
     monkeypatch.setenv("FORCE_COLOR", "1")  # rich takes the output for a terminal
-    print_table("few", ("id", "state"), [("a/x", "running")])
-    assert "┃" in capsys.readouterr().out  # rich's boxed table
+    print_table("few [/]", ("id", "state"), [("a/x", "running: [RESOURCE_EXHAUSTED] [/]")])
+    boxed = capsys.readouterr().out
+    assert "┃" in boxed  # rich's boxed table, its words as they are: a bracket is no markup
+    assert "few [/]" in boxed and "[RESOURCE_EXHAUSTED] [/]" in boxed
     print_table("many", ("id", "state"), [(f"a/{i}", "running") for i in range(RICH_TABLE_ROWS + 1)])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == RICH_TABLE_ROWS + 3 and lines[2] == "a/0    running"

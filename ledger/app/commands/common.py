@@ -71,12 +71,15 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     out = console()
     if not plain_table(out, len(rows)):
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=title, title_justify="left")
+        # Cells as Text: a "[" in a cloud error or a job's words is text, never rich markup
+        # (a stray "[/]" made rich raise; "[bold]" would have vanished).
+        table = Table(title=None if title is None else Text(title), title_justify="left")
         for name in columns:
-            table.add_column(name, no_wrap=name in no_wrap, overflow="fold")
+            table.add_column(Text(name), no_wrap=name in no_wrap, overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(Text, row))
         out.print(table)
         return
     write_columns(sys.stdout, title, columns, rows)

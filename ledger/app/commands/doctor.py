@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, store_from, tpu_access_options
@@ -96,7 +97,7 @@ def _table(report: Report, title: str, places: dict[int, dict[str, int]]) -> Tab
     for f in report.findings:
         status = {"fix": "fixable"}.get(f.status, f.status)
         table.add_row(_place_text(places.get(f.worker, {"worker": f.worker})), f.check, f"[{STYLE[f.status]}]{status}[/]",
-                      f.message, REPAIRS[f.fix.kind] if f.fix else "")
+                      Text(f.message), REPAIRS[f.fix.kind] if f.fix else "")  # a host's words: "[" is no markup
     return table
 
 
