@@ -185,7 +185,7 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
         out = console()
         out.print(_table(report, f"{name}" + (f" ({job.id}, attempt {job.attempt})" if job else "") + f": {report.health}", places))
         for r in repaired:
-            out.print(f"{'slice ' + str(r['slice']) + ' ' if 'slice' in r else ''}worker {r['worker']}: {r['done']}")
+            out.print(f"{'slice ' + str(r['slice']) + ' ' if 'slice' in r else ''}worker {r['worker']}: {r['done']}", markup=False)
         if report.fixable and not fix:
             out.print("repairs are safe for the rows marked fixable: run again with --fix")
     if report.failures:
