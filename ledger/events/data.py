@@ -40,6 +40,11 @@ NonEmpty = Annotated[str, Meta(min_length=1)]
 Count = Annotated[int, Meta(ge=0)]
 SpecHash = Annotated[str, Meta(pattern="^[0-9a-f]{8,128}$", description="SHA-256 of the normalized spec's canonical JSON")]
 Worker = Annotated[int, Meta(ge=0, description="worker index within the TPU slice")]
+# A TPU's name, as a job's state and a snapshot's columns keep it: any text but control
+# characters (Cloud TPU's own names are [a-z0-9-]). A NUL is the separator of a snapshot's
+# packed names; a newline or an escape would break a line of `ledger tpus`.
+TpuName = Annotated[str, Meta(min_length=1, pattern="^[^\\x00-\\x1f\\x7f]+$",
+                              description="the TPU's name: no control characters")]
 
 # -- closed vocabularies -------------------------------------------------------------------
 # What ended an attempt: the TPU was preempted, a GRPC error or another failure pattern
@@ -86,7 +91,7 @@ class Tpu(_Part):
     multislice TPU is one queued resource `name` whose nodes are `name-0` .. `name-(N-1)`
     (absent: one slice). Older events lack them: choice 0, one slice, the spec's pricing."""
 
-    name: NonEmpty
+    name: TpuName
     zone: Opt[str] = UNSET
     kind: Opt[TpuKind] = UNSET
     accelerator: Opt[str] = UNSET

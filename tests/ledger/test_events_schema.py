@@ -180,7 +180,10 @@ def test_new_event_refuses_what_verify_would_refuse():
                         ("provisioned", {"hosts": [{"worker": 0, "ip": "10.0.0.1"}]}),  # undeclared, even nested
                         ("note", {"i": 1}),
                         ("action_outcome", {"action_id": "a", "ok": False}),
-                        ("exploded", {})]:
+                        ("exploded", {}),
+                        # a NUL would split a snapshot's packed names; a newline a line of `ledger tpus`
+                        ("provisioning", {"attempt": 1, "tpu": {"name": "tpu\x00-1"}}),
+                        ("provisioning", {"attempt": 1, "tpu": {"name": "tpu\n-1"}})]:
         with pytest.raises(EventDataError):
             NewEvent(type_, data)
     with pytest.raises(EventDataError, match="cannot carry"):
