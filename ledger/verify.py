@@ -471,7 +471,7 @@ def _usage_problem(snap: Snapshot, folds: dict[str, usage_snapshot.Kept]) -> str
     half_life = saved[0].half_life_hours
     if snap.name != usage_snapshot.snapshot_name(half_life) or snap.name not in folds:
         return f"its meter's half-life ({half_life:g} h) is not its name's"
-    return usage_snapshot.difference(saved, folds[snap.name])
+    return usage_snapshot.difference(saved, folds[snap.name]) or usage_snapshot.admission_difference(snap.state, folds[snap.name])
 
 
 def _capacity_problem(snap: Snapshot, rebuilt: CapacityMemory) -> str | None:

@@ -30,7 +30,7 @@ from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_poli
 from ledger.store import Reader, SnapshotReader, Store, open_store
 from ledger.usage import POLICY_STREAM, to_us
 from ledger.usage.fairtree import fair_tree
-from ledger.usage.snapshot import load_usage, save_usage, usage_due
+from ledger.usage.snapshot import load_for_admission, load_usage, save_usage, usage_due
 from reconciler import admission, placement
 
 log = logging.getLogger("tpu_ledger.policy")
@@ -124,7 +124,7 @@ def recent_usage(store: SnapshotReader, policy: Policy | None, now: datetime | N
     if not admission.active(policy):
         return admission.NO_USAGE
     assert policy is not None
-    meter, fold = load_usage(store, policy.fair_share.half_life_hours)
+    meter, fold = load_for_admission(store, policy.fair_share.half_life_hours)  # the live jobs' part suffices
     us = to_us(now or datetime.now(UTC))
     return admission.usage_at(meter, fold.open_intervals(us, held=True), us)
 

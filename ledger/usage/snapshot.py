@@ -36,7 +36,8 @@ from ledger.usage import prices, share
 from ledger.usage.fold import AccountKey, UsageFold, _Job
 from ledger.usage.share import ShareMeter
 
-_MAGIC = b"TLU2"
+_MAGIC = b"TLU3"
+_LENGTH = 8  # bytes of the admission part's length, after the magic
 _SLOTS = _Job.__slots__
 _FAR = 2**62
 # The fields of a job's accounting state that hold account keys (named tuples: stored as plain tuples).
@@ -134,8 +135,28 @@ def body_of(meter: ShareMeter, fold: UsageFold) -> UsageBody:
                          fold.prices.commit, meter.half_life_hours, meter.ref, dict(meter.acc), list(meter.recent))
 
 
+_OPEN, _KEYS = _SLOTS.index("open"), _SLOTS.index("keys")
+
+
+def admission_part(body: UsageBody) -> tuple:
+    """What fair share reads of a usage state, apart (`load_for_admission`): the meter, the
+    open accounts, and only the jobs that have an interval or an account open, with the
+    closed accounts of those jobs; then the ids of the jobs left out (ended, nothing open),
+    so that the events after the snapshot can be checked not to touch one. At 118,956 jobs
+    that is 10,200 jobs and 200 accounts instead of every job and 108,756 closed accounts."""
+    live = [row for row in body.jobs if row[_OPEN] is not None or row[_KEYS] is not None]
+    kept = {row[0] for row in live}
+    left = [row[0] for row in body.jobs if row[0] not in kept]
+    closed = [(k, v) for k, v in body.closed if k[0] in kept]
+    return (body.position, body.slots, live, body.accounts, closed, body.prices, body.prices_commit,
+            body.half_life_hours, body.ref, body.acc, body.recent, left)
+
+
 def encode_body(body: UsageBody) -> bytes:
-    return _MAGIC + pickle.dumps(tuple(body), protocol=5)  # a plain tuple: the reader refuses classes
+    """The admission part, then the whole state, each a plain tuple (the reader refuses
+    classes); the first is read alone by `decode_admission`, the second by `decode`."""
+    first = pickle.dumps(admission_part(body), protocol=5)
+    return _MAGIC + len(first).to_bytes(_LENGTH, "big") + first + pickle.dumps(tuple(body), protocol=5)
 
 
 def encode(meter: ShareMeter, fold: UsageFold) -> bytes:
@@ -144,12 +165,52 @@ def encode(meter: ShareMeter, fold: UsageFold) -> bytes:
 
 def decode(blob: bytes) -> Kept | None:
     """None when the blob is not a usage snapshot this code can read (it is then ignored)."""
-    if not blob.startswith(_MAGIC):
+    start = _whole_at(blob)
+    if start is None:
         return None
     try:
-        position, slots, jobs, accounts, closed, table, commit, half_life, ref, acc, recent = load_plain(blob, len(_MAGIC))
+        return _kept(*load_plain(blob, start))
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
         return None
+
+
+def decode_admission(blob: bytes) -> tuple[ShareMeter, UsageFold, frozenset[str]] | None:
+    """The admission part of a usage snapshot (`admission_part`): the meter and a fold that
+    holds only the jobs with something open, and the ids of the jobs it leaves out. None
+    when the blob is not one this code can read."""
+    if _whole_at(blob) is None:
+        return None
+    try:
+        *whole, left = load_plain(blob, len(_MAGIC) + _LENGTH)
+        kept = _kept(*whole)
+    except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
+        return None
+    return None if kept is None else (*kept, frozenset(left))
+
+
+def admission_difference(blob: bytes, rebuilt: Kept) -> str | None:
+    """A usage snapshot's admission part against the one of the state rebuilt from the
+    events (`ledger verify`): the part `ledger queue` reads is checked as the whole is."""
+    try:
+        saved = load_plain(blob, len(_MAGIC) + _LENGTH)
+    except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
+        return "its admission part does not decode"
+    mine = admission_part(body_of(*rebuilt))
+    if not isinstance(saved, tuple) or len(saved) != len(mine):
+        return "its admission part does not decode"
+    return _first_difference((*_PARTS, "left-out jobs"), saved, mine, "admission part's ")
+
+
+def _whole_at(blob: bytes) -> int | None:
+    """Where the whole state's pickle starts in `blob`; None: not a snapshot of this format."""
+    if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + _LENGTH:
+        return None
+    start = len(_MAGIC) + _LENGTH + int.from_bytes(blob[len(_MAGIC):len(_MAGIC) + _LENGTH], "big")
+    return start if start < len(blob) else None
+
+
+def _kept(position: int, slots: Any, jobs: list, accounts: list, closed: list, table: dict, commit: str | None,
+          half_life: float, ref: float, acc: dict, recent: list) -> Kept | None:
     if tuple(slots) != _SLOTS:
         return None
     meter = ShareMeter(half_life)
@@ -179,12 +240,16 @@ _PARTS = ("position", "field names", "jobs' accounting states", "accounts", "clo
 def difference(saved: Kept, rebuilt: Kept) -> str | None:
     """The first part in which a saved usage state differs from one rebuilt from the events
     (`ledger verify`), compared as the plain data a snapshot holds; None when they agree."""
-    a, b = (load_plain(encode(*kept)[len(_MAGIC):]) for kept in (saved, rebuilt))
-    for name, mine, theirs in zip(_PARTS, a, b, strict=True):
-        if name == _PARTS[-1]:  # a meter asked for a week drops what ended before it: a suffix
+    a, b = (tuple(body_of(*kept)) for kept in (saved, rebuilt))
+    return _first_difference(_PARTS, a, b, "")
+
+
+def _first_difference(names: tuple[str, ...], saved: tuple, rebuilt: tuple, where: str) -> str | None:
+    for name, mine, theirs in zip(names, saved, rebuilt, strict=True):
+        if name == "meter's last week":  # a meter asked for a week drops what ended before it: a suffix
             theirs = theirs[len(theirs) - len(mine):] if len(mine) <= len(theirs) else None
         if mine != theirs:
-            return f"its {name} differ from the events'"
+            return f"its {where}{name} differ from the events'"
     return None
 
 
@@ -222,6 +287,40 @@ def load_usage(store: SnapshotReader, half_life_hours: float, until: int | None 
         kept[1].apply_rows(store.fold_rows(kept[1].position, target))
     kept[1].position = target
     return kept
+
+
+# Events after the snapshot that `load_for_admission` holds at once; past that, the whole fold.
+ADMISSION_TAIL_MAX = 4 * SNAPSHOT_EVERY
+
+
+def load_for_admission(store: SnapshotReader, half_life_hours: float) -> Kept:
+    """The fair-share meter and a usage fold of the jobs with something open, at the head:
+    what fair share reads (the meter, and the intervals that hold chips now:
+    `fold.open_intervals(now, held=True)`), from a snapshot's admission part plus the events
+    after it. The fold leaves the ended jobs out, so it answers nothing else (no figures,
+    no report; `load_usage` gives the whole). It is `load_usage`'s answer when no snapshot
+    is usable, when the events after it are many, or when one of them touches a job left
+    out (a finished job run again), whose state then matters."""
+    head = store.head()
+    with no_cyclic_gc():
+        found = checked_snapshot(store, snapshot_name(half_life_hours), code_version(), head,
+                                 _decoded_admission, _admission_position)
+        if found is not None and head - found[1].position <= ADMISSION_TAIL_MAX:
+            meter, fold, left = found
+            rows = list(store.fold_rows(fold.position, head))
+            if not any(row[1] in left for row in rows):
+                fold.apply_rows(rows)
+                fold.position = head
+                return meter, fold
+    return load_usage(store, half_life_hours)
+
+
+def _decoded_admission(snap: Snapshot) -> tuple[ShareMeter, UsageFold, frozenset[str]] | None:
+    return decode_admission(snap.state)
+
+
+def _admission_position(found: tuple[ShareMeter, UsageFold, frozenset[str]]) -> int:
+    return found[1].position
 
 
 def save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold) -> None:

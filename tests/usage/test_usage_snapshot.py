@@ -6,6 +6,7 @@ a fresh one saved; `ledger usage` reports the same with and without one."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,15 @@ from ledger.replay import tied_snapshot
 from ledger.store.base import Snapshot
 from ledger.store.sqlite import SQLiteStore
 from ledger.usage import UsageFold
+from ledger.usage import snapshot as usage_snapshot
 from ledger.usage.fold import _Job
 from ledger.usage.share import ShareMeter
 from ledger.usage.snapshot import (
     code_version,
     decode,
+    decode_admission,
     encode,
+    load_for_admission,
     load_usage,
     maybe_save_usage,
     save_usage,
@@ -69,6 +73,52 @@ def test_snapshot_plus_tail_is_the_full_fold(rows, cut_at, second_at, later):
     assert kept is not None
     kept[1].apply_rows(rows[second:])
     assert figures(kept, now) == figures(full, now)
+
+
+def fair(meter: ShareMeter, fold: UsageFold, now: int) -> tuple:
+    """What fair share reads (reconciler.admission.usage_at): the meter's figures with the
+    intervals that hold chips now, and those intervals."""
+    held = fold.open_intervals(now, held=True)
+    return meter.decayed(now, held), meter.week(now, held), sorted(held)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ledgers(), st.floats(0, 1), st.integers(0, 2000))
+def test_the_admission_part_plus_tail_gives_fair_shares_figures(rows, cut_at, later):
+    """A snapshot's admission part (only the jobs with something open) plus the tail gives
+    the meter and the chip-holding intervals of a full fold, as long as the tail touches
+    no job it left out (load_for_admission then folds the whole: tested below)."""
+    now = T0 + later * MIN
+    full = fresh()
+    full[1].apply_rows(rows)
+    cut = int(cut_at * len(rows))
+    part = fresh()
+    part[1].apply_rows(rows[:cut])
+    found = decode_admission(encode(*part))
+    assert found is not None
+    meter, fold, left = found
+    assert left == {job for job in part[1].jobs if job not in fold.jobs}
+    if any(row[1] in left for row in rows[cut:]):
+        return
+    fold.apply_rows(rows[cut:])
+    assert fair(meter, fold, now) == fair(*full, now)
+
+
+def test_load_for_admission_at_every_cut_of_a_real_ledger(store):
+    """From a snapshot at each position: the same fair-share figures as the whole fold,
+    with the ended jobs left out where the events after the snapshot do not touch them,
+    and the whole fold where they do (a finished job submitted again)."""
+    head = store.head()
+    now = T0 + 10**6 * MIN
+    whole = load_usage(store, HALF_LIFE, use_snapshot=False)
+    paths = set()
+    for position in range(1, head + 1):
+        save_usage(store, *load_usage(store, HALF_LIFE, until=position, use_snapshot=False))
+        meter, fold = load_for_admission(store, HALF_LIFE)
+        assert fold.position == head
+        assert fair(meter, fold, now) == fair(*load_usage(store, HALF_LIFE, use_snapshot=False), now)
+        paths.add(len(fold.jobs) < len(whole[1].jobs))
+    assert paths == {True, False}  # both ways were taken
 
 
 def test_a_job_is_made_from_its_row_field_by_field():
@@ -171,3 +221,22 @@ def test_verify_rebuilds_usage_snapshots(store):
     verdicts = {v.snapshot.position: v for v in verify_snapshots(store)}
     assert verdicts[head - 1].rebuilt and verdicts[head - 1].problem is None
     assert verdicts[head].problem == "its accounts differ from the events'"
+
+
+def test_verify_checks_the_admission_part_too(store):
+    """`ledger queue` reads a usage snapshot's admission part alone: one whose whole state
+    is true but whose admission part lies (hashes consistent) is caught by verify."""
+    head = store.head()
+    meter, fold = load_usage(store, HALF_LIFE)
+    body = usage_snapshot.body_of(meter, fold)
+    part = list(usage_snapshot.admission_part(body))
+    part[9] = {owner: value * 2 for owner, value in part[9].items()}  # the meter's decayed sums, doubled
+    first = pickle.dumps(tuple(part), protocol=5)
+    blob = (usage_snapshot._MAGIC + len(first).to_bytes(usage_snapshot._LENGTH, "big") + first
+            + pickle.dumps(tuple(body), protocol=5))
+    assert decode(blob) is not None and decode_admission(blob)[0].acc == part[9]
+    store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), code_version(), head, blob))
+    [verdict] = verify_snapshots(store)
+    assert verdict.problem == "its admission part's meter's decayed sums differ from the events'"
+    save_usage(store, meter, fold)
+    assert [v.problem for v in verify_snapshots(store)] == [None]
