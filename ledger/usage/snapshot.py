@@ -147,16 +147,20 @@ def admission_part(body: UsageBody) -> tuple:
     live = [row for row in body.jobs if row[_OPEN] is not None or row[_KEYS] is not None]
     kept = {row[0] for row in live}
     left = [row[0] for row in body.jobs if row[0] not in kept]
-    closed = [(k, v) for k, v in body.closed if k[0] in kept]
-    return (body.position, body.slots, live, body.accounts, closed, body.prices, body.prices_commit,
-            body.half_life_hours, body.ref, body.acc, body.recent, left)
+    return (*body._replace(jobs=live, closed=[(k, v) for k, v in body.closed if k[0] in kept]), left)
+
+
+# admission_part's fields (a UsageBody's, then the left-out ids), and where the meter's last week is
+_ADMISSION_FIELDS, _RECENT = len(UsageBody._fields) + 1, UsageBody._fields.index("recent")
 
 
 def encode_body(body: UsageBody) -> bytes:
-    """The admission part, then the whole state, each a plain tuple (the reader refuses
-    classes); the first is read alone by `decode_admission`, the second by `decode`."""
+    """The admission part, then the whole state but the meter's last week (14 MB at 118,956
+    jobs: kept once, in the first part), each a plain tuple (the reader refuses classes);
+    `decode_admission` reads the first alone, `decode` both."""
     first = pickle.dumps(admission_part(body), protocol=5)
-    return _MAGIC + len(first).to_bytes(_LENGTH, "big") + first + pickle.dumps(tuple(body), protocol=5)
+    rest = body._replace(recent=None)
+    return _MAGIC + len(first).to_bytes(_LENGTH, "big") + first + pickle.dumps(tuple(rest), protocol=5)
 
 
 def encode(meter: ShareMeter, fold: UsageFold) -> bytes:
@@ -169,7 +173,11 @@ def decode(blob: bytes) -> Kept | None:
     if start is None:
         return None
     try:
-        return _kept(*load_plain(blob, start))
+        *whole, recent = load_plain(blob, start)
+        part = load_plain(blob, len(_MAGIC) + _LENGTH)
+        if recent is not None or not isinstance(part, tuple) or len(part) != _ADMISSION_FIELDS:
+            return None
+        return _kept(*whole, part[_RECENT])
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
         return None
 
