@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import io
 from types import SimpleNamespace
 
-from rich.console import Console
-
-from ledger.app.commands.doctor import _table
+from ledger.app.commands.doctor import _print_findings
 from ledger.describe import summarize
 from reconciler.doctor import (
     CHECKS,
@@ -191,10 +188,15 @@ def test_after_the_repairs_each_finding_says_what_was_done_or_that_it_failed():
     assert after.health == "unhealthy" and not after.fixable
 
 
-def test_a_finding_with_brackets_is_printed_as_it_is():
+def test_a_finding_with_brackets_is_printed_as_it_is(monkeypatch, capsys):
     """A finding quotes a host's words (a process's command line): a "[" there is text, not
-    rich markup (a stray "[/]" made rich raise, and `ledger doctor` print a traceback)."""
+    rich markup (a stray "[/]" made rich raise, and `ledger doctor` print a traceback),
+    boxed on a terminal as in plain columns."""
     report = Report(findings=[Finding("tpu_free", 0, "fail", "held by pid 42: python train.py --tag [/] [bold]x")])
-    out = io.StringIO()
-    Console(file=out, width=200).print(_table(report, "t", {}))
-    assert "python train.py --tag [/] [bold]x" in out.getvalue()
+    _print_findings(report, "t", {})
+    plain = capsys.readouterr().out.splitlines()
+    assert plain[1].split() == ["worker", "check", "status", "finding", "safe", "repair"]
+    assert plain[2].split()[:3] == ["0", "tpu_free", "fail"] and "python train.py --tag [/] [bold]x" in plain[2]
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    _print_findings(report, "t", {})
+    assert "--tag [/] [bold]x" in capsys.readouterr().out

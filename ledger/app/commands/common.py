@@ -62,12 +62,13 @@ RICH_TABLE_ROWS = 500
 _CONTROL = {c: " " for c in (*range(0x20), 0x7F)}
 
 
-def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
+def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
                 no_wrap: Collection[str] = ()) -> None:
     """A titled table: rich's, boxed and wrapped to the terminal, when a person reads a
     terminal and the rows are few; otherwise plain columns, one line a row, never folded,
     which `grep`, `sort` and `less -S` take as they are (rich folds long cells to a pipe's
-    80 columns, across lines)."""
+    80 columns, across lines). A cell is a str, or a rich Text to colour it on a terminal
+    (its plain text in columns)."""
     out = console()
     if not plain_table(out, len(rows)):
         from rich.table import Table
@@ -79,7 +80,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
         for name in columns:
             table.add_column(Text(name), no_wrap=name in no_wrap, overflow="fold")
         for row in rows:
-            table.add_row(*map(Text, row))
+            table.add_row(*(cell if isinstance(cell, Text) else Text(cell) for cell in row))
         out.print(table)
         return
     write_columns(sys.stdout, title, columns, rows)
@@ -90,7 +91,7 @@ def plain_table(out: Any, rows: int) -> bool:
     return not out.is_terminal or rows > RICH_TABLE_ROWS
 
 
-def write_columns(out: Any, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
+def write_columns(out: Any, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
                   right: Collection[int] = ()) -> None:
     """`title` (if any), then `columns` and `rows` as text columns two spaces apart, each as wide as
     its widest cell in terminal cells (the last one unpadded unless it is `right`-aligned:

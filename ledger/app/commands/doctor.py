@@ -8,11 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from ledger import defaults
-from ledger.app.commands.common import console, print_json, store_from, tpu_access_options
+from ledger.app.commands.common import (
+    console,
+    print_json,
+    print_table,
+    store_from,
+    tpu_access_options,
+)
 from ledger.app.wiring import Settings, host_paths, hosts_of, job_keys_of
 from ledger.errors import UsageError
 from ledger.events import actor
@@ -91,14 +96,13 @@ def _place_text(place: dict[str, int]) -> str:
     return f"{place['slice']}/{place['worker']}" if "slice" in place else str(place["worker"])
 
 
-def _table(report: Report, title: str, places: dict[int, dict[str, int]]) -> Table:
+def _print_findings(report: Report, title: str, places: dict[int, dict[str, int]]) -> None:
     sliced = any("slice" in p for p in places.values())
-    table = Table("slice/worker" if sliced else "worker", "check", "status", "finding", "safe repair", title=title)
-    for f in report.findings:
-        status = {"fix": "fixable"}.get(f.status, f.status)
-        table.add_row(_place_text(places.get(f.worker, {"worker": f.worker})), f.check, f"[{STYLE[f.status]}]{status}[/]",
-                      Text(f.message), REPAIRS[f.fix.kind] if f.fix else "")  # a host's words: "[" is no markup
-    return table
+    rows = [(_place_text(places.get(f.worker, {"worker": f.worker})), f.check,
+             Text({"fix": "fixable"}.get(f.status, f.status), style=STYLE[f.status]),
+             f.message, REPAIRS[f.fix.kind] if f.fix else "")  # a host's words, as text: "[" is no markup
+            for f in report.findings]
+    print_table(title, ("slice/worker" if sliced else "worker", "check", "status", "finding", "safe repair"), rows)
 
 
 @click.command("doctor")
@@ -183,7 +187,7 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
                     **({"repaired": repaired} if fix else {})})
     else:
         out = console()
-        out.print(_table(report, f"{name}" + (f" ({job.id}, attempt {job.attempt})" if job else "") + f": {report.health}", places))
+        _print_findings(report, f"{name}" + (f" ({job.id}, attempt {job.attempt})" if job else "") + f": {report.health}", places)
         for r in repaired:
             out.print(f"{'slice ' + str(r['slice']) + ' ' if 'slice' in r else ''}worker {r['worker']}: {r['done']}", markup=False)
         if report.fixable and not fix:

@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from emulator import Emulator, Timings
 from emulator.control import ControlClient, ControlError
 from emulator.gcs import GcsEmulator
 from emulator.pubsub import PubSubEmulator
 from ledger import defaults
-from ledger.app.commands.common import console, print_json
+from ledger.app.commands.common import console, print_json, print_table
 from ledger.errors import LedgerError, UsageError
 
 
@@ -367,11 +366,9 @@ def faults(ctx: click.Context, as_json: bool) -> None:
         print_json(items)
         return
 
-    table = Table("time", "fault", "details")
-    for f in items:
-        details = ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("time", "iso", "fault"))
-        table.add_row(f["iso"], f["fault"], details)
-    console().print(table)
+    print_table(None, ("time", "fault", "details"), [
+        (f["iso"], f["fault"], ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("time", "iso", "fault")))
+        for f in items])
 
 
 @emulator_group.command("status")
@@ -384,9 +381,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         print_json(st)
         return
 
-    table = Table("node", "type", "state", "health", "ssh ports")
-    for n in st["nodes"]:
-        table.add_row(n["name"], n["accelerator_type"], n["state"], n["health"], ",".join(map(str, n["ports"])))
-    console().print(table)
+    print_table(None, ("node", "type", "state", "health", "ssh ports"),
+                [(n["name"], n["accelerator_type"], n["state"], n["health"], ",".join(map(str, n["ports"]))) for n in st["nodes"]])
     for q in st["queued_resources"]:
         console().print(f"queued resource {q['name']}: {q['state']}")

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from ledger.app.commands.common import console, print_json, print_table, store_from
 from ledger.app.figures import chip_hours, percent
@@ -57,7 +56,7 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, t
         if as_json:
             print_json(levels, plain=True)
         elif levels:
-            console().print(_tree_table(levels))
+            _print_tree(levels)
         else:
             console().print("no sharing policy: no fair tree")
         return
@@ -73,7 +72,7 @@ def queue_cmd(ctx: click.Context, policy_path: Path | None, owner: str | None, t
         print_table(f"{len(rows)} waiting job(s)", ("#", "job", "class", "needs", "waits for", "why"),
                     [_queue_row(r) for r in rows])
     if levels and not owner:
-        console().print(_tree_table(levels))
+        _print_tree(levels)
 
 
 def _queue_row(r: dict[str, Any]) -> tuple[str, ...]:
@@ -82,9 +81,8 @@ def _queue_row(r: dict[str, Any]) -> tuple[str, ...]:
     return str(r["position"]), r["job"], f"{r['class']} ({r['priority']})", needs, r["wait"], why
 
 
-def _tree_table(levels: list[dict[str, Any]]) -> Table:
-    table = Table("", "weight", "share", "usage (chip-h)", "usage share", "share / usage",
-                  title="fair tree: lab -> team -> user, in the order admission serves them")
+def _print_tree(levels: list[dict[str, Any]]) -> None:
+    rows = []
     for lv in levels:
         name = lv["name"] if lv["level"] == "lab" else f"  {lv['name']}" if lv["level"] == "team" else f"    {lv['name']}"
         factor = "-" if lv["fair_share"] is None else f"{lv['fair_share']:.2f}"
@@ -92,5 +90,6 @@ def _tree_table(levels: list[dict[str, Any]]) -> Table:
             factor = ""
         elif lv["fair_share"] is None and lv["weight"]:
             factor = "no usage yet"
-        table.add_row(name, figure(lv["weight"]), percent(lv["share"]), chip_hours(lv["usage"]), percent(lv["usage_share"]), factor)
-    return table
+        rows.append((name, figure(lv["weight"]), percent(lv["share"]), chip_hours(lv["usage"]), percent(lv["usage_share"]), factor))
+    print_table("fair tree: lab -> team -> user, in the order admission serves them",
+                ("", "weight", "share", "usage (chip-h)", "usage share", "share / usage"), rows)

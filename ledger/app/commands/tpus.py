@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
+from rich.text import Text
 
-from ledger.app.commands.common import console, print_json, store_from
+from ledger.app.commands.common import console, print_json, print_table, store_from
 from ledger.app.readmodels import TpuHealth, health_streams, tpu_health_of_rows, tpu_jobs, tpu_rows
 from ledger.replay import load_lazy
 
@@ -29,13 +29,15 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
         print_json(rows, plain=True)
         return
 
-    table = Table("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health")
+    if not rows:
+        console().print("no TPU is held or awaited")
+        return
     colour = {"healthy": "green", "fixed": "green", "warning": "yellow", "unhealthy": "bold red"}
+    cells = []
     for r in rows:
         h = r["health"]
         slice_ = f" (slice {r['slice']} of {r['slices']})" if r["slices"] > 1 else ""
         kind = " ".join(x for x in (r["accelerator"], r["pricing"]) if x)
-        table.add_row(f"{r['tpu']}{slice_}", r["zone"], kind, "yes" if r["shared"] else "",
-                      r["job"], r["owner"], r["job_state"], r["since"],
-                      f"[{colour[h]}]{h}[/]" if h in colour else h)
-    console().print(table if rows else "no TPU is held or awaited")
+        cells.append((f"{r['tpu']}{slice_}", r["zone"], kind, "yes" if r["shared"] else "", r["job"], r["owner"],
+                      r["job_state"], r["since"], Text(h, style=colour.get(h, ""))))
+    print_table(None, ("TPU", "zone", "type", "shared", "job", "owner", "state", "since", "health"), cells)
