@@ -154,6 +154,9 @@ def test_plain_columns_are_aligned_and_carry_no_control_character():
     untitled = io.StringIO()
     write_columns(untitled, None, ("n", "x"), [("10", "a"), ("9", "b")], right=(0,))
     assert untitled.getvalue() == " n  x\n10  a\n 9  b\n"
+    empty_last = io.StringIO()
+    write_columns(empty_last, None, ("tpu", "health"), [("t-1", ""), ("t-22", "fixed")])
+    assert empty_last.getvalue() == "tpu   health\nt-1\nt-22  fixed\n"  # no trailing spaces
 
 
 def test_a_long_table_on_a_terminal_is_plain_columns_too(monkeypatch, capsys):

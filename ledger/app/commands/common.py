@@ -109,7 +109,7 @@ def write_columns(out: Any, title: str | None, columns: Sequence[str], rows: Seq
     for row in cells:
         padded = [" " * (w - width(cell)) + cell if i in right else cell + " " * (w - width(cell))
                   for i, (cell, w) in enumerate(zip(row, widths, strict=False))]
-        out.write("  ".join(padded if len(padded) == len(row) else [*padded, row[-1]]) + "\n")
+        out.write("  ".join(padded if len(padded) == len(row) else [*padded, row[-1]]).rstrip(" ") + "\n")
 
 
 def tpu_access_options(func):
