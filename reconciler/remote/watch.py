@@ -44,6 +44,7 @@ class _Watch:
     label: str
     buf: bytearray = field(default_factory=bytearray)
     control: bytearray = field(default_factory=bytearray)
+    fd: int | None = None  # the descriptor the selector holds it under, while it does
     ended: bool = False  # the channel closed
     finished: bool = False  # ... after the host said the attempt ended
     paused: bool = False  # unregistered while its buffer is full
@@ -153,18 +154,39 @@ class Watchers:
             self._pending.append(fn)
         os.write(self._wake_w, b"x")
 
+    # A watch is held in the selector by its channel's descriptor number, and only the watch
+    # registered under a number may unregister it: closing a paramiko channel closes that
+    # descriptor, the kernel hands its number to the next file opened, and a registration
+    # left behind under it made the next watcher given that number fail to register, deaf
+    # to its attempt's end (a CI run waited 30 s for an end it never heard).
     def _register(self, w: _Watch) -> None:
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self._sel.register(w.chan, selectors.EVENT_READ, w)
+        if w.ended:
+            return
+        try:
+            fd = w.chan.fileno()
+            stale = self._sel.get_map().get(fd)
+            if stale is not None:  # a closed channel's, under a number now this one's
+                self._sel.unregister(fd)
+            self._sel.register(fd, selectors.EVENT_READ, w)
+            w.fd = fd
+        except (KeyError, ValueError, OSError):
+            pass
         self._read(w)  # what arrived before registration
 
     def _unregister(self, w: _Watch) -> None:
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self._sel.unregister(w.chan)
+        fd, w.fd = w.fd, None
+        key = None if fd is None else self._sel.get_map().get(fd)
+        if key is not None and key.data is w:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._sel.unregister(fd)
 
     def _drop(self, w: _Watch) -> None:
         w.ended = True
-        self._call(lambda: self._unregister(w))
+        self._call(lambda: self._release(w))
+
+    def _release(self, w: _Watch) -> None:
+        """Out of the selector, then closed (on the selector's thread, in that order)."""
+        self._unregister(w)
         with contextlib.suppress(Exception):
             w.chan.close()
 

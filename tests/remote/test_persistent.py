@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from reconciler.remote import layout
+from reconciler.remote.watch import Watchers
 from tests.remote.conftest import SSHD
 
 JOB = "o/persist"
@@ -190,3 +191,40 @@ def test_a_watcher_let_go_of_leaves_nothing_on_the_host(pod, runner_for, wait_fo
     r.close()  # the reconciler goes away: its channels close, their stdin ends
     wait_for(lambda: not _watcher_processes(pod.home(0)))
     os.kill(pids[0], 0)  # the job itself runs on
+
+
+def test_a_watcher_given_a_reused_descriptor_number_still_hears_its_end(pod, runner_for):
+    """A dropped watcher's channel closes its descriptors, and the kernel gives their numbers
+    to the next files opened. The selector must not keep the dropped watcher under them: a
+    stale registration made the next watcher given that number fail to register, deaf to its
+    attempt's end (CI waited 30 s for an end it never heard). The selector's thread is held
+    while the watcher is dropped and its numbers are taken, as a busy reconciler would."""
+    r = runner_for(pod)
+    heard = threading.Event()
+    watchers = Watchers(lambda job_id: job_id == "c/next" and heard.set())
+    host = pod.hosts[0]
+
+    def channel(command: str):
+        chan = r.pool.open_channel(host)
+        chan.exec_command(command)
+        return chan
+
+    try:
+        watchers.arm(("a/old", 1, 0), channel("cat"), "old")
+        registered, gate, passed = threading.Event(), threading.Event(), threading.Event()
+        watchers._call(registered.set)  # after the old watcher's registration
+        assert registered.wait(10)
+        watchers._call(gate.wait)  # the selector's thread waits here; what follows is queued behind
+        watchers.forget(lambda key: False)
+        taken = [os.pipe() for _ in range(4)]  # opened meanwhile: the freed numbers are theirs
+        gate.set()
+        watchers._call(passed.set)
+        assert passed.wait(10)
+        for a, b in taken:  # free again: the next channel's descriptors may get them
+            os.close(a)
+            os.close(b)
+        watchers.arm(("c/next", 1, 0), channel("sleep 1"), "next")
+        assert heard.wait(30)
+        assert all(key.data is None or not key.data.ended for key in watchers._sel.get_map().values())
+    finally:
+        watchers.close()
