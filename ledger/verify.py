@@ -431,7 +431,7 @@ class _Rebuilt:
         self._jobs = jobs
         self.usage: dict[str, usage_snapshot.Kept] = {}
         for name in usage:
-            half_life = _half_life_of(name)
+            half_life = usage_snapshot.half_life_of(name)
             if half_life is not None:  # else the name is not one a meter writes: reported as such
                 meter = ShareMeter(half_life)
                 self.usage[name] = meter, UsageFold(on_interval=meter.add)
@@ -454,15 +454,6 @@ class _Rebuilt:
             usage.position = to
 
 
-def _half_life_of(name: str) -> float | None:
-    """The half-life (hours) in a usage snapshot's name (usage_snapshot.snapshot_name)."""
-    try:
-        half_life = float(name.removeprefix("usage/").removesuffix("h"))
-    except ValueError:
-        return None
-    return half_life if usage_snapshot.snapshot_name(half_life) == name else None
-
-
 def _usage_problem(snap: Snapshot, folds: dict[str, usage_snapshot.Kept]) -> str | None:
     """A usage snapshot against the usage fold of the events up to its position."""
     saved = usage_snapshot.decode(snap.state)
@@ -471,7 +462,8 @@ def _usage_problem(snap: Snapshot, folds: dict[str, usage_snapshot.Kept]) -> str
     half_life = saved[0].half_life_hours
     if snap.name != usage_snapshot.snapshot_name(half_life) or snap.name not in folds:
         return f"its meter's half-life ({half_life:g} h) is not its name's"
-    return usage_snapshot.difference(saved, folds[snap.name]) or usage_snapshot.admission_difference(snap.state, folds[snap.name])
+    rebuilt = usage_snapshot.body_of(*folds[snap.name])  # copied once, compared twice
+    return usage_snapshot.difference(saved, rebuilt) or usage_snapshot.admission_difference(snap.state, rebuilt)
 
 
 def _capacity_problem(snap: Snapshot, rebuilt: CapacityMemory) -> str | None:

@@ -50,6 +50,15 @@ def snapshot_name(half_life_hours: float) -> str:
     return f"usage/{half_life_hours!r}h"
 
 
+def half_life_of(name: str) -> float | None:
+    """The half-life (hours) a snapshot name says (`snapshot_name`'s inverse); None: not one."""
+    try:
+        half_life = float(name.removeprefix("usage/").removesuffix("h"))
+    except ValueError:
+        return None
+    return half_life if snapshot_name(half_life) == name else None
+
+
 def code_version() -> str:
     """The accounting fold's, the prices', the meter's and this encoding's code together."""
     digest = hashlib.sha256()
@@ -196,14 +205,15 @@ def decode_admission(blob: bytes) -> tuple[ShareMeter, UsageFold, frozenset[str]
     return None if kept is None else (*kept, frozenset(left))
 
 
-def admission_difference(blob: bytes, rebuilt: Kept) -> str | None:
+def admission_difference(blob: bytes, rebuilt: UsageBody) -> str | None:
     """A usage snapshot's admission part against the one of the state rebuilt from the
-    events (`ledger verify`): the part `ledger queue` reads is checked as the whole is."""
+    events (`ledger verify`, its `body_of`): the part `ledger queue` reads is checked as the
+    whole is."""
     try:
         saved = load_plain(blob, len(_MAGIC) + _LENGTH)
     except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
         return "its admission part does not decode"
-    mine = admission_part(body_of(*rebuilt))
+    mine = admission_part(rebuilt)
     if not isinstance(saved, tuple) or len(saved) != len(mine):
         return "its admission part does not decode"
     return _first_difference((*_PARTS, "left-out jobs"), saved, mine, "admission part's ")
@@ -245,11 +255,11 @@ _PARTS = ("position", "field names", "jobs' accounting states", "accounts", "clo
           "half-life", "meter's reference time", "meter's decayed sums", "meter's last week")
 
 
-def difference(saved: Kept, rebuilt: Kept) -> str | None:
+def difference(saved: Kept, rebuilt: UsageBody) -> str | None:
     """The first part in which a saved usage state differs from one rebuilt from the events
-    (`ledger verify`), compared as the plain data a snapshot holds; None when they agree."""
-    a, b = (tuple(body_of(*kept)) for kept in (saved, rebuilt))
-    return _first_difference(_PARTS, a, b, "")
+    (`ledger verify`, its `body_of`), compared as the plain data a snapshot holds; None when
+    they agree."""
+    return _first_difference(_PARTS, tuple(body_of(*saved)), tuple(rebuilt), "")
 
 
 def _first_difference(names: tuple[str, ...], saved: tuple, rebuilt: tuple, where: str) -> str | None:
