@@ -5,14 +5,13 @@ event's hash; hash is sha256(prev_hash + canonical(envelope without hash)), rebu
 stored columns; the stream's version is contiguous from 1; the envelope and its data fit the
 event classes (ledger/events; schemas/event.schema.json is generated from them); and the
 transition is legal for the job (fold anomalies).
-Then `verify_snapshots` checks every stored snapshot against the chain and the events.
+`verify_ledger` also checks every stored snapshot against the chain and the events, in the same walk.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -29,12 +28,12 @@ from ledger.replay import (
     ROWS,
     SNAPSHOT_NAME,
     SnapshotPartError,
-    decode_state,
     fold_into,
     no_cyclic_gc,
     part_name,
     parts_among,
     snapshot_problem,
+    state_difference,
 )
 from ledger.replay import code_version as snapshot_code
 from ledger.store import open_store
@@ -44,6 +43,7 @@ from ledger.usage import snapshot as usage_snapshot
 from ledger.usage.share import ShareMeter
 
 PROGRESS_EVERY = 20_000
+SINK_CHUNK = 20_000  # rows a walk's sink is given at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +97,14 @@ class _Walk:
         self.count = 0
         self.problem: Report | None = None
 
-    def run(self, rows: Iterable[tuple], *, chain: bool = True, progress: Callable[[int], None] | None = None) -> Report:
+    def run(self, rows: Iterable[tuple], *, chain: bool = True, progress: Callable[[int], None] | None = None,
+            sink: Callable[[list[tuple]], None] | None = None) -> Report:
         """Walk `rows` (raw_rows' layout). chain=False takes fold_rows' layout and leaves out
         what depends on the row alone (hash, schema, the link to the row before), for a
-        range another process checks."""
+        range another process checks. `sink` is given the checked rows too, in fold_rows'
+        layout, a list of up to SINK_CHUNK at a time (the snapshots' other folds)."""
         self.problem = None
-        checked = self._checked(rows, chain, progress)
+        checked = self._checked(rows, chain, progress, sink)
         if self.transitions:
             checker, decode = self.checker, msgspec.json.decode
 
@@ -120,13 +122,15 @@ class _Walk:
             progress(self.count)
         return Report(self.count, self.expected_seq - 1, None)
 
-    def _checked(self, rows: Iterable[tuple], chain: bool, progress: Callable[[int], None] | None) -> Iterator[tuple]:
+    def _checked(self, rows: Iterable[tuple], chain: bool, progress: Callable[[int], None] | None,
+                 sink: Callable[[list[tuple]], None] | None) -> Iterator[tuple]:
         """The rows in fold_rows' layout, each checked before the fold sees it; the first
         problem (a row's, or the fold's anomaly on the row before) ends the walk."""
         checker, versions, jobs = self.checker, self.versions, self.state.jobs
         prev_hash, expected_seq, count = self.prev_hash, self.expected_seq, self.count
         folding = self.transitions
         last: tuple[str, int, int] | None = None  # (stream, anomalies before, seq) of the row just folded
+        passed: list[tuple] = []  # for the sink
         try:
             for row in rows:
                 if last is not None and len(jobs[last[0]].anomalies) > last[1]:
@@ -168,13 +172,21 @@ class _Walk:
                 if folding and stream[:1] != "_":  # fold.is_job_stream
                     job = jobs.get(stream)
                     last = (stream, len(job.anomalies) if job is not None else 0, seq)
-                yield seq, stream, version, type_, time_, data_json
+                out = seq, stream, version, type_, time_, data_json
+                if sink is not None:
+                    passed.append(out)
+                    if len(passed) == SINK_CHUNK:
+                        sink(passed)
+                        passed = []
+                yield out
                 if progress is not None and count % PROGRESS_EVERY == 0:
                     progress(count)
             if last is not None and len(jobs[last[0]].anomalies) > last[1]:
                 self.problem = self._illegal(last, count)
         finally:
             self.prev_hash, self.expected_seq, self.count = prev_hash, expected_seq, count
+            if passed and sink is not None:
+                sink(passed)
 
     def _illegal(self, last: tuple[str, int, int], count: int) -> Report:
         stream, _, seq = last
@@ -213,19 +225,88 @@ PARALLEL_FROM = 200_000
 # ~3.5 for one it only walks; the child ~7 (fetch, hash, schema): 1M events took 4.6 s CPU
 # here and 5.5 s in the child at 0.8; 0.73 evens them out.
 CHILD_SHARE = 0.73
+# When this process also feeds the usage and capacity folds that snapshots are compared with
+# (`verify_ledger`), ~7 us a row more here.
+CHILD_SHARE_FOLDING = 0.95
 
 
-def verify_store(store: Reader, *, parallel_from: int = PARALLEL_FROM, **kwargs) -> Report:
+def verify_store(store: Reader, *, parallel_from: int = PARALLEL_FROM, transitions: bool = True,
+                 progress: Callable[[int], None] | None = None) -> Report:
+    """Every event checked (`verify_rows`' checks), by two processes past `parallel_from`
+    events; `progress` is given the count of events walked."""
+    return _verify(store, None, parallel_from=parallel_from, transitions=transitions, progress=progress)
+
+
+def verify_ledger(store: SnapshotReader, *, parallel_from: int = PARALLEL_FROM,
+                  progress: Callable[[int], None] | None = None) -> tuple[Report, list[SnapshotVerdict]]:
+    """`verify_store`, and every stored snapshot's verdict (none unless the events are
+    sound), from one read of the ledger: the walk's own fold of the jobs is what each job-state
+    snapshot is compared with at its position, and the rows the walk checks feed the other
+    folds a snapshot asks for on the way (`_SnapshotChecks`). A second read and a second fold
+    of a million events cost ~8 s more."""
+    with no_cyclic_gc():
+        checks = _SnapshotChecks(store)
+    report = _verify(store, checks, parallel_from=parallel_from, transitions=True, progress=progress)
+    return report, checks.verdicts() if report.ok else []
+
+
+def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
+    """Every stored snapshot's verdict, the events taken as they are (`verify_ledger` checks
+    them in the same read): compared with a fold of the events up to each one's position."""
+    with no_cyclic_gc():
+        checks = _SnapshotChecks(store)
+        state = LedgerState()
+        checks.at(0, state)
+        for end in checks.positions(0, None):
+            rows = store.fold_rows(state.position, end)
+            while chunk := list(islice(rows, SINK_CHUNK)):
+                fold_into(state, chunk)
+                checks.feed(chunk)
+            state.position = end
+            checks.at(end, state)
+        return checks.verdicts()
+
+
+def _verify(store: Reader, checks: _SnapshotChecks | None, *, parallel_from: int, transitions: bool,
+            progress: Callable[[int], None] | None) -> Report:
+    # The snapshots are listed before the head is read: every one that the events reach is
+    # then within the walk.
     head = store.head() if parallel_from else 0
     url = getattr(store, "url", None)
-    if not parallel_from or head < parallel_from or url is None or kwargs.get("progress") is not None:
+    walk = _Walk(transitions)
+    if checks is not None:
+        checks.at(0, walk.state)
+    if not parallel_from or head < parallel_from or url is None:
         with no_cyclic_gc():
-            return verify_rows(store.raw_rows(), **kwargs)
-    return _verify_split(store, url, head, **kwargs)
+            return _walk_to(walk, store, None, chain=True, checks=checks, progress=progress)
+    return _verify_split(store, url, head, walk, checks, progress)
 
 
-def _verify_split(store: Reader, url: str, head: int, *, transitions: bool = True) -> Report:
-    mid = head - int(head * CHILD_SHARE)
+def _walk_to(walk: _Walk, store: Reader, until: int | None, *, chain: bool, checks: _SnapshotChecks | None,
+             progress: Callable[[int], None] | None) -> Report:
+    """Walk on from where `walk` is to seq `until` (None: the head), pausing at each snapshot
+    position on the way for `checks`. The walk is resumable, so pausing changes nothing."""
+    after = walk.expected_seq - 1
+    ends: list[int | None] = [*(checks.positions(after, until) if checks is not None else ())]
+    if not ends or ends[-1] != until:
+        ends.append(until)
+    report = Report(walk.count, after, None)
+    for end in ends:
+        start = walk.expected_seq - 1
+        rows = store.raw_rows(start, end) if chain else store.fold_rows(start, end)
+        report = walk.run(rows, chain=chain, progress=progress, sink=None if checks is None else checks.feed)
+        if not report.ok or (end is not None and report.head != end):  # a problem, or the events end sooner
+            return report
+        if checks is not None and end is not None:
+            checks.at(end, walk.state)
+    return report
+
+
+def _verify_split(store: Reader, url: str, head: int, walk: _Walk, checks: _SnapshotChecks | None,
+                  progress: Callable[[int], None] | None) -> Report:
+    # The child's share is smaller when this process also feeds the snapshots' other folds.
+    share = CHILD_SHARE if checks is None or not checks.folding else CHILD_SHARE_FOLDING
+    mid = head - int(head * share)
     # forkserver, not fork: a process with other threads (the dashboard verifies from one)
     # could fork while one of them holds SQLite's or the allocator's lock, and the child
     # would hang on it. The server is started once per process, with this module loaded.
@@ -239,14 +320,14 @@ def _verify_split(store: Reader, url: str, head: int, *, transitions: bool = Tru
         receive.close()
         send.close()
         with no_cyclic_gc():
-            return verify_rows(store.raw_rows(), transitions=transitions)
+            return _walk_to(walk, store, None, chain=True, checks=checks, progress=progress)
     send.close()
-    walk = _Walk(transitions)
     with no_cyclic_gc():
-        first = walk.run(store.raw_rows(0, mid))
+        first = _walk_to(walk, store, mid, chain=True, checks=checks, progress=progress)
         boundary = walk.prev_hash  # the hash of seq `mid`, checked
-        rest = first if not first.ok or first.head != mid else walk.run(store.fold_rows(mid, head), chain=False)
-    if not first.ok or first.head != mid:
+        whole = first.ok and first.head == mid
+        rest = _walk_to(walk, store, head, chain=False, checks=checks, progress=progress) if whole else first
+    if not whole:
         child.kill()
         child.join()
         return first
@@ -367,131 +448,102 @@ class SnapshotVerdict:
                 "rebuilt": self.rebuilt, "problem": self.problem}
 
 
-def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
-    """Check every stored snapshot; call it on a ledger whose events verified sound.
+class _SnapshotChecks:
+    """Every stored snapshot, checked as verify's walk passes its position.
 
-    Each one's own hash and its tie to the chain (the checks replay makes before using one,
-    `replay.snapshot_problem`). Each one made by this fold's code is then decoded and its
-    state compared with the state rebuilt from the events at its position, which is what
-    catches a snapshot forged with consistent hashes. The rebuild is one read of the ledger
-    up to the newest snapshot, visiting the snapshots in position order, its rows given to
-    each fold a snapshot asks for (`_Rebuilt`): the jobs' states, the usage fold of each
-    half-life, the capacity memory (ledger.capacity_snapshot). Snapshots of other code are
-    checked by hash only (replay never uses them)."""
-    verdicts = []
-    code, usage_code, capacity_code = snapshot_code(), usage_snapshot.code_version(), capacity_snapshot.code_version()
-    parts = {part_name(SNAPSHOT_NAME, p) for p in (PIECES, ROWS)}
-    with no_cyclic_gc():
-        snapshots = store.list_snapshots()  # by position
-        problems = {id(snap): snapshot_problem(store, snap) for snap in snapshots}
-        sound = [snap for snap in snapshots if problems[id(snap)] is None]
-        rebuilt = _Rebuilt(store,
-                           jobs=any(s.code_version == code and s.name not in parts for s in sound),
-                           usage={s.name for s in sound if s.code_version == usage_code},
-                           capacity=any(s.code_version == capacity_code for s in sound))
-        for snap in snapshots:
-            problem = problems[id(snap)]
+    Up front, each one's own hash and its tie to the chain (the checks replay makes before
+    using one, `replay.snapshot_problem`). Each one made by this code is then compared with
+    the state the events give at its position, which is what catches a snapshot forged with
+    consistent hashes: a job-state snapshot with the walk's own fold of the jobs (replay's
+    fold), a usage snapshot with the usage fold of the half-life its name says, a capacity
+    snapshot with a capacity memory; those two are fed the walk's rows (`feed`). Snapshots
+    of other code are checked by hash only (replay never uses them)."""
+
+    def __init__(self, store: SnapshotReader) -> None:
+        self._snapshots = store.list_snapshots()  # by position
+        code, usage_code, capacity_code = snapshot_code(), usage_snapshot.code_version(), capacity_snapshot.code_version()
+        parts = {part_name(SNAPSHOT_NAME, p) for p in (PIECES, ROWS)}
+        self._verdicts: dict[int, SnapshotVerdict] = {}  # by id() of the snapshot
+        self._due: dict[int, list[tuple[Snapshot, Callable[[Snapshot, LedgerState], str | None]]]] = {}
+        self._usage: dict[str, usage_snapshot.Kept] = {}
+        self._memory: CapacityMemory | None = None
+        for snap in self._snapshots:
+            problem = snapshot_problem(store, snap)
+            check: Callable[[Snapshot, LedgerState], str | None]
             if problem is None and snap.code_version == usage_code:
-                rebuilt.advance(snap.position)
-                verdicts.append(SnapshotVerdict(snap, True, _usage_problem(snap, rebuilt.usage)))
+                half_life = usage_snapshot.half_life_of(snap.name)
+                if half_life is not None and snap.name not in self._usage:  # else: reported as a name no meter writes
+                    meter = ShareMeter(half_life)
+                    self._usage[snap.name] = meter, UsageFold(on_interval=meter.add)
+                check = self._usage_problem
+            elif problem is None and snap.code_version == capacity_code:
+                self._memory = self._memory or CapacityMemory()
+                check = self._capacity_problem
+            elif problem is None and snap.code_version == code and snap.name not in parts:
+                check = self._jobs_problem
+            else:  # a part is checked by its own hash here, and as what its manifest names with its whole
+                self._verdicts[id(snap)] = SnapshotVerdict(snap, False, problem)
                 continue
-            if problem is None and snap.code_version == capacity_code:
-                rebuilt.advance(snap.position)
-                verdicts.append(SnapshotVerdict(snap, True, _capacity_problem(snap, rebuilt.memory)))
-                continue
-            # A part is checked by its own hash here, and as what its manifest names below.
-            if problem is not None or snap.code_version != code or snap.name in parts:
-                verdicts.append(SnapshotVerdict(snap, False, problem))
-                continue
-            rebuilt.advance(snap.position)
-            try:
-                decoded = decode_state(snap.state, parts_among(snapshots, snap), check=True)
-            except SnapshotPartError as exc:
-                verdicts.append(SnapshotVerdict(snap, True, str(exc)))
-                continue
-            if decoded is None or decoded.position != snap.position:
-                problem = "its state does not decode to its position"
-            else:
-                problem = _difference(decoded.jobs, rebuilt.state.jobs)
-            verdicts.append(SnapshotVerdict(snap, True, problem))
-    return verdicts
+            self._due.setdefault(snap.position, []).append((snap, check))
 
+    @property
+    def folding(self) -> bool:
+        """Whether the walk's rows feed folds of their own (usage, capacity)."""
+        return bool(self._usage) or self._memory is not None
 
-class _Rebuilt:
-    """What the snapshots are compared with, folded from one read of the ledger: each
-    stretch of rows is read once and given to every fold some snapshot asks for (the jobs'
-    states; the usage fold of each usage snapshot's name, by the half-life the name says;
-    the capacity memory). Three reads of a million rows cost ~2 s more."""
+    def positions(self, after: int, until: int | None) -> list[int]:
+        """Where snapshots are still to be compared, in (after, until], in order."""
+        return sorted(p for p in self._due if p > after and (until is None or p <= until))
 
-    CHUNK = 20_000  # rows held at once
+    def feed(self, rows: list[tuple]) -> None:
+        """The walk's checked rows, in fold_rows' layout, in seq order."""
+        for _, usage in self._usage.values():
+            usage.apply_rows(rows)
+        if self._memory is not None:
+            self._memory.apply_rows(rows)
 
-    def __init__(self, store: Reader, *, jobs: bool, usage: Collection[str], capacity: bool) -> None:
-        self._store, self.position = store, 0
-        self.state = LedgerState()
-        self._jobs = jobs
-        self.usage: dict[str, usage_snapshot.Kept] = {}
-        for name in usage:
-            half_life = usage_snapshot.half_life_of(name)
-            if half_life is not None:  # else the name is not one a meter writes: reported as such
-                meter = ShareMeter(half_life)
-                self.usage[name] = meter, UsageFold(on_interval=meter.add)
-        self.memory = CapacityMemory()
-        self._capacity = capacity
+    def at(self, position: int, state: LedgerState) -> None:
+        """The walk is at `position` (its fold is `state`, the rows up to it fed): compare
+        the snapshots made there."""
+        for _, usage in self._usage.values():
+            usage.position = position
+        if self._memory is not None:
+            self._memory.position = position
+        for snap, check in self._due.pop(position, ()):
+            self._verdicts[id(snap)] = SnapshotVerdict(snap, True, check(snap, state))
 
-    def advance(self, to: int) -> None:
-        if to <= self.position:
-            return
-        rows = self._store.fold_rows(self.position, to)
-        while chunk := list(islice(rows, self.CHUNK)):
-            if self._jobs:
-                fold_into(self.state, chunk)
-            for _, usage in self.usage.values():
-                usage.apply_rows(chunk)
-            if self._capacity:
-                self.memory.apply_rows(chunk)
-        self.position = self.state.position = self.memory.position = to
-        for _, usage in self.usage.values():
-            usage.position = to
+    def verdicts(self) -> list[SnapshotVerdict]:
+        """Each snapshot's, in position order; one the walk did not reach (the ledger ended
+        sooner) is past the head."""
+        for position, due in self._due.items():
+            for snap, _ in due:
+                self._verdicts[id(snap)] = SnapshotVerdict(snap, False, f"it folds up to seq {position}, past the ledger's head")
+        self._due.clear()
+        return [self._verdicts[id(snap)] for snap in self._snapshots]
 
+    def _jobs_problem(self, snap: Snapshot, state: LedgerState) -> str | None:
+        try:
+            return state_difference(snap.state, parts_among(self._snapshots, snap), state)
+        except SnapshotPartError as exc:
+            return str(exc)
 
-def _usage_problem(snap: Snapshot, folds: dict[str, usage_snapshot.Kept]) -> str | None:
-    """A usage snapshot against the usage fold of the events up to its position."""
-    saved = usage_snapshot.decode(snap.state)
-    if saved is None or saved[1].position != snap.position:
-        return "its state does not decode to its position"
-    half_life = saved[0].half_life_hours
-    if snap.name != usage_snapshot.snapshot_name(half_life) or snap.name not in folds:
-        return f"its meter's half-life ({half_life:g} h) is not its name's"
-    rebuilt = usage_snapshot.body_of(*folds[snap.name])  # copied once, compared twice
-    return usage_snapshot.difference(saved, rebuilt) or usage_snapshot.admission_difference(snap.state, rebuilt)
+    def _usage_problem(self, snap: Snapshot, _state: LedgerState) -> str | None:
+        """A usage snapshot against the usage fold of the events up to its position."""
+        saved = usage_snapshot.decode(snap.state)
+        if saved is None or saved[1].position != snap.position:
+            return "its state does not decode to its position"
+        half_life = saved[0].half_life_hours
+        if snap.name != usage_snapshot.snapshot_name(half_life) or snap.name not in self._usage:
+            return f"its meter's half-life ({half_life:g} h) is not its name's"
+        rebuilt = usage_snapshot.body_of(*self._usage[snap.name])  # copied once, compared twice
+        return usage_snapshot.difference(saved, rebuilt) or usage_snapshot.admission_difference(snap.state, rebuilt)
 
-
-def _capacity_problem(snap: Snapshot, rebuilt: CapacityMemory) -> str | None:
-    """A capacity snapshot against the memory of the events up to its position."""
-    saved = capacity_snapshot.decode(snap.state)
-    if saved is None or saved.position != snap.position:
-        return "its state does not decode to its position"
-    if snap.name != capacity_snapshot.SNAPSHOT_NAME:
-        return f"it is a capacity memory under another name ({snap.name})"
-    return capacity_snapshot.difference(saved, rebuilt)
-
-
-def _difference(saved: dict[str, fold.JobState], rebuilt: dict[str, fold.JobState]) -> str | None:
-    """The first job (by id) whose saved state differs from the rebuilt one, said plainly."""
-    for job_id in sorted(saved.keys() | rebuilt.keys()):
-        a, b = saved.get(job_id), rebuilt.get(job_id)
-        if a == b:
-            continue
-        if a is None:
-            return f"job {job_id} is missing from it"
-        if b is None:
-            return f"it holds job {job_id}, which the events do not"
-        name = next(f.name for f in dataclasses.fields(fold.JobState) if getattr(a, f.name) != getattr(b, f.name))
-        return (f"job {job_id}: {name} is {_short(getattr(a, name))} in it, "
-                f"{_short(getattr(b, name))} from the events")
-    return None
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    def _capacity_problem(self, snap: Snapshot, _state: LedgerState) -> str | None:
+        """A capacity snapshot against the memory of the events up to its position."""
+        saved = capacity_snapshot.decode(snap.state)
+        if saved is None or saved.position != snap.position:
+            return "its state does not decode to its position"
+        if snap.name != capacity_snapshot.SNAPSHOT_NAME:
+            return f"it is a capacity memory under another name ({snap.name})"
+        assert self._memory is not None  # made for every capacity snapshot
+        return capacity_snapshot.difference(saved, self._memory)

@@ -184,7 +184,7 @@ def test_an_index_that_lies_about_a_job_is_caught_by_verify(store_factory):
     insert_encoded(store_factory, store, lie)
     verdicts = verify_snapshots(store)
     assert [(v.snapshot.name, v.rebuilt, v.problem) for v in verdicts] == [
-        ("ledger", True, "its state does not decode to its position"), ("ledger.pieces", False, None),
+        ("ledger", True, "job alice/a: its columns do not say what its row says"), ("ledger.pieces", False, None),
         ("ledger.rows", False, None)]
 
 
@@ -205,7 +205,7 @@ def test_a_text_that_lies_about_a_job_is_caught_by_verify(store_factory):
     assert decode_lazy(lie.manifest, lie.parts.get).job("alice/a").state == fold.FINISHED  # what `ledger list --json` would print
     assert decode_state(lie.manifest, lie.parts.get) == real  # what the reconciler would load
     insert_encoded(store_factory, store, lie)
-    assert [v.problem for v in verify_snapshots(store)] == ["its state does not decode to its position", None, None]
+    assert [v.problem for v in verify_snapshots(store)] == ["job alice/a: its text does not say what its row says", None, None]
 
 
 def test_snapshot_policy(store_factory):

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 
+from ledger.capacity_snapshot import load_capacity, save_capacity
 from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
-from ledger.replay import load_state
-from ledger.verify import CHILD_SHARE, _Walk, verify_rows, verify_store
+from ledger.replay import load_state, save_snapshot
+from ledger.usage.snapshot import load_usage, save_usage
+from ledger.verify import (
+    CHILD_SHARE,
+    _Walk,
+    verify_ledger,
+    verify_rows,
+    verify_snapshots,
+    verify_store,
+)
+from tests.ledger.test_replay import finished, insert_encoded
 
 SUBMIT = {"spec": {}, "spec_hash": "ab12cd34", "commit": "c0ffee", "path": "jobs/alice/a.yaml"}
 
@@ -173,3 +183,52 @@ def test_a_child_killed_mid_check_leaves_its_range_to_the_parent(tmp_path):
     assert killed and killed[0].exitcode == -9
     assert report.problem == verify_store(store, parallel_from=0).problem
     assert report.problem.position == damaged and "hash mismatch" in report.problem.reason
+
+
+def snapshotted(store_factory):
+    """A ledger with a snapshot of each kind at its own position before the head, and a job
+    state forged at seq 3 with consistent hashes (what a forger with database access writes)."""
+    store = sample(store_factory)  # 4 events
+    store.append("bob/b", [NewEvent("queued", {"reason": "capacity"})])
+    save_snapshot(store, load_state(store, until=2, use_snapshot=False))
+    save_usage(store, *load_usage(store, 168.0, until=3, use_snapshot=False))
+    save_capacity(store, load_capacity(store, 4, use_snapshot=False))
+    insert_encoded(store_factory, store, finished(load_state(store, until=3, use_snapshot=False), "alice/a"), position=3)
+    return store
+
+
+def verdicts_of(verdicts):
+    return [(v.snapshot.name, v.snapshot.position, v.rebuilt, v.problem) for v in verdicts]
+
+
+def test_verify_ledger_checks_each_snapshot_where_its_walk_passes_in_one_process_or_two(store_factory):
+    """One read: the walk pauses at each snapshot's position and compares it with its own
+    fold (and the usage and capacity folds fed its rows): the verdicts are those of a fold of
+    the events made apart (verify_snapshots), the forged one named, in one process or two."""
+    store = snapshotted(store_factory)
+    apart = verdicts_of(verify_snapshots(store))
+    seen: list[int] = []
+    for parallel_from, progress in ((0, None), (1, seen.append)):
+        report, verdicts = verify_ledger(store, parallel_from=parallel_from, progress=progress)
+        assert report.ok and report.head == 5 and verdicts_of(verdicts) == apart
+    assert seen[-1] == 5  # two processes show progress too
+    forged = [v for v in apart if v[3] is not None]
+    assert [v[:3] for v in forged] == [("ledger", 3, True)]
+    assert forged[0][3].startswith("job alice/a: state is 'finished' in it, ")
+    assert all(rebuilt for name, _, rebuilt, _ in apart if name in ("ledger", "usage/168.0h", "capacity"))
+
+
+def test_verify_ledger_gives_no_verdict_on_unsound_events(store_factory):
+    store = snapshotted(store_factory)
+    damaged = rows(store)
+    damaged[3][8] = '{"attempt":2,"tpu":{"name":"t1"}}'  # seq 4 altered after it was written
+
+    class Damaged:  # the store as read, its seq 4 altered
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def raw_rows(self, after=0, until=None):
+            return (tuple(r) for r in damaged if r[0] > after and (until is None or r[0] <= until))
+
+    report, verdicts = verify_ledger(Damaged(), parallel_from=0)
+    assert report.problem.position == 4 and "hash mismatch" in report.problem.reason and verdicts == []

@@ -85,7 +85,7 @@ def test_a_crash_in_native_code_leaves_the_python_stack_in_the_log(tmp_path):
         "from ledger.app.commands import verify\n"
         "def crash_here(*args, **kwargs):\n"
         "    ctypes.string_at(0)\n"
-        "verify.verify_store = crash_here\n"
+        "verify.verify_ledger = crash_here\n"
         "cli(['--store', 'sqlite:///" + str(tmp_path / "l.db") + "', 'verify'])\n"
     )
     SQLiteStore(tmp_path / "l.db").close()

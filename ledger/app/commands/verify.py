@@ -24,7 +24,7 @@ from ledger.app.commands.checkpoint import (
 from ledger.app.commands.common import print_json, store_from
 from ledger.errors import LedgerError
 from ledger.replay import load_state, save_snapshot
-from ledger.verify import verify_snapshots, verify_store
+from ledger.verify import verify_ledger
 
 PROGRESS_FROM = 50_000  # smaller ledgers verify faster than a progress bar draws
 
@@ -76,15 +76,14 @@ def verify_cmd(ctx: click.Context, as_json: bool, rebuild_snapshots: bool, check
             console=Console(file=sys.stderr), transient=True,
         ) as bar:
             task = bar.add_task("verify", total=total)
-            report = verify_store(store, progress=lambda n: bar.update(task, completed=n))
+            report, verdicts = verify_ledger(store, progress=lambda n: bar.update(task, completed=n))
     else:
-        report = verify_store(store)
-    # Checkpoints and snapshots are checked against the events: only once they are sound.
+        report, verdicts = verify_ledger(store)
+    # Checkpoints are checked against the events: only once they are sound.
     published = None
     if (checkpoints or sources) and report.ok:
         published = verify_checkpoints(store, sources=sources, repo_url=checkpoint_repo, ref=checkpoint_ref,
                                        allowed_path=allowed_signers, head=report.head)
-    verdicts = verify_snapshots(store) if report.ok else []
     bad = [v for v in verdicts if v.problem is not None]
     rebuilt = False
     if bad and rebuild_snapshots:
