@@ -11,7 +11,7 @@ transition is legal for the job (fold anomalies).
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -225,61 +225,75 @@ PARALLEL_FROM = 200_000
 # ~3.5 for one it only walks; the child ~7 (fetch, hash, schema): 1M events took 4.6 s CPU
 # here and 5.5 s in the child at 0.8; 0.73 evens them out.
 CHILD_SHARE = 0.73
-# When this process also feeds the usage and capacity folds that snapshots are compared with
-# (`verify_ledger`), ~7 us a row more here.
-CHILD_SHARE_FOLDING = 0.95
+# When the child also folds the usage and the capacity memory that snapshots are compared
+# with (`verify_ledger`, ~8 s CPU at 1M events, then their comparisons), it checks fewer rows:
+# at 1M events and 0.55, 12.9 s CPU here (with the job-state snapshot's check) and 13.3 s in
+# the child; 0.25 left this process 5 s behind, and 0.1 more.
+CHILD_SHARE_APART = 0.55
 
 
 def verify_store(store: Reader, *, parallel_from: int = PARALLEL_FROM, transitions: bool = True,
                  progress: Callable[[int], None] | None = None) -> Report:
     """Every event checked (`verify_rows`' checks), by two processes past `parallel_from`
     events; `progress` is given the count of events walked."""
-    return _verify(store, None, parallel_from=parallel_from, transitions=transitions, progress=progress)
+    return _verify(store, None, parallel_from=parallel_from, transitions=transitions, progress=progress)[0]
 
 
 def verify_ledger(store: SnapshotReader, *, parallel_from: int = PARALLEL_FROM,
                   progress: Callable[[int], None] | None = None) -> tuple[Report, list[SnapshotVerdict]]:
     """`verify_store`, and every stored snapshot's verdict (none unless the events are
-    sound), from one read of the ledger: the walk's own fold of the jobs is what each job-state
-    snapshot is compared with at its position, and the rows the walk checks feed the other
-    folds a snapshot asks for on the way (`_SnapshotChecks`). A second read and a second fold
-    of a million events cost ~8 s more."""
+    sound), in the same walk: each job-state snapshot is compared with the walk's own fold of
+    the jobs at its position, each usage and capacity snapshot with folds of their own, fed
+    the walk's rows, or in two processes the child's (`_SnapshotChecks`). A second read and
+    a second fold of a million events would cost ~8 s more."""
     with no_cyclic_gc():
-        checks = _SnapshotChecks(store)
-    report = _verify(store, checks, parallel_from=parallel_from, transitions=True, progress=progress)
-    return report, checks.verdicts() if report.ok else []
+        report, checks = _verify(store, store.list_snapshots(), parallel_from=parallel_from, transitions=True,
+                                 progress=progress)
+    return report, checks.verdicts() if report.ok and checks is not None else []
 
 
 def verify_snapshots(store: SnapshotReader) -> list[SnapshotVerdict]:
     """Every stored snapshot's verdict, the events taken as they are (`verify_ledger` checks
     them in the same read): compared with a fold of the events up to each one's position."""
     with no_cyclic_gc():
-        checks = _SnapshotChecks(store)
-        state = LedgerState()
-        checks.at(0, state)
-        for end in checks.positions(0, None):
-            rows = store.fold_rows(state.position, end)
-            while chunk := list(islice(rows, SINK_CHUNK)):
-                fold_into(state, chunk)
-                checks.feed(chunk)
-            state.position = end
-            checks.at(end, state)
+        checks = _SnapshotChecks(store, store.list_snapshots())
+        _compare_apart(store, checks, None)
         return checks.verdicts()
 
 
-def _verify(store: Reader, checks: _SnapshotChecks | None, *, parallel_from: int, transitions: bool,
-            progress: Callable[[int], None] | None) -> Report:
-    # The snapshots are listed before the head is read: every one that the events reach is
-    # then within the walk.
+def _compare_apart(store: Reader, checks: _SnapshotChecks, until: int | None) -> None:
+    """Give `checks` a plain fold of the events (taken as they are) up to each snapshot's
+    position up to `until`: the jobs' states only if a job-state snapshot is among them."""
+    state = LedgerState()
+    checks.at(0, state)
+    for end in checks.positions(0, until):
+        rows = store.fold_rows(state.position, end)
+        while chunk := list(islice(rows, SINK_CHUNK)):
+            if checks.jobs:
+                fold_into(state, chunk)
+            checks.feed(chunk)
+        state.position = end
+        checks.at(end, state)
+
+
+def _verify(store: Reader, listed: list[Snapshot] | None, *, parallel_from: int, transitions: bool,
+            progress: Callable[[int], None] | None) -> tuple[Report, _SnapshotChecks | None]:
+    """The walk, and the snapshots `listed` (None: none checked). They are listed before the
+    head is read: every one the events reach is then within the walk."""
     head = store.head() if parallel_from else 0
     url = getattr(store, "url", None)
+    split = bool(parallel_from) and head >= parallel_from and url is not None
+    here = (JOBS,) if split else (JOBS, FOLDED)  # two processes: the child folds the rest
+    checks = None if listed is None else _SnapshotChecks(store, listed, kinds=here)
+    if split and url is not None:
+        report = _verify_split(store, url, head, checks, transitions, progress)
+        if report is not None:
+            return report, checks
+        checks = None if listed is None else _SnapshotChecks(store, listed)  # no child: all of it here
     walk = _Walk(transitions)
     if checks is not None:
         checks.at(0, walk.state)
-    if not parallel_from or head < parallel_from or url is None:
-        with no_cyclic_gc():
-            return _walk_to(walk, store, None, chain=True, checks=checks, progress=progress)
-    return _verify_split(store, url, head, walk, checks, progress)
+    return _walk_to(walk, store, None, chain=True, checks=checks, progress=progress), checks
 
 
 def _walk_to(walk: _Walk, store: Reader, until: int | None, *, chain: bool, checks: _SnapshotChecks | None,
@@ -291,10 +305,11 @@ def _walk_to(walk: _Walk, store: Reader, until: int | None, *, chain: bool, chec
     if not ends or ends[-1] != until:
         ends.append(until)
     report = Report(walk.count, after, None)
+    sink = checks.feed if checks is not None and checks.folding else None
     for end in ends:
         start = walk.expected_seq - 1
         rows = store.raw_rows(start, end) if chain else store.fold_rows(start, end)
-        report = walk.run(rows, chain=chain, progress=progress, sink=None if checks is None else checks.feed)
+        report = walk.run(rows, chain=chain, progress=progress, sink=sink)
         if not report.ok or (end is not None and report.head != end):  # a problem, or the events end sooner
             return report
         if checks is not None and end is not None:
@@ -302,31 +317,33 @@ def _walk_to(walk: _Walk, store: Reader, until: int | None, *, chain: bool, chec
     return report
 
 
-def _verify_split(store: Reader, url: str, head: int, walk: _Walk, checks: _SnapshotChecks | None,
-                  progress: Callable[[int], None] | None) -> Report:
-    # The child's share is smaller when this process also feeds the snapshots' other folds.
-    share = CHILD_SHARE if checks is None or not checks.folding else CHILD_SHARE_FOLDING
-    mid = head - int(head * share)
+def _verify_split(store: Reader, url: str, head: int, checks: _SnapshotChecks | None, transitions: bool,
+                  progress: Callable[[int], None] | None) -> Report | None:
+    """The walk with a child checking the rows after `mid` (and folding what `checks` left
+    to it); None when no child could be started."""
+    apart = checks.apart() if checks is not None else []
+    mid = head - int(head * (CHILD_SHARE_APART if apart else CHILD_SHARE))
     # forkserver, not fork: a process with other threads (the dashboard verifies from one)
     # could fork while one of them holds SQLite's or the allocator's lock, and the child
     # would hang on it. The server is started once per process, with this module loaded.
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(send, url, mid, head), daemon=True)
+    child = ctx.Process(target=_child, args=(send, url, mid, head, [_key(snap) for snap in apart]), daemon=True)
     try:
         child.start()
     except OSError:  # no process to be had (a process limit, no room for the server's socket)
         receive.close()
         send.close()
-        with no_cyclic_gc():
-            return _walk_to(walk, store, None, chain=True, checks=checks, progress=progress)
+        return None
     send.close()
-    with no_cyclic_gc():
-        first = _walk_to(walk, store, mid, chain=True, checks=checks, progress=progress)
-        boundary = walk.prev_hash  # the hash of seq `mid`, checked
-        whole = first.ok and first.head == mid
-        rest = _walk_to(walk, store, head, chain=False, checks=checks, progress=progress) if whole else first
+    walk = _Walk(transitions)
+    if checks is not None:
+        checks.at(0, walk.state)
+    first = _walk_to(walk, store, mid, chain=True, checks=checks, progress=progress)
+    boundary = walk.prev_hash  # the hash of seq `mid`, checked
+    whole = first.ok and first.head == mid
+    rest = _walk_to(walk, store, head, chain=False, checks=checks, progress=progress) if whole else first
     if not whole:
         child.kill()
         child.join()
@@ -334,31 +351,44 @@ def _verify_split(store: Reader, url: str, head: int, walk: _Walk, checks: _Snap
     try:
         answer = receive.recv()
     except EOFError:  # the child died without an answer (killed: out of memory, a signal)
-        with no_cyclic_gc():
-            answer = _check_range(store.raw_rows(mid, head), mid)  # its range, here
+        answer = (*_check_range(store.raw_rows(mid, head), mid), {})  # its range, here
     child.join()
     if isinstance(answer, Exception):
         raise answer
-    tail_problem, first_prev, tail_count = answer
+    tail_problem, first_prev, tail_count, answers = answer
     problems = [p for p in (rest.problem, tail_problem) if p is not None]
     if first_prev is not None and first_prev != boundary:
         problems.append(Problem(mid + 1, f"prev_hash does not match the hash of seq {mid}: the chain is broken"))
     if tail_count != head - mid and tail_problem is None:
         problems.append(Problem(mid + tail_count + 1, "seq is not contiguous"))
-    if not problems:
-        return Report(head, head, None)
-    worst = min(problems, key=lambda p: p.position)
-    return Report(worst.position, worst.position, worst)
+    if problems:
+        worst = min(problems, key=lambda p: p.position)
+        return Report(worst.position, worst.position, worst)
+    if checks is not None:
+        checks.settle(answers)
+        if unsettled := checks.apart():  # the child died, or did not find them (saved since, or kept no longer)
+            here = _SnapshotChecks(store, unsettled, kinds=(FOLDED,))
+            _compare_apart(store, here, head)
+            checks.settle(here.answers())
+    return Report(head, head, None)
 
 
-def _child(send, url: str, after: int, until: int) -> None:
-    """In the child: seq, the chain within the range, hash and schema of rows (after, until]."""
+def _child(send, url: str, after: int, until: int, apart: list[tuple]) -> None:
+    """In the child: seq, the chain within the range, hash and schema of rows (after, until];
+    then, if they are sound, the snapshots `apart` (their `_key`s) compared with folds of
+    the events up to `until`, their verdicts answered by key."""
     try:
         store = open_store(url, create=False)
         with no_cyclic_gc():
             result = _check_range(store.raw_rows(after, until), after)
+            answers: dict[tuple, str | None] = {}
+            if apart and result[0] is None:
+                wanted = set(apart)
+                checks = _SnapshotChecks(store, [s for s in store.list_snapshots() if _key(s) in wanted], kinds=(FOLDED,))
+                _compare_apart(store, checks, until)
+                answers = checks.answers()
         store.close()
-        send.send(result)
+        send.send((*result, answers))
     except Exception as exc:  # the parent raises it: a damaged file fails as it would there
         send.send(exc)
     finally:
@@ -448,8 +478,18 @@ class SnapshotVerdict:
                 "rebuilt": self.rebuilt, "problem": self.problem}
 
 
+# What a snapshot is compared with: the walk's fold of the jobs, or folds of its own (usage,
+# capacity) that the walk's rows feed, or the child's.
+JOBS, FOLDED = "jobs", "folded"
+
+
+def _key(snap: Snapshot) -> tuple:
+    """A snapshot as both processes of verify name it (each lists the snapshots itself)."""
+    return snap.name, snap.code_version, snap.position, snap.hash
+
+
 class _SnapshotChecks:
-    """Every stored snapshot, checked as verify's walk passes its position.
+    """Snapshots `listed`, checked as verify's walk passes their positions.
 
     Up front, each one's own hash and its tie to the chain (the checks replay makes before
     using one, `replay.snapshot_problem`). Each one made by this code is then compared with
@@ -457,34 +497,57 @@ class _SnapshotChecks:
     consistent hashes: a job-state snapshot with the walk's own fold of the jobs (replay's
     fold), a usage snapshot with the usage fold of the half-life its name says, a capacity
     snapshot with a capacity memory; those two are fed the walk's rows (`feed`). Snapshots
-    of other code are checked by hash only (replay never uses them)."""
+    of other code are checked by hash only (replay never uses them). Those of a kind not
+    in `kinds` are compared elsewhere (verify's child): their verdicts come to `settle`."""
 
-    def __init__(self, store: SnapshotReader) -> None:
-        self._snapshots = store.list_snapshots()  # by position
+    def __init__(self, store: SnapshotReader, listed: list[Snapshot], *, kinds: Collection[str] = (JOBS, FOLDED)) -> None:
+        self._snapshots = listed  # by position
         code, usage_code, capacity_code = snapshot_code(), usage_snapshot.code_version(), capacity_snapshot.code_version()
         parts = {part_name(SNAPSHOT_NAME, p) for p in (PIECES, ROWS)}
-        self._verdicts: dict[int, SnapshotVerdict] = {}  # by id() of the snapshot
+        self._verdicts: dict[tuple, SnapshotVerdict] = {}  # by _key
         self._due: dict[int, list[tuple[Snapshot, Callable[[Snapshot, LedgerState], str | None]]]] = {}
+        self._apart: dict[tuple, Snapshot] = {}  # compared elsewhere, by _key
         self._usage: dict[str, usage_snapshot.Kept] = {}
         self._memory: CapacityMemory | None = None
-        for snap in self._snapshots:
+        self.jobs = False  # whether a job-state snapshot is compared here
+        compare = {code: (JOBS, self._jobs_problem), usage_code: (FOLDED, self._usage_problem),
+                   capacity_code: (FOLDED, self._capacity_problem)}
+        for snap in listed:
             problem = snapshot_problem(store, snap)
-            check: Callable[[Snapshot, LedgerState], str | None]
-            if problem is None and snap.code_version == usage_code:
-                half_life = usage_snapshot.half_life_of(snap.name)
-                if half_life is not None and snap.name not in self._usage:  # else: reported as a name no meter writes
-                    meter = ShareMeter(half_life)
-                    self._usage[snap.name] = meter, UsageFold(on_interval=meter.add)
-                check = self._usage_problem
-            elif problem is None and snap.code_version == capacity_code:
-                self._memory = self._memory or CapacityMemory()
-                check = self._capacity_problem
-            elif problem is None and snap.code_version == code and snap.name not in parts:
-                check = self._jobs_problem
-            else:  # a part is checked by its own hash here, and as what its manifest names with its whole
-                self._verdicts[id(snap)] = SnapshotVerdict(snap, False, problem)
-                continue
-            self._due.setdefault(snap.position, []).append((snap, check))
+            # a part is checked by its own hash here, and as what its manifest names with its whole
+            kind, check = (None, None) if problem is not None or snap.name in parts \
+                else compare.get(snap.code_version, (None, None))
+            if kind is None or check is None:
+                self._verdicts[_key(snap)] = SnapshotVerdict(snap, False, problem)
+            elif kind not in kinds:
+                self._apart[_key(snap)] = snap
+            else:
+                self._due.setdefault(snap.position, []).append((snap, check))
+                if snap.code_version == usage_code:
+                    self._usage_fold(snap.name)
+                elif snap.code_version == capacity_code:
+                    self._memory = self._memory or CapacityMemory()
+                else:
+                    self.jobs = True
+
+    def _usage_fold(self, name: str) -> None:
+        half_life = usage_snapshot.half_life_of(name)
+        if half_life is not None and name not in self._usage:  # else: reported as a name no meter writes
+            meter = ShareMeter(half_life)
+            self._usage[name] = meter, UsageFold(on_interval=meter.add)
+
+    def apart(self) -> list[Snapshot]:
+        """The snapshots compared elsewhere whose verdicts have not come yet."""
+        return list(self._apart.values())
+
+    def settle(self, answers: dict[tuple, str | None]) -> None:
+        """Verdicts of snapshots compared elsewhere (`answers` of the checks there), by _key."""
+        for key in [k for k in self._apart if k in answers]:
+            self._verdicts[key] = SnapshotVerdict(self._apart.pop(key), True, answers[key])
+
+    def answers(self) -> dict[tuple, str | None]:
+        """The verdicts of the snapshots compared here, by _key (for `settle`)."""
+        return {key: v.problem for key, v in self._verdicts.items() if v.rebuilt}
 
     @property
     def folding(self) -> bool:
@@ -510,16 +573,16 @@ class _SnapshotChecks:
         if self._memory is not None:
             self._memory.position = position
         for snap, check in self._due.pop(position, ()):
-            self._verdicts[id(snap)] = SnapshotVerdict(snap, True, check(snap, state))
+            self._verdicts[_key(snap)] = SnapshotVerdict(snap, True, check(snap, state))
 
     def verdicts(self) -> list[SnapshotVerdict]:
         """Each snapshot's, in position order; one the walk did not reach (the ledger ended
         sooner) is past the head."""
         for position, due in self._due.items():
             for snap, _ in due:
-                self._verdicts[id(snap)] = SnapshotVerdict(snap, False, f"it folds up to seq {position}, past the ledger's head")
+                self._verdicts[_key(snap)] = SnapshotVerdict(snap, False, f"it folds up to seq {position}, past the ledger's head")
         self._due.clear()
-        return [self._verdicts[id(snap)] for snap in self._snapshots]
+        return [self._verdicts[_key(snap)] for snap in self._snapshots]
 
     def _jobs_problem(self, snap: Snapshot, state: LedgerState) -> str | None:
         try:

@@ -6,8 +6,9 @@ import dataclasses
 
 from ledger.capacity_snapshot import load_capacity, save_capacity
 from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
-from ledger.replay import load_state, save_snapshot
-from ledger.usage.snapshot import load_usage, save_usage
+from ledger.replay import load_state, save_snapshot, tied_snapshot
+from ledger.usage.snapshot import code_version as usage_code
+from ledger.usage.snapshot import encode, load_usage, save_usage, snapshot_name
 from ledger.verify import (
     CHILD_SHARE,
     _Walk,
@@ -187,13 +188,17 @@ def test_a_child_killed_mid_check_leaves_its_range_to_the_parent(tmp_path):
 
 def snapshotted(store_factory):
     """A ledger with a snapshot of each kind at its own position before the head, and a job
-    state forged at seq 3 with consistent hashes (what a forger with database access writes)."""
+    state (at seq 3) and a usage fold (at seq 4) forged with consistent hashes (what a
+    forger with database access writes)."""
     store = sample(store_factory)  # 4 events
     store.append("bob/b", [NewEvent("queued", {"reason": "capacity"})])
     save_snapshot(store, load_state(store, until=2, use_snapshot=False))
     save_usage(store, *load_usage(store, 168.0, until=3, use_snapshot=False))
     save_capacity(store, load_capacity(store, 4, use_snapshot=False))
     insert_encoded(store_factory, store, finished(load_state(store, until=3, use_snapshot=False), "alice/a"), position=3)
+    meter, usage = load_usage(store, 168.0, until=4, use_snapshot=False)
+    meter.acc["alice"] = 3600.0  # alice's fair share charged for an hour she never held
+    store.save_snapshot(tied_snapshot(store, snapshot_name(168.0), usage_code(), 4, encode(meter, usage)))
     return store
 
 
@@ -213,8 +218,9 @@ def test_verify_ledger_checks_each_snapshot_where_its_walk_passes_in_one_process
         assert report.ok and report.head == 5 and verdicts_of(verdicts) == apart
     assert seen[-1] == 5  # two processes show progress too
     forged = [v for v in apart if v[3] is not None]
-    assert [v[:3] for v in forged] == [("ledger", 3, True)]
+    assert [v[:3] for v in forged] == [("ledger", 3, True), ("usage/168.0h", 4, True)]
     assert forged[0][3].startswith("job alice/a: state is 'finished' in it, ")
+    assert forged[1][3] == "its meter's decayed sums differ from the events'"  # in two processes, found by the child
     assert all(rebuilt for name, _, rebuilt, _ in apart if name in ("ledger", "usage/168.0h", "capacity"))
 
 
@@ -232,3 +238,37 @@ def test_verify_ledger_gives_no_verdict_on_unsound_events(store_factory):
 
     report, verdicts = verify_ledger(Damaged(), parallel_from=0)
     assert report.problem.position == 4 and "hash mismatch" in report.problem.reason and verdicts == []
+
+
+def test_a_child_killed_before_it_compares_leaves_its_snapshots_to_the_parent(tmp_path):
+    """In two processes the child folds the usage and the capacity memory that snapshots are
+    compared with; when it dies without answering, the parent compares them itself."""
+    import multiprocessing
+    import threading
+
+    from workload import workload
+
+    from ledger.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "l.db")
+    store.append_many([(job, events, 0) for job, events in workload(20_000, 200)])
+    save_snapshot(store, load_state(store, until=15_000, use_snapshot=False))
+    save_usage(store, *load_usage(store, 168.0, until=12_000, use_snapshot=False))
+    save_capacity(store, load_capacity(store, 18_000, use_snapshot=False))
+    killed = []
+
+    def kill_the_child() -> None:
+        while not killed:
+            for child in multiprocessing.active_children():
+                child.kill()
+                killed.append(child)
+
+    killer = threading.Thread(target=kill_the_child, daemon=True)
+    killer.start()
+    report, verdicts = verify_ledger(store, parallel_from=1)
+    killer.join(5)
+    assert killed and killed[0].exitcode == -9 and report.ok
+    assert verdicts_of(verdicts) == verdicts_of(verify_snapshots(store))
+    assert [(name, rebuilt, problem) for name, _, rebuilt, problem in verdicts_of(verdicts)] == [
+        ("usage/168.0h", True, None), ("ledger", True, None), ("ledger.pieces", False, None),
+        ("ledger.rows", False, None), ("capacity", True, None)]
