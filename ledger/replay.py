@@ -23,6 +23,7 @@ import logging
 import operator
 import pickle
 import sys
+import threading
 import typing
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -795,14 +796,28 @@ def decode_lazy(blob: bytes, parts: Parts) -> LazyState | None:
 def no_cyclic_gc() -> Iterator[None]:
     """Folding and decoding make no reference cycles but millions of containers, which set
     off collections of the whole heap over and over (the snapshot's 350k containers took
-    2.5x as long to load with the collector on). Freed memory is still freed at once."""
-    enabled = gc.isenabled()
-    gc.disable()
+    2.5x as long to load with the collector on). Freed memory is still freed at once.
+    Counted across threads (the dashboard folds on several): the collector is back on when
+    the last one leaves, as it was when the first came; one thread's exit never turns it on
+    under another, nor leaves it off for good."""
+    global _gc_holders, _gc_was_on
+    with _gc_lock:
+        if _gc_holders == 0:
+            _gc_was_on = gc.isenabled()
+            gc.disable()
+        _gc_holders += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _gc_lock:
+            _gc_holders -= 1
+            if _gc_holders == 0 and _gc_was_on:
+                gc.enable()
+
+
+_gc_lock = threading.Lock()
+_gc_holders = 0  # threads (or nested calls) inside no_cyclic_gc
+_gc_was_on = False
 
 
 def load_plain(data: bytes, start: int = 0) -> Any:

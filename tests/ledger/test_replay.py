@@ -498,3 +498,29 @@ def test_names_whose_starts_disagree_with_their_text_are_caught_by_verify_s_deco
     assert lazy is not None and lazy._c.ids[1] == "\0bob/b" and list(lazy._c.ids) == ["alice/a", "bob/b"]
     assert decode_state(lie, encoded.parts.get, check=True) is None
     assert not lazy._c.ids.consistent()
+
+
+def test_the_collector_is_off_while_any_thread_folds_and_back_on_when_the_last_leaves():
+    """Two threads in no_cyclic_gc, leaving in the order they came: the first one's exit
+    used to turn the collector on under the second, or the second's to leave it off."""
+    import gc
+    import threading
+
+    from ledger.replay import no_cyclic_gc
+
+    assert gc.isenabled()
+    inside, leave = threading.Event(), threading.Event()
+
+    def second() -> None:
+        with no_cyclic_gc():
+            inside.set()
+            leave.wait(10)
+
+    with no_cyclic_gc():
+        other = threading.Thread(target=second)
+        other.start()
+        assert inside.wait(10)
+    assert not gc.isenabled()  # the other thread still folds
+    leave.set()
+    other.join(10)
+    assert gc.isenabled()
