@@ -105,13 +105,14 @@ class TpuHealth:
             yield row
 
 
-def tpu_health_of_rows(rows: Iterable[tuple]) -> dict[str, dict[str, str]]:
-    """`TpuHealth` over store rows in ledger order (`ledger tpus` reads its holders' streams'
-    rows of `TpuHealth.TYPES` in one query: store.stream_rows)."""
+def tpu_health_of_rows(rows: Iterable[tuple]) -> TpuHealth:
+    """`TpuHealth` over store rows in ledger order (`ledger tpus` and the dashboard's start
+    read the holders' streams' rows of `TpuHealth.TYPES` in one query: store.stream_rows,
+    `health_streams`)."""
     fold = TpuHealth()
     for _ in fold.tee(rows):
         pass
-    return fold.checks
+    return fold
 
 
 def tpu_health(events: Iterable[Any]) -> dict[str, dict[str, str]]:

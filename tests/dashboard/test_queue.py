@@ -6,6 +6,7 @@ whole ledger gives. And the TPUs page's health column, kept current by the same 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from ledger.app.cli import cli
+from ledger.app.dashboard import live as live_module
 from ledger.app.dashboard import views
 from ledger.app.dashboard.live import LiveLedger
+from ledger.app.dashboard.server import Background, create_app, hosts_for
 from ledger.app.queueview import recent_usage, record_policy
 from ledger.events import NewEvent, actor
 from ledger.store import open_store
@@ -168,3 +171,44 @@ def test_the_queue_page_shows_a_page_of_rows_with_links_to_the_others_and_keeps_
         assert paged["total"] == 5 and paged["pages"] == 3 and paged["page"] == 2 and paged["offset"] == 2
         assert paged["per_page"] == 2 and [r["job"] for r in paged["rows"]] == bobs[2:4]
         assert get(site.url, "/api/queue?page=x")[0] == 400
+
+
+def test_a_large_ledger_is_served_while_its_usage_is_folded_behind_the_pages(lab, monkeypatch):
+    """Past FOLD_BEHIND_FROM events the dashboard serves before usage is folded: the jobs
+    pages at once; a page that reads usage waits for it, then answers 503 saying how far it
+    is. Caught up (the rows the tail read meanwhile included), its usage is the usage of a
+    dashboard that folded it at start."""
+    url, store = lab
+    held = threading.Event()
+    catch_up = LiveLedger._catch_up
+
+    def held_back(live: LiveLedger) -> None:
+        held.wait(30)
+        catch_up(live)
+
+    monkeypatch.setattr(LiveLedger, "_catch_up", held_back)
+    monkeypatch.setattr(live_module, "USAGE_WAIT_S", 0.2)
+    behind = LiveLedger(url, fold_behind_from=1)
+    with Background(create_app(behind, store_label=url, allowed_hosts=hosts_for("127.0.0.1"))) as site:
+        status, headers, body = get(site.url, "/api/usage")
+        assert status == 503 and headers["retry-after"] == "5"
+        assert "usage is still being read from the ledger (0 of 9 events)" in json.loads(body)["error"]
+        assert get(site.url, "/queue")[0] == 503 and get(site.url, "/usage")[0] == 503
+        assert [j["id"] for j in get_json(site.url, "/api/jobs")["jobs"]] == ["alice/a", "alice/b", "carol/c"]
+        append(store, "alice/a", [("finished", {"exit_code": 0})])  # read by the tail, kept for usage
+        append(store, "bob/d", running("v4-8", "n2"))
+        deadline = time.monotonic() + 30
+        while behind.position < store.head() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert behind.position == store.head() and not behind.usage_ready.is_set()
+        held.set()
+        assert behind.usage_ready.wait(30)
+        at_start = LiveLedger(url)
+        try:
+            now = at_start.now_us()
+            behind.now_us = at_start.now_us = lambda: now  # type: ignore[method-assign]
+            assert views.usage_page(behind) == views.usage_page(at_start)
+            assert behind.usage.figures(now) == at_start.usage.figures(now) and behind.usage.position == store.head()
+            assert [r["job"] for r in views.queue_page(behind, store)["rows"]] == ["carol/c", "alice/b"]
+        finally:
+            at_start.close()

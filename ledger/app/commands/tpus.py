@@ -23,7 +23,7 @@ def tpus(ctx: click.Context, as_json: bool) -> None:
     # hold it (readmodels.health_streams).
     state = load_lazy(store)
     holders = state.holders()
-    health = tpu_health_of_rows(store.stream_rows(health_streams(holders, state.releasing), TpuHealth.TYPES, state.position))
+    health = tpu_health_of_rows(store.stream_rows(health_streams(holders, state.releasing), TpuHealth.TYPES, state.position)).checks
     rows = tpu_rows(state.jobs(tpu_jobs(holders)), health)
     if as_json:  # the dashboard's /api/tpus answers the same rows; `ledger doctor --json` has the checks
         print_json(rows, plain=True)

@@ -1,9 +1,12 @@
 """The dashboard's live read model: one per server, kept current from the store's tail.
 
 At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
-the events after it), the capacity memory the same way, and folds the ledger once into the
-usage fold (`ledger usage`'s, whose closed intervals make the weekly table) and the TPUs'
-last host checks. Then
+the events after it), the capacity memory the same way, the TPUs' last host checks from the
+streams of their holders as `ledger tpus` reads them, and folds the ledger once into the
+usage fold (`ledger usage`'s, whose closed intervals make the weekly table): at once for a
+small ledger; past FOLD_BEHIND_FROM events on a thread of its own while the pages are served
+(~6 s at 1M events, which the dashboard used to wait for before serving any page), the pages
+that read usage waiting for it (`wait_for_usage`). Then
 one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
 PostgreSQL, a cheap head poll on SQLite), reads only the new rows and folds them into both,
 as the reconciler's loop does. No request replays the ledger; every page reads this state
@@ -33,13 +36,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.app.dashboard.weeks import Weeks
-from ledger.app.readmodels import TpuHealth
+from ledger.app.readmodels import TpuHealth, health_streams, tpu_health_of_rows
 from ledger.capacity import CapacityMemory
 from ledger.capacity_snapshot import load_capacity
+from ledger.errors import LedgerError
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import LedgerState
-from ledger.replay import fold_into, fold_rows, load_state, no_cyclic_gc
+from ledger.replay import LazyState, fold_into, fold_rows, load_state, no_cyclic_gc
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store, store_errors
 from ledger.usage import Rollup, UsageFold, to_us
@@ -51,11 +55,18 @@ from reconciler import admission
 
 log = logging.getLogger("ledger.dashboard")
 
+
+class UsagePending(LedgerError):
+    """Usage is still being folded at start: the page answers 503 and says how far it is."""
+
 RECENT = 2_000  # events kept for clients that reconnect (SSE Last-Event-ID)
 BATCH = 5_000  # rows folded per lock hold: pages stay responsive while a backlog is read
+CATCH_UP_BATCH = 100_000  # rows usage's catch-up reads a query
 WAIT_S = 0.5  # longest wait on the store before looking at the stop flag again
 VERIFY_MIN_S = 2.0
 VERIFY_RATIO = 20  # verify again no sooner than this many times its last duration
+FOLD_BEHIND_FROM = 200_000  # events: usage is folded behind the pages (`_catch_up`) past this many
+USAGE_WAIT_S = 20.0  # how long a page that reads usage waits for it at start before a 503
 
 
 class StorePool:
@@ -125,7 +136,8 @@ class VerifyRun:
 class LiveLedger:
     """The state every page reads: jobs, usage, weeks, the latest events; updated by the tail."""
 
-    def __init__(self, store_url: str, *, topic: str = "ledger-events", verify_every: float = 600.0) -> None:
+    def __init__(self, store_url: str, *, topic: str = "ledger-events", verify_every: float = 600.0,
+                 fold_behind_from: int = FOLD_BEHIND_FROM) -> None:
         self.store_url = store_url
         self.topic = topic
         self.verify_every = verify_every
@@ -150,9 +162,20 @@ class LiveLedger:
         with store_errors(store_url):
             self.state: LedgerState = load_state(self._store)
             self.capacity = load_capacity(self._store, self.state.position)
-            with no_cyclic_gc():
-                self.usage.apply_rows(self.health.tee(fold_rows(self._store, 0, self.state.position)))
-        self.position = self.state.position
+            lazy = LazyState.of(self.state)
+            self.health = tpu_health_of_rows(self._store.stream_rows(
+                health_streams(lazy.holders(), lazy.releasing), TpuHealth.TYPES, self.state.position))
+        self.position = self._loaded_at = self.state.position
+        self.usage_ready = threading.Event()  # set once usage is folded up to the tail
+        self.usage_read = 0  # the seq usage is folded up to while it catches up (its progress)
+        self._behind: list[list[tuple]] | None = None  # rows the tail read while usage caught up
+        if self.position < fold_behind_from:
+            with store_errors(store_url), no_cyclic_gc():
+                self.usage.apply_rows(fold_rows(self._store, 0, self.position))
+            self.usage_read = self.position
+            self.usage_ready.set()
+        else:
+            self._behind = []
         # The collector's first full pass over what was just loaded (954k containers at
         # 118,956 jobs: ~0.5 s) runs now, before the first page is served, not during it.
         gc.collect()
@@ -161,7 +184,10 @@ class LiveLedger:
 
     # -- the tail ---------------------------------------------------------------------------
     def start(self) -> None:
-        for target, name in ((self._tail, "dashboard-tail"), (self._verify_loop, "dashboard-verify")):
+        threads = [(self._tail, "dashboard-tail"), (self._verify_loop, "dashboard-verify")]
+        if not self.usage_ready.is_set():
+            threads.append((self._catch_up, "dashboard-usage"))
+        for target, name in threads:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -194,7 +220,13 @@ class LiveLedger:
         """Fold new (seq, stream, version, type, time, data) rows and announce them."""
         with self.lock:
             fold_into(self.state, rows)
-            self.usage.apply_rows(self.capacity.tee(self.health.tee(rows)))
+            teed = self.capacity.tee(self.health.tee(rows))
+            if self._behind is None:
+                self.usage.apply_rows(teed)
+            else:  # usage is still catching up: it takes these when it is done
+                for _ in teed:
+                    pass
+                self._behind.append(rows)
             self.position = rows[-1][0]
             self.recent.extend({"seq": r[0], "stream": r[1], "type": r[3], "time": r[4]} for r in rows)
             self.changed = time.time()
@@ -210,12 +242,58 @@ class LiveLedger:
             oldest = self.recent[0]["seq"]
             return [e for e in self.recent if e["seq"] > seq], seq < oldest - 1
 
+    def _catch_up(self) -> None:
+        """Usage folded from the first event to where the state was loaded, then the rows
+        the tail read meanwhile (under the lock, so none is lost or folded twice): on a
+        thread of its own, from a connection of its own, while the pages are served. Nothing
+        else touches the usage fold until it is done: the pages that read it wait."""
+        until, store = self._loaded_at, None
+        while self.usage.position < until and not self._stop.is_set():
+            start = self.usage.position
+            try:
+                with store_errors(self.store_url):
+                    store = store or open_store(self.store_url, create=False)
+                    with no_cyclic_gc():  # the fold's position is its last row's, also when the read fails
+                        self.usage.apply_rows(store.fold_rows(start, min(until, start + CATCH_UP_BATCH)))
+            except Exception as exc:  # a lost database: try again, from where it stopped
+                log.warning("dashboard usage: %s", exc)
+                if store is not None:
+                    with contextlib.suppress(Exception):
+                        store.close()
+                store = None
+                self._stop.wait(1.0)
+                continue
+            if self.usage.position == start:  # no rows where the ledger had them: nothing more to read
+                break
+            self.usage_read = self.usage.position
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+        if self._stop.is_set():
+            return
+        with self.lock:
+            for rows in self._behind or ():
+                self.usage.apply_rows(rows)
+            self._behind = None
+            self.usage_read = self.position
+            self.usage_ready.set()
+
+    def wait_for_usage(self) -> None:
+        """What a page that reads usage calls first: at start it waits for the catch-up
+        (USAGE_WAIT_S at most), then UsagePending (a 503 saying how far it is)."""
+        if not self.usage_ready.wait(USAGE_WAIT_S):
+            raise UsagePending(f"usage is still being read from the ledger ({self.usage_read:,} of "
+                               f"{self.position:,} events); try again in a few seconds")
+
     # -- verify -----------------------------------------------------------------------------
     def _verify_loop(self) -> None:
         """Verify at start, then again whenever the ledger grew: no sooner than 20 times the
         last run took (verify then costs at most ~5% of a core, 2 s at least) and no later
         than `verify_every` seconds."""
         checked_head, last_run = -1, 0.0
+        while not self.usage_ready.wait(1.0):  # usage's catch-up first: both want the interpreter
+            if self._stop.is_set():
+                return
         while not self._stop.is_set():
             pause = min(self.verify_every, max(VERIFY_MIN_S, VERIFY_RATIO * last_run))
             if self.position != checked_head:
@@ -258,6 +336,7 @@ class LiveLedger:
         the tail feeds it, as the reconciler's loop does."""
         if policy is None or not admission.active(policy):
             return admission.NO_USAGE
+        self.wait_for_usage()
         half_life = policy.fair_share.half_life_hours
         meter = self.meter
         if meter is None or meter.half_life_hours != half_life:

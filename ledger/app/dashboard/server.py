@@ -44,7 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import defaults
 from ledger.app.dashboard import timeline, views
-from ledger.app.dashboard.live import LiveLedger, StorePool
+from ledger.app.dashboard.live import LiveLedger, StorePool, UsagePending
 from ledger.app.dashboard.observe import Endpoints, instances
 from ledger.app.figures import USAGE_HEADERS, chip_hours, percent, usage_cells
 from ledger.app.observability.service import Service
@@ -221,6 +221,10 @@ class Dashboard:
                 return self.error(request, 400, str(exc))
             except views.NotFound as exc:
                 return self.error(request, 404, f"no job {exc.args[0]!r} in the ledger")
+            except UsagePending as exc:  # at start, on a large ledger: a few seconds
+                response = self.error(request, 503, str(exc))
+                response.headers["Retry-After"] = "5"
+                return response
             except LedgerError as exc:
                 return self.error(request, 503, f"the ledger cannot be read: {exc}")
 

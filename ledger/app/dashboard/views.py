@@ -364,6 +364,7 @@ def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
     and the weekly table."""
     if by not in GROUPINGS or by == "attempt":
         raise BadRequest(f"by must be one of {', '.join(g for g in GROUPINGS if g != 'attempt')}")
+    live.wait_for_usage()
     now = live.now_us()
     with live.lock:
         opened = live.usage.open_intervals(now)  # 10,000 waiting jobs' intervals: made once for both
