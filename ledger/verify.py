@@ -246,9 +246,8 @@ def verify_ledger(store: SnapshotReader, *, parallel_from: int = PARALLEL_FROM,
     the jobs at its position, each usage and capacity snapshot with folds of their own, fed
     the walk's rows, or in two processes the child's (`_SnapshotChecks`). A second read and
     a second fold of a million events would cost ~8 s more."""
-    with no_cyclic_gc():
-        report, checks = _verify(store, store.list_snapshots(), parallel_from=parallel_from, transitions=True,
-                                 progress=progress)
+    report, checks = _verify(store, store.list_snapshots(), parallel_from=parallel_from, transitions=True,
+                             progress=progress)
     return report, checks.verdicts() if report.ok and checks is not None else []
 
 
@@ -284,16 +283,17 @@ def _verify(store: Reader, listed: list[Snapshot] | None, *, parallel_from: int,
     url = getattr(store, "url", None)
     split = bool(parallel_from) and head >= parallel_from and url is not None
     here = (JOBS,) if split else (JOBS, FOLDED)  # two processes: the child folds the rest
-    checks = None if listed is None else _SnapshotChecks(store, listed, kinds=here)
-    if split and url is not None:
-        report = _verify_split(store, url, head, checks, transitions, progress)
-        if report is not None:
-            return report, checks
-        checks = None if listed is None else _SnapshotChecks(store, listed)  # no child: all of it here
-    walk = _Walk(transitions)
-    if checks is not None:
-        checks.at(0, walk.state)
-    return _walk_to(walk, store, None, chain=True, checks=checks, progress=progress), checks
+    with no_cyclic_gc():
+        checks = None if listed is None else _SnapshotChecks(store, listed, kinds=here)
+        if split and url is not None:
+            report = _verify_split(store, url, head, checks, transitions, progress)
+            if report is not None:
+                return report, checks
+            checks = None if listed is None else _SnapshotChecks(store, listed)  # no child: all of it here
+        walk = _Walk(transitions)
+        if checks is not None:
+            checks.at(0, walk.state)
+        return _walk_to(walk, store, None, chain=True, checks=checks, progress=progress), checks
 
 
 def _walk_to(walk: _Walk, store: Reader, until: int | None, *, chain: bool, checks: _SnapshotChecks | None,
