@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing
+import sqlite3
+import threading
+from collections.abc import Iterator
 
 from ledger.capacity_snapshot import load_capacity, save_capacity
 from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
@@ -148,28 +153,20 @@ def test_verify_in_two_processes_finds_what_one_finds(tmp_path):
     assert verify_store(store, parallel_from=1).ok
 
 
-def test_a_child_killed_mid_check_leaves_its_range_to_the_parent(tmp_path):
-    """The child may die without answering (the kernel's out-of-memory killer, a signal):
-    the parent checks the child's range itself and finds what one process finds, with no
-    traceback (it used to raise EOFError)."""
-    import multiprocessing
-    import sqlite3
-    import threading
-
-    from workload import workload
+def workload_store(path):
+    from workload import workload  # bench/ (on the tests' path)
 
     from ledger.store.sqlite import SQLiteStore
 
-    path = tmp_path / "l.db"
     store = SQLiteStore(path)
     store.append_many([(job, events, 0) for job, events in workload(20_000, 200)])
-    head = store.head()
-    damaged = head - 10  # in the child's range
-    db = sqlite3.connect(path)
-    db.execute("DROP TRIGGER events_no_update")
-    db.execute("UPDATE events SET data = '{\"reason\":\"forged\"}' WHERE seq = ?", (damaged,))
-    db.commit()
-    killed = []
+    return store
+
+
+@contextlib.contextmanager
+def the_child_killed() -> Iterator[None]:
+    """verify's child killed as soon as it runs (as the out-of-memory killer or a signal would)."""
+    killed: list = []
 
     def kill_the_child() -> None:
         while not killed:
@@ -179,9 +176,25 @@ def test_a_child_killed_mid_check_leaves_its_range_to_the_parent(tmp_path):
 
     killer = threading.Thread(target=kill_the_child, daemon=True)
     killer.start()
-    report = verify_store(store, parallel_from=1)
+    yield
     killer.join(5)
     assert killed and killed[0].exitcode == -9
+
+
+def test_a_child_killed_mid_check_leaves_its_range_to_the_parent(tmp_path):
+    """The child may die without answering (the kernel's out-of-memory killer, a signal):
+    the parent checks the child's range itself and finds what one process finds, with no
+    traceback (it used to raise EOFError)."""
+    path = tmp_path / "l.db"
+    store = workload_store(path)
+    head = store.head()
+    damaged = head - 10  # in the child's range
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER events_no_update")
+    db.execute("UPDATE events SET data = '{\"reason\":\"forged\"}' WHERE seq = ?", (damaged,))
+    db.commit()
+    with the_child_killed():
+        report = verify_store(store, parallel_from=1)
     assert report.problem == verify_store(store, parallel_from=0).problem
     assert report.problem.position == damaged and "hash mismatch" in report.problem.reason
 
@@ -243,32 +256,13 @@ def test_verify_ledger_gives_no_verdict_on_unsound_events(store_factory):
 def test_a_child_killed_before_it_compares_leaves_its_snapshots_to_the_parent(tmp_path):
     """In two processes the child folds the usage and the capacity memory that snapshots are
     compared with; when it dies without answering, the parent compares them itself."""
-    import multiprocessing
-    import threading
-
-    from workload import workload
-
-    from ledger.store.sqlite import SQLiteStore
-
-    store = SQLiteStore(tmp_path / "l.db")
-    store.append_many([(job, events, 0) for job, events in workload(20_000, 200)])
+    store = workload_store(tmp_path / "l.db")
     save_snapshot(store, load_state(store, until=15_000, use_snapshot=False))
     save_usage(store, *load_usage(store, 168.0, until=12_000, use_snapshot=False))
     save_capacity(store, load_capacity(store, 18_000, use_snapshot=False))
-    killed = []
-
-    def kill_the_child() -> None:
-        while not killed:
-            for child in multiprocessing.active_children():
-                child.kill()
-                killed.append(child)
-
-    killer = threading.Thread(target=kill_the_child, daemon=True)
-    killer.start()
-    report, verdicts = verify_ledger(store, parallel_from=1)
-    killer.join(5)
-    assert killed and killed[0].exitcode == -9 and report.ok
-    assert verdicts_of(verdicts) == verdicts_of(verify_snapshots(store))
+    with the_child_killed():
+        report, verdicts = verify_ledger(store, parallel_from=1)
+    assert report.ok and verdicts_of(verdicts) == verdicts_of(verify_snapshots(store))
     assert [(name, rebuilt, problem) for name, _, rebuilt, problem in verdicts_of(verdicts)] == [
         ("usage/168.0h", True, None), ("ledger", True, None), ("ledger.pieces", False, None),
         ("ledger.rows", False, None), ("capacity", True, None)]
