@@ -337,16 +337,22 @@ def _verify_split(store: Reader, url: str, head: int, checks: _SnapshotChecks | 
         send.close()
         return None
     send.close()
-    walk = _Walk(transitions)
-    if checks is not None:
-        checks.at(0, walk.state)
-    first = _walk_to(walk, store, mid, chain=True, checks=checks, progress=progress)
-    boundary = walk.prev_hash  # the hash of seq `mid`, checked
-    whole = first.ok and first.head == mid
-    rest = _walk_to(walk, store, head, chain=False, checks=checks, progress=progress) if whole else first
-    if not whole:
-        child.kill()
-        child.join()
+    walk, walked = _Walk(transitions), False
+    try:  # the child is not left running when this walk stops early (a problem; a progress
+        # callback that stops verify, as the dashboard's does when it closes; a lost store)
+        if checks is not None:
+            checks.at(0, walk.state)
+        first = _walk_to(walk, store, mid, chain=True, checks=checks, progress=progress)
+        boundary = walk.prev_hash  # the hash of seq `mid`, checked
+        if first.ok and first.head == mid:
+            rest = _walk_to(walk, store, head, chain=False, checks=checks, progress=progress)
+            walked = True
+    finally:
+        if not walked:
+            child.kill()
+            child.join()
+            receive.close()
+    if not walked:
         return first
     try:
         answer = receive.recv()

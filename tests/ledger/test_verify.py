@@ -9,6 +9,8 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 
+import pytest
+
 from ledger.capacity_snapshot import load_capacity, save_capacity
 from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
 from ledger.replay import load_state, save_snapshot, tied_snapshot
@@ -266,3 +268,16 @@ def test_a_child_killed_before_it_compares_leaves_its_snapshots_to_the_parent(tm
     assert [(name, rebuilt, problem) for name, _, rebuilt, problem in verdicts_of(verdicts)] == [
         ("usage/168.0h", True, None), ("ledger", True, None), ("ledger.pieces", False, None),
         ("ledger.rows", False, None), ("capacity", True, None)]
+
+
+def test_a_progress_callback_that_raises_stops_verify_and_its_child(tmp_path):
+    """The dashboard stops its verify when it closes by raising from the progress callback:
+    the child is not left checking a million rows behind it."""
+    store = workload_store(tmp_path / "l.db")
+
+    def stop(_walked: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        verify_store(store, parallel_from=1, progress=stop)
+    assert multiprocessing.active_children() == []

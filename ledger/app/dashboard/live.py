@@ -56,6 +56,10 @@ from reconciler import admission
 log = logging.getLogger("ledger.dashboard")
 
 
+class VerifyStopped(Exception):
+    """The dashboard closed during its verify."""
+
+
 class UsagePending(LedgerError):
     """Usage is still being folded at start: the page answers 503 and says how far it is."""
 
@@ -311,7 +315,7 @@ class LiveLedger:
             store = open_store(self.store_url, create=False)
             try:
                 with store_errors(self.store_url):
-                    run = VerifyRun(format_time(started), 0.0, verify_store(store).to_dict())
+                    run = VerifyRun(format_time(started), 0.0, verify_store(store, progress=self._unless_stopping).to_dict())
             finally:
                 store.close()
         except Exception as exc:
@@ -321,6 +325,12 @@ class LiveLedger:
         run = VerifyRun(run.started, time.perf_counter() - clock, run.report, run.error)
         self.last_verify = run
         return run
+
+    def _unless_stopping(self, _walked: int) -> None:
+        """verify's progress: the dashboard closing stops a verify of a large ledger (within
+        20,000 events), which used to hold its stop for ~8 s at 1M events."""
+        if self._stop.is_set():
+            raise VerifyStopped("the dashboard is stopping")
 
     def _closed(self, iv: Interval) -> None:
         """An interval the usage fold closed: into the weekly table and the fair-share meter."""
