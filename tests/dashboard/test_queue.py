@@ -195,6 +195,9 @@ def test_a_large_ledger_is_served_while_its_usage_is_folded_behind_the_pages(lab
         assert "usage is still being read from the ledger (0 of 9 events)" in json.loads(body)["error"]
         assert get(site.url, "/queue")[0] == 503 and get(site.url, "/usage")[0] == 503
         assert [j["id"] for j in get_json(site.url, "/api/jobs")["jobs"]] == ["alice/a", "alice/b", "carol/c"]
+        health = get_json(site.url, "/api/health")
+        assert (health["usage_ready"], health["usage_folded"], health["folded"]) == (False, 0, 9)
+        assert "usage still being read: seq 0 of 9" in get(site.url, "/health")[2]
         append(store, "alice/a", [("finished", {"exit_code": 0})])  # read by the tail, kept for usage
         append(store, "bob/d", running("v4-8", "n2"))
         deadline = time.monotonic() + 30
@@ -203,6 +206,7 @@ def test_a_large_ledger_is_served_while_its_usage_is_folded_behind_the_pages(lab
         assert behind.position == store.head() and not behind.usage_ready.is_set()
         held.set()
         assert behind.usage_ready.wait(30)
+        assert get_json(site.url, "/api/health")["usage_ready"] and "still being read" not in get(site.url, "/health")[2]
         at_start = LiveLedger(url)
         try:
             now = at_start.now_us()

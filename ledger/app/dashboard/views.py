@@ -393,6 +393,9 @@ def health_page(live: LiveLedger, store: Store, store_label: str) -> dict[str, A
     return {
         "store": store_label, "head": head, "head_hash": last.hash if last else None,
         "head_time": last.time if last else None, "folded": live.position, "tail_error": live.tail_error,
+        # usage is folded behind the pages at start on a large ledger (LiveLedger._catch_up)
+        "usage_folded": live.position if live.usage_ready.is_set() else live.usage_read,
+        "usage_ready": live.usage_ready.is_set(),
         "loaded_in": round(live.loaded_in, 3), "jobs": len(live.state.jobs),
         "verify": verify.to_dict() if verify else None, "verifying": live.verifying,
         "verify_every": live.verify_every, "publisher": live.publisher(store),
