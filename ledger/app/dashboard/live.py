@@ -63,6 +63,7 @@ class VerifyStopped(Exception):
 class UsagePending(LedgerError):
     """Usage is still being folded at start: the page answers 503 and says how far it is."""
 
+
 RECENT = 2_000  # events kept for clients that reconnect (SSE Last-Event-ID)
 BATCH = 5_000  # rows folded per lock hold: pages stay responsive while a backlog is read
 CATCH_UP_BATCH = 100_000  # rows usage's catch-up reads a query
