@@ -584,6 +584,7 @@ def part_day(url: str, now: float, hours: float, every: float) -> dict[str, Any]
     rec, _ = reconciler(url, lambda: sim["t"])
     store = SQLiteStore(url.removeprefix("sqlite:///"))
     with dashboard(url) as (dash, address, _), watcher(url) as watch:
+        _usage_ready(address)  # its usage folded (behind the pages past 200,000 events): its memory's start
         try:
             rec.step()
             rec.drain()
