@@ -202,14 +202,22 @@ class Dashboard:
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         context.setdefault("position", self.live.position)
         context.setdefault("live_job", None)
+        context.setdefault("refresh", None)  # seconds: a page that answers soon reloads itself (`error`)
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status,
                             headers={"Cache-Control": "no-store"})
 
-    def error(self, request: Request, status: int, message: str) -> Response:
+    def error(self, request: Request, status: int, message: str, retry_after: int | None = None) -> Response:
+        """The refusal as JSON under /api/, else as a page; `retry_after` (seconds): a page
+        that will answer soon, which a browser then reloads by itself."""
         message = message if len(message) <= 160 else message[:160] + "…"
         if request.url.path.removeprefix(self.root).startswith("/api/"):
-            return JSONResponse({"error": message, "status": status}, status_code=status)
-        return self.render("error.html", status, title=f"{status}", code=status, message=message, nav="")
+            response: Response = JSONResponse({"error": message, "status": status}, status_code=status)
+        else:
+            response = self.render("error.html", status, title=f"{status}", code=status, message=message, nav="",
+                                   refresh=retry_after)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(retry_after)
+        return response
 
     def page(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         """Turns the dashboard's refusals into their HTTP answers: 400, 404, 503."""
@@ -222,9 +230,7 @@ class Dashboard:
             except views.NotFound as exc:
                 return self.error(request, 404, f"no job {exc.args[0]!r} in the ledger")
             except UsagePending as exc:  # at start, on a large ledger: a few seconds
-                response = self.error(request, 503, str(exc))
-                response.headers["Retry-After"] = "5"
-                return response
+                return self.error(request, 503, str(exc), retry_after=5)
             except LedgerError as exc:
                 return self.error(request, 503, f"the ledger cannot be read: {exc}")
 
