@@ -72,11 +72,15 @@ def verify_cmd(ctx: click.Context, as_json: bool, rebuild_snapshots: bool, check
     total = store.head()
     if total >= PROGRESS_FROM and not as_json:
         with Progress(
-            TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
             console=Console(file=sys.stderr), transient=True,
         ) as bar:
-            task = bar.add_task("verify", total=total)
-            report, verdicts = verify_ledger(store, progress=lambda n: bar.update(task, completed=n))
+            task = bar.add_task("verifying", total=total)
+
+            def walked(n: int) -> None:  # at its end the snapshots made at the head are compared (seconds at 1M)
+                bar.update(task, completed=n, description="verifying" if n < total else "checking the snapshots")
+
+            report, verdicts = verify_ledger(store, progress=walked)
     else:
         report, verdicts = verify_ledger(store)
     # Checkpoints are checked against the events: only once they are sound.
