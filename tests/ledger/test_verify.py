@@ -278,6 +278,7 @@ def test_a_progress_callback_that_raises_stops_verify_and_its_child(tmp_path):
     def stop(_walked: int) -> None:
         raise KeyboardInterrupt
 
+    others = set(multiprocessing.active_children())  # of other tests in this worker, if any
     with pytest.raises(KeyboardInterrupt):
         verify_store(store, parallel_from=1, progress=stop)
-    assert multiprocessing.active_children() == []
+    assert set(multiprocessing.active_children()) <= others
