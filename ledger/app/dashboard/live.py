@@ -1,7 +1,7 @@
 """The dashboard's live read model: one per server, kept current from the store's tail.
 
 At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
-the events after it), the capacity memory the same way, the TPUs' last host checks from the
+the events after it, `load_lazy`, decoded whole), the capacity memory the same way, the TPUs' last host checks from the
 streams of their holders as `ledger tpus` reads them, and folds the ledger once into the
 usage fold (`ledger usage`'s, whose closed intervals make the weekly table): at once for a
 small ledger; past FOLD_BEHIND_FROM events on a thread of its own while the pages are served
@@ -43,7 +43,7 @@ from ledger.errors import LedgerError
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import LedgerState
-from ledger.replay import LazyState, fold_into, fold_rows, load_state, no_cyclic_gc
+from ledger.replay import fold_into, fold_rows, load_lazy, no_cyclic_gc
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store, store_errors
 from ledger.usage import Rollup, UsageFold, to_us
@@ -165,9 +165,12 @@ class LiveLedger:
         self._store = open_store(store_url, create=False)  # the tail's own connection
         started = time.perf_counter()
         with store_errors(store_url):
-            self.state: LedgerState = load_state(self._store)
+            # One read of the snapshot for both: every job's state, and the index the TPUs'
+            # holders are chosen from (an index made from the decoded states took ~1 s more).
+            lazy = load_lazy(self._store)
+            with no_cyclic_gc():
+                self.state: LedgerState = lazy.decoded()
             self.capacity = load_capacity(self._store, self.state.position)
-            lazy = LazyState.of(self.state)
             self.health = tpu_health_of_rows(self._store.stream_rows(
                 health_streams(lazy.holders(), lazy.releasing), TpuHealth.TYPES, self.state.position))
         self.position = self._loaded_at = self.state.position
