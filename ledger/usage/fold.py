@@ -53,8 +53,29 @@ HELD = (PROVISIONING, SETUP, RUNNING, RECOVERING, AFTER_END)
 PREEMPTIONS, LOST, RECOVERIES, RECOVER_US = 6, 7, 8, 9
 COST, ONDEMAND, MISSING, MISSING_ONDEMAND, PRICED = 10, 11, 12, 13, 14
 SLOTS = 15
-_US_PER_HOUR = 3_600_000_000
+US_PER_HOUR = 3_600_000_000
+WEEK_US = 7 * 24 * US_PER_HOUR
+_MONDAY = 4 * 86_400 * 1_000_000  # 1970-01-05, the first Monday after the epoch
 _NONE: frozenset[str] = frozenset()
+
+
+def week_of(us: int) -> int:
+    """The start (us) of the week holding `us`: the Monday before it, 00:00 UTC."""
+    return us - (us - _MONDAY) % WEEK_US
+
+
+def add_to_weeks(weeks: dict[tuple[int, str], list[int]], owner: str, category: int, start: int, end: int,
+                 chips: int) -> None:
+    """Chip-microseconds of one stretch [start, end) into `weeks`, (week start, owner) -> one
+    sum per category, split at each Monday 00:00 UTC it crosses."""
+    while start < end:
+        week = start - (start - _MONDAY) % WEEK_US
+        stop = end if end < week + WEEK_US else week + WEEK_US
+        values = weeks.get((week, owner))
+        if values is None:
+            values = weeks[week, owner] = [0] * len(CATEGORIES)
+        values[category] += (stop - start) * chips
+        start = stop
 
 
 def blank() -> list:
@@ -202,9 +223,21 @@ class UsageFold:
         self.jobs: dict[str, _Job] = {}
         self.position = 0
         self.prices = PriceBook(prices)
+        # Chip-time by week and owner, (week start, owner) -> one sum per category, of the
+        # intervals closed so far (the dashboard's weekly table; open ones are added when it
+        # is asked): kept by a whole-ledger fold per submission, so a usage snapshot holds it
+        # and a reader need not fold from the first event to draw the weeks. Weeks times owners.
+        self.weeks: dict[tuple[int, str], list[int]] | None = (
+            {} if since is None and until is None and not per_attempt else None)
         self.intervals: list[Interval] | None = [] if keep_intervals else None
-        sinks = [f for f in (self.intervals.append if self.intervals is not None else None, on_interval) if f]
-        self._sinks: tuple[Callable[[Interval], None], ...] = tuple(sinks)
+        self._sinks: tuple[Callable[[Interval], None], ...] = ()
+        self.send_intervals_to(on_interval)
+
+    def send_intervals_to(self, on_interval: Callable[[Interval], None] | None) -> None:
+        """Hand each interval closed from now on to `on_interval` (in place of the one given
+        before: a fold loaded from a snapshot feeds its reader's meter)."""
+        sinks = (self.intervals.append if self.intervals is not None else None, on_interval)
+        self._sinks = tuple(f for f in sinks if f is not None)
 
     # -- feeding ----------------------------------------------------------------------------
     def apply(self, stream: str, type_: str, time: str, data: Mapping[str, Any], seq: int = 0) -> None:
@@ -304,6 +337,8 @@ class UsageFold:
         b = t if t < self.hi else self.hi
         if b > a and chips:
             self._account(key, j)[category] += (b - a) * chips
+            if self.weeks is not None:
+                add_to_weeks(self.weeks, key.owner, category, a, b, chips)
             if self._sinks:
                 interval = Interval(key, category, a, b, chips)
                 for sink in self._sinks:
@@ -322,12 +357,12 @@ class UsageFold:
             if name not in values[MISSING]:
                 values[MISSING] = _with(values[MISSING], name)
         else:
-            values[COST] += chip_us * rate / _US_PER_HOUR
+            values[COST] += chip_us * rate / US_PER_HOUR
         if ondemand is None:
             if ondemand_name not in values[MISSING_ONDEMAND]:
                 values[MISSING_ONDEMAND] = _with(values[MISSING_ONDEMAND], ondemand_name)
         else:
-            values[ONDEMAND] += chip_us * ondemand / _US_PER_HOUR
+            values[ONDEMAND] += chip_us * ondemand / US_PER_HOUR
 
     def _policy_changed(self, t: int, data: Mapping[str, Any]) -> None:
         """New prices from `t` on: every open interval is split at `t` and everything counted

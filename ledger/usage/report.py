@@ -28,6 +28,7 @@ from ledger.usage.fold import (
     RECOVER_US,
     RECOVERIES,
     RUNNING,
+    US_PER_HOUR,
     AccountKey,
     Interval,
     UsageFold,
@@ -35,7 +36,7 @@ from ledger.usage.fold import (
 from ledger.usage.prices import Prices
 
 GROUPINGS = ("owner", "job", "accelerator", "zone", "pricing", "attempt")
-US_PER_HOUR = 3_600_000_000
+
 
 def group_of(key: AccountKey, by: str) -> str:
     if by == "owner":

@@ -18,10 +18,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from ledger.placement import family_of
-from ledger.usage.fold import HELD, Interval
+from ledger.usage.fold import HELD, US_PER_HOUR, WEEK_US, Interval
 
-US_PER_HOUR = 3_600_000_000
-WEEK_US = 7 * 24 * US_PER_HOUR
 _HELD = frozenset(HELD)
 
 

@@ -71,7 +71,7 @@ def code_version() -> str:
 def plain(fold: UsageFold) -> bool:
     """Whether the fold is one a snapshot holds: whole ledger, per submission, no overrides."""
     return (fold.lo == -_FAR and fold.hi == _FAR and not fold.per_attempt and not fold.prices.overrides
-            and fold.intervals is None)
+            and fold.intervals is None and fold.weeks is not None)
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -126,6 +126,7 @@ class UsageBody(NamedTuple):
     jobs: list[tuple]
     accounts: list[tuple[tuple, list]]
     closed: list[tuple[tuple, list]]  # in the order they closed
+    weeks: list[tuple[int, str, list[int]]]  # the closed intervals' chip-time by week and owner, sorted
     prices: dict
     prices_commit: str | None
     half_life_hours: float
@@ -138,9 +139,10 @@ def body_of(meter: ShareMeter, fold: UsageFold) -> UsageBody:
     if not plain(fold):
         raise ValueError("only a whole-ledger usage fold without overrides is saved as a snapshot")
     with no_cyclic_gc():  # 30k new containers set off collections of the reconciler's whole heap
+        weeks = sorted((week, owner, list(v)) for (week, owner), v in (fold.weeks or {}).items())
         return UsageBody(fold.position, _SLOTS, [_row(j) for j in fold.jobs.values()],
                          [(tuple(k), list(v)) for k, v in fold.accounts.items()],
-                         [(tuple(k), list(v)) for k, v in fold.closed.items()], dict(fold.prices.table),
+                         [(tuple(k), list(v)) for k, v in fold.closed.items()], weeks, dict(fold.prices.table),
                          fold.prices.commit, meter.half_life_hours, meter.ref, dict(meter.acc), list(meter.recent))
 
 
@@ -227,8 +229,8 @@ def _whole_at(blob: bytes) -> int | None:
     return start if start < len(blob) else None
 
 
-def _kept(position: int, slots: Any, jobs: list, accounts: list, closed: list, table: dict, commit: str | None,
-          half_life: float, ref: float, acc: dict, recent: list) -> Kept | None:
+def _kept(position: int, slots: Any, jobs: list, accounts: list, closed: list, weeks: list, table: dict,
+          commit: str | None, half_life: float, ref: float, acc: dict, recent: list) -> Kept | None:
     if tuple(slots) != _SLOTS:
         return None
     meter = ShareMeter(half_life)
@@ -246,13 +248,14 @@ def _kept(position: int, slots: Any, jobs: list, accounts: list, closed: list, t
         into[row[0]] = of_row(row)
     fold.accounts = {AccountKey(*k): v for k, v in accounts}
     fold.closed = {AccountKey(*k): v for k, v in closed}
+    fold.weeks = {(week, owner): values for week, owner, values in weeks}
     fold.prices.replace(table, commit)
     fold.position = position
     return meter, fold
 
 
-_PARTS = ("position", "field names", "jobs' accounting states", "accounts", "closed accounts", "price table", "price commit",
-          "half-life", "meter's reference time", "meter's decayed sums", "meter's last week")
+_PARTS = ("position", "field names", "jobs' accounting states", "accounts", "closed accounts", "weekly sums",
+          "price table", "price commit", "half-life", "meter's reference time", "meter's decayed sums", "meter's last week")
 
 
 def difference(saved: Kept, rebuilt: UsageBody) -> str | None:

@@ -21,7 +21,9 @@ from ledger.app.dashboard.server import Background, create_app, hosts_for
 from ledger.app.queueview import recent_usage, record_policy
 from ledger.events import NewEvent, actor
 from ledger.store import open_store
+from ledger.replay import tied_snapshot
 from ledger.usage import from_us
+from ledger.usage.snapshot import code_version, encode, load_usage, save_usage, snapshot_name
 from tests.admission.lab import policy
 from tests.admission.test_queue_cli import GIT, running, spec
 from tests.dashboard.conftest import serve
@@ -218,3 +220,42 @@ def test_a_large_ledger_is_served_while_its_usage_is_folded_behind_the_pages(lab
             assert [r["job"] for r in views.queue_page(behind, store)["rows"]] == ["carol/c", "alice/b"]
         finally:
             at_start.close()
+
+
+@pytest.mark.parametrize("behind", [False, True], ids=["at-start", "behind-the-pages"])
+def test_usage_and_the_meter_start_from_the_usage_snapshot(lab, behind):
+    """The dashboard takes usage and the fair-share meter from the recorded policy's usage
+    snapshot and folds only the events after it, at start or behind the pages: what a fold
+    from the first event gives, the weekly table included, and the meter ready for the first
+    visit to the queue. That it read the snapshot shows when one is forged (hashes
+    consistent: only `ledger verify` reads a snapshot against the events)."""
+    url, store = lab
+    half_life = policy().fair_share.half_life_hours
+    save_usage(store, *load_usage(store, half_life))
+    append(store, "alice/a", [("finished", {"exit_code": 0})])  # after the snapshot
+    append(store, "bob/d", running("v4-8", "n2"))
+
+    def started() -> LiveLedger:
+        live = LiveLedger(url, fold_behind_from=1 if behind else live_module.FOLD_BEHIND_FROM)
+        live.start()
+        assert live.usage_ready.wait(30)
+        return live
+
+    live = started()
+    try:
+        meter, whole = load_usage(store, half_life, use_snapshot=False)
+        now = live.now_us()
+        assert live.usage.position == whole.position == store.head()
+        assert live.usage.figures(now) == whole.figures(now) and live.usage.weeks == whole.weeks and whole.weeks
+        assert live.meter is not None and live.meter.decayed(now) == meter.decayed(now)
+    finally:
+        live.close()
+    meter, fold = load_usage(store, half_life, until=store.head() - 2)
+    week, owner = next(iter(fold.weeks))
+    fold.weeks[week, owner][3] += 3_600_000_000  # an hour of one chip running more
+    store.save_snapshot(tied_snapshot(store, snapshot_name(half_life), code_version(), fold.position, encode(meter, fold)))
+    live = started()
+    try:
+        assert live.usage.weeks[week, owner][3] == whole.weeks[week, owner][3] + 3_600_000_000
+    finally:
+        live.close()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 from ledger.app.dashboard import charts, timeline
-from ledger.app.dashboard.weeks import WEEK_US, Weeks, week_of
+from ledger.app.dashboard.weeks import week_table
 from ledger.events import Event
 from ledger.usage import AccountKey, Interval, UsageFold, summarize, to_us
+from ledger.usage.fold import WEEK_US, add_to_weeks, week_of
 from tests.usage.ledger_by_hand import NOW, at, rows
 
 MIN = 60_000_000
@@ -103,26 +104,29 @@ def test_the_fold_hands_each_closed_interval_to_on_interval():
 def test_weeks_split_intervals_at_monday_midnight_and_sum_to_the_fold():
     monday = week_of(to_us("2026-03-04T12:00:00+00:00"))
     assert monday == to_us("2026-03-02T00:00:00+00:00")  # 2026-03-02 is a Monday
-    weeks = Weeks()
-    key = AccountKey("alice/x", 1, 0, "v4-8", "z", "spot")
-    weeks.add(Interval(key, 3, monday - 30 * MIN, monday + 90 * MIN, 4))  # running across the boundary
-    table = weeks.table()
+    weeks: dict[tuple[int, str], list[int]] = {}
+    add_to_weeks(weeks, "alice", 3, monday - 30 * MIN, monday + 90 * MIN, 4)  # running across the boundary
+    table = week_table(weeks)
     assert [w["week"] for w in table] == ["2026-02-23", "2026-03-02"]
     assert [w["owners"]["alice"]["running"] for w in table] == [2.0, 6.0]  # 0.5 h and 1.5 h of 4 chips
     assert week_of(monday + WEEK_US - 1) == monday
+    key = AccountKey("alice/x", 1, 0, "v4-8", "z", "spot")  # an open interval, added to a copy
+    assert week_table(weeks, [Interval(key, 3, monday, monday + 60 * MIN, 4)])[-1]["owners"]["alice"]["running"] == 10.0
+    assert week_table(weeks)[-1]["owners"]["alice"]["running"] == 6.0
 
-    fold = UsageFold(on_interval=(total := Weeks()).add).apply_rows(rows())
+    fold = UsageFold().apply_rows(rows())
     now = to_us(NOW)
-    held = sum(w["held"] for w in total.table(fold.open_intervals(now)))
+    held = sum(w["held"] for w in week_table(fold.weeks or {}, fold.open_intervals(now)))
     assert abs(held - summarize(fold.figures(now)).total.chip_hours("held")) < 1e-5
+    assert UsageFold(per_attempt=True).weeks is None and UsageFold(since=now).weeks is None  # whole ledger only
 
 
 def test_charts_scale_to_a_round_top_and_label_every_bar():
-    fold = UsageFold(on_interval=(weeks := Weeks()).add).apply_rows(rows())
+    fold = UsageFold().apply_rows(rows())
     report = summarize(fold.figures(to_us(NOW)), "owner")
     bars = charts.owner_bars(report.rows)
     assert [b["owner"] for b in bars["bars"]] == ["alice", "bob", "carol"]
     assert "goodput" in bars["bars"][0]["text"]
-    columns = charts.week_columns(weeks.table(fold.open_intervals(to_us(NOW))))
+    columns = charts.week_columns(week_table(fold.weeks or {}, fold.open_intervals(to_us(NOW))))
     assert [g["text"] for g in columns["grid"]][-1] in {"1", "2", "5", "10", "20", "50", "100"}
     assert charts.nice_max(0.046) == 0.05 and charts.nice_max(130) == 200

@@ -51,7 +51,7 @@ def figures(kept: tuple[ShareMeter, UsageFold], now: int) -> tuple:
     meter, fold = kept
     open_now = fold.open_intervals(now)
     return (fold.figures(now), meter.decayed(now, open_now), meter.week(now, open_now), fold.position,
-            fold.prices.table, fold.checkpoint_of("alice/a"))
+            fold.prices.table, fold.checkpoint_of("alice/a"), fold.weeks)
 
 
 @settings(max_examples=150, deadline=None)
@@ -223,6 +223,18 @@ def test_verify_rebuilds_usage_snapshots(store):
     assert verdicts[head].problem == "its accounts differ from the events'"
 
 
+def test_verify_checks_the_weekly_sums(store):
+    """The dashboard draws its weekly table from a usage snapshot's weekly sums: a forged
+    week is caught as forged accounts are."""
+    head = store.head()
+    meter, fold = load_usage(store, HALF_LIFE, use_snapshot=False)
+    assert fold.weeks
+    next(iter(fold.weeks.values()))[3] += 1  # a chip-us more running that week than the events say
+    store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), code_version(), head, encode(meter, fold)))
+    [verdict] = verify_snapshots(store)
+    assert verdict.problem == "its weekly sums differ from the events'"
+
+
 def test_verify_checks_the_admission_part_too(store):
     """`ledger queue` reads a usage snapshot's admission part alone: one whose whole state
     is true but whose admission part lies (hashes consistent) is caught by verify."""
@@ -230,11 +242,12 @@ def test_verify_checks_the_admission_part_too(store):
     meter, fold = load_usage(store, HALF_LIFE)
     body = usage_snapshot.body_of(meter, fold)
     part = list(usage_snapshot.admission_part(body))
-    part[9] = {owner: value * 2 for owner, value in part[9].items()}  # the meter's decayed sums, doubled
+    acc = usage_snapshot.UsageBody._fields.index("acc")
+    part[acc] = {owner: value * 2 for owner, value in part[acc].items()}  # the meter's decayed sums, doubled
     first = pickle.dumps(tuple(part), protocol=5)
     blob = (usage_snapshot._MAGIC + len(first).to_bytes(usage_snapshot._LENGTH, "big") + first
             + pickle.dumps(tuple(body._replace(recent=None)), protocol=5))
-    assert decode(blob) is not None and decode_admission(blob)[0].acc == part[9]
+    assert decode(blob) is not None and decode_admission(blob)[0].acc == part[acc]
     store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), code_version(), head, blob))
     [verdict] = verify_snapshots(store)
     assert verdict.problem == "its admission part's meter's decayed sums differ from the events'"

@@ -1,12 +1,14 @@
 """The dashboard's live read model: one per server, kept current from the store's tail.
 
 At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
-the events after it, `load_lazy`, decoded whole), the capacity memory the same way, the TPUs' last host checks from the
-streams of their holders as `ledger tpus` reads them, and folds the ledger once into the
-usage fold (`ledger usage`'s, whose closed intervals make the weekly table): at once for a
-small ledger; past FOLD_BEHIND_FROM events on a thread of its own while the pages are served
-(~6 s at 1M events, which the dashboard used to wait for before serving any page), the pages
-that read usage waiting for it (`wait_for_usage`). Then
+the events after it, `load_lazy`, decoded whole), the capacity memory the same way, the TPUs'
+last host checks from the streams of their holders as `ledger tpus` reads them, and the usage
+fold (`ledger usage`'s, with its weekly table) and the fair-share meter of the recorded
+policy's half-life the same way (its usage snapshot plus the events after it; from the first
+event when none is usable): at once for a small ledger; past FOLD_BEHIND_FROM events on a
+thread of its own while the pages are served (1.5 s from a snapshot at 118,956 jobs, ~7 s
+folding 1M events without one), the pages that read usage waiting for it (`wait_for_usage`).
+Then
 one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
 PostgreSQL, a cheap head poll on SQLite), reads only the new rows and folds them into both,
 as the reconciler's loop does. No request replays the ledger; every page reads this state
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.app.dashboard.weeks import Weeks
+from ledger.app.queueview import half_life_of
 from ledger.app.readmodels import TpuHealth, health_streams, tpu_health_of_rows
 from ledger.capacity import CapacityMemory
 from ledger.capacity_snapshot import load_capacity
@@ -49,7 +51,7 @@ from ledger.store import Store, open_store, store_errors
 from ledger.usage import Rollup, UsageFold, to_us
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
-from ledger.usage.snapshot import load_usage
+from ledger.usage.snapshot import load_usage, usable
 from ledger.verify import verify_store
 from reconciler import admission
 
@@ -139,7 +141,7 @@ class VerifyRun:
 
 
 class LiveLedger:
-    """The state every page reads: jobs, usage, weeks, the latest events; updated by the tail."""
+    """The state every page reads: jobs, usage, the latest events; updated by the tail."""
 
     def __init__(self, store_url: str, *, topic: str = "ledger-events", verify_every: float = 600.0,
                  fold_behind_from: int = FOLD_BEHIND_FROM) -> None:
@@ -147,9 +149,8 @@ class LiveLedger:
         self.topic = topic
         self.verify_every = verify_every
         self.lock = threading.RLock()
-        self.weeks = Weeks()
-        self.meter: ShareMeter | None = None  # fair share for the queue page, made at its first visit
-        self.usage = UsageFold(on_interval=self._closed)
+        self.meter: ShareMeter | None = None  # fair share for the queue page, loaded with usage
+        self.usage = UsageFold(on_interval=self._closed)  # replaced by the one loaded (`_load_usage`)
         self._rollups: dict[str, Rollup] = {}  # the usage page's sums, by grouping: `rollup`
         self.health = TpuHealth()  # each TPU's last host check (`ledger tpus`' health column)
         self.capacity = CapacityMemory()  # past stockouts: where each waiting job will be placed
@@ -179,7 +180,8 @@ class LiveLedger:
         self._behind: list[list[tuple]] | None = None  # rows the tail read while usage caught up
         if self.position < fold_behind_from:
             with store_errors(store_url), no_cyclic_gc():
-                self.usage.apply_rows(fold_rows(self._store, 0, self.position))
+                self._load_usage(self._store, self.position)
+                self.usage.apply_rows(fold_rows(self._store, self.usage.position, self.position))
             self.usage_read = self.position
             self.usage_ready.set()
         else:
@@ -251,17 +253,23 @@ class LiveLedger:
             return [e for e in self.recent if e["seq"] > seq], seq < oldest - 1
 
     def _catch_up(self) -> None:
-        """Usage folded from the first event to where the state was loaded, then the rows
-        the tail read meanwhile (under the lock, so none is lost or folded twice): on a
-        thread of its own, from a connection of its own, while the pages are served. Nothing
-        else touches the usage fold until it is done: the pages that read it wait."""
-        until, store = self._loaded_at, None
-        while self.usage.position < until and not self._stop.is_set():
+        """Usage loaded up to where the state was (`_load_usage`, then the events after the
+        snapshot, CATCH_UP_BATCH a query), then the rows the tail read meanwhile (under the
+        lock, so none is lost or folded twice): on a thread of its own, from a connection of
+        its own, while the pages are served. Nothing else touches the usage fold until it is
+        done: the pages that read it wait."""
+        until, store, loaded = self._loaded_at, None, False
+        while not (loaded and self.usage.position >= until) and not self._stop.is_set():
             start = self.usage.position
             try:
                 with store_errors(self.store_url):
                     store = store or open_store(self.store_url, create=False)
                     with no_cyclic_gc():  # the fold's position is its last row's, also when the read fails
+                        if not loaded:
+                            self._load_usage(store, until)
+                            loaded = True
+                            self.usage_read = self.usage.position
+                            continue
                         self.usage.apply_rows(store.fold_rows(start, min(until, start + CATCH_UP_BATCH)))
             except Exception as exc:  # a lost database: try again, from where it stopped
                 log.warning("dashboard usage: %s", exc)
@@ -336,18 +344,29 @@ class LiveLedger:
         if self._stop.is_set():
             raise VerifyStopped("the dashboard is stopping")
 
+    def _load_usage(self, store: Store, until: int) -> None:
+        """The usage fold and the fair-share meter of the recorded policy's half-life from its
+        usage snapshot at or before `until` (fresh ones when none is usable): the caller folds
+        the events after it. The first visit to the queue then finds the meter made."""
+        half_life = half_life_of(store)
+        kept = usable(store, half_life, until)
+        meter, usage = kept if kept is not None else (ShareMeter(half_life), UsageFold())
+        usage.send_intervals_to(self._closed)
+        self.meter, self.usage = meter, usage
+
     def _closed(self, iv: Interval) -> None:
-        """An interval the usage fold closed: into the weekly table and the fair-share meter."""
-        self.weeks.add(iv)
+        """An interval the usage fold closed: into the fair-share meter (the fold itself keeps
+        the weekly table)."""
         if self.meter is not None:
             self.meter.add(iv)
 
     # -- what the pages ask -----------------------------------------------------------------
     def recent_usage(self, policy: Policy | None, store: Store, now_us: int | None = None) -> admission.Usage:
         """The fair-share and weekly figures admission plans with (`ledger queue`'s). The meter
-        depends on the policy's half-life: the first visit under a half-life folds the ledger
-        once (outside the lock up to where the tail stands, the rest under it); from then on
-        the tail feeds it, as the reconciler's loop does."""
+        depends on the policy's half-life: the one recorded at start is loaded with usage; a
+        visit under another (the policy changed since) loads that one's once (its snapshot and
+        the events after it, outside the lock up to where the tail stands, the rest under it);
+        from then on the tail feeds it, as the reconciler's loop does."""
         if policy is None or not admission.active(policy):
             return admission.NO_USAGE
         self.wait_for_usage()

@@ -20,6 +20,7 @@ import yaml
 from ledger import defaults
 from ledger.app.dashboard import charts, timeline
 from ledger.app.dashboard.live import LiveLedger, VerifyRun
+from ledger.app.dashboard.weeks import week_table
 from ledger.app.queueview import queue_rows, queue_summary, recorded_policy, share_rows
 from ledger.app.readmodels import (
     SORTS,
@@ -372,7 +373,7 @@ def usage_page(live: LiveLedger, by: str = "owner") -> dict[str, Any]:
         # accounts are copied and priced, and only those closed since are added.
         report = live.rollup(by).report_of(live.usage, now, opened)
         owners = live.rollup("owner").report_of(live.usage, now, opened) if by != "owner" else report
-        weeks = live.weeks.table(opened, last=WEEKS_SHOWN)
+        weeks = week_table(live.usage.weeks or {}, opened, last=WEEKS_SHOWN)
         position = live.usage.position
     return {
         "report": usage_json(report, None, format_time(from_us(now)), position, live.usage.prices.in_force()),
