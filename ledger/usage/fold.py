@@ -194,9 +194,10 @@ class UsageFold:
     before `since` are still folded (they say what each job was doing when the window opens).
     `per_attempt` keeps one account per attempt instead of one per job submission.
     `keep_intervals` also records every interval (memory grows with the ledger: for tests
-    and single jobs); `on_interval` is called with each interval as it closes (a dashboard
-    adds them up by week without keeping them). Open intervals are not closed: ask
-    `open_intervals(now)` for those.
+    and single jobs); `on_interval` is called with each interval as it closes (the
+    fair-share meter is fed so). A whole-ledger fold per submission also adds them up by
+    week and owner (`weeks`). Open intervals are not closed: ask `open_intervals(now)` for
+    those.
 
     An interval ends only when what the job does changes (its category, account or chips),
     or when the prices change (a `policy_changed` event on the `_policy` stream): events that

@@ -61,7 +61,7 @@ def owner_bars(rows: Sequence[UsageRow], width: int = WIDTH) -> dict[str, Any]:
 
 
 def week_columns(weeks: Sequence[dict[str, Any]], width: int = WIDTH, height: int = 240) -> dict[str, Any]:
-    """`weeks` as `Weeks.table` gives them. Owners are coloured by their share of the whole
+    """`weeks` as `week_table` gives them. Owners are coloured by their share of the whole
     period (the first COLOURS - 1 owners each have a colour; the rest are `others`)."""
     left, bottom, top_pad = 60, 26, 10
     plot_h = height - bottom - top_pad
