@@ -1,13 +1,18 @@
-"""What a smaller events row would buy a batched append (issue 33's store decision): the SQL
-alone (rows made beforehand, 100 a statement, 10,000 a transaction, WAL, synchronous=FULL,
-the insert trigger on) into our table as it is and into three leaner variants of it, taking
-turns run by run:
+"""What a smaller events row, or indexes left to the trigger, would buy a batched append
+(issue 33's store decision): the SQL alone (rows made beforehand, 100 a statement, 10,000 a
+transaction, WAL, synchronous=FULL, the insert trigger on) into our table as it is and into
+variants of it, taking turns run by run:
 
 - `text`: the table as it is (hashes as 64 hex characters, the id as a UUID's 36);
 - `blob-hashes`: `hash` and `prev_hash` as 32-byte blobs;
 - `blob-id`: the same, and the id as its 16 bytes;
 - `no-prev-hash`: the same, and no `prev_hash` column (the trigger then checks only that
-  the seq follows the head: the link itself would be verify's alone).
+  the seq follows the head: the link itself would be verify's alone);
+- `plain-indexes`: the table as it is, but `id` and `(stream, version)` indexed without
+  UNIQUE: the insert trigger already refuses a stored id and any version but the stream's
+  next, so the unique indexes' own probe on every insert would be the trigger's alone;
+- `no-trigger`: the table as it is without its insert trigger (a floor, not a candidate:
+  nothing would keep the ledger append-only).
 
     python bench/row_formats.py                 # 200k events, 2k jobs, 3 rounds
 
@@ -36,7 +41,7 @@ from workload import workload  # noqa: E402
 SCHEMA = (ROOT / "ledger/store/sqlite/schema.sql").read_text()
 TRIGGERS = (ROOT / "ledger/store/sqlite/triggers.sql").read_text()
 ZERO_HASH = "'" + "0" * 64 + "'"
-VARIANTS = ("text", "blob-hashes", "blob-id", "no-prev-hash")
+VARIANTS = ("text", "blob-hashes", "blob-id", "no-prev-hash", "plain-indexes", "no-trigger")
 PER_STATEMENT, PER_TRANSACTION = 100, 10_000
 
 
@@ -48,6 +53,12 @@ def variant(name: str, rows: list[tuple]) -> tuple[str, str, list[tuple]]:
         assert old in text, f"the schema changed: update bench/row_formats.py ({old!r})"
         return text.replace(old, new)
 
+    if name == "plain-indexes":
+        schema = swap(swap(schema, "id TEXT NOT NULL UNIQUE", "id TEXT NOT NULL"), ",\n    UNIQUE (stream, version)\n);",
+                      "\n);\nCREATE INDEX events_id ON events (id);\nCREATE INDEX events_stream ON events (stream, version);")
+        return schema, triggers, rows
+    if name == "no-trigger":
+        return schema, "", rows
     if name != "text":
         schema = swap(swap(schema, "prev_hash TEXT NOT NULL", "prev_hash BLOB NOT NULL"), "hash TEXT NOT NULL,", "hash BLOB NOT NULL,")
         triggers = swap(triggers, ZERO_HASH, "zeroblob(32)")

@@ -8,8 +8,7 @@ policy's half-life the same way (its usage snapshot plus the events after it; fr
 event when none is usable): at once for a small ledger; past FOLD_BEHIND_FROM events on a
 thread of its own while the pages are served (1.5 s from a snapshot at 118,956 jobs, ~7 s
 folding 1M events without one), the pages that read usage waiting for it (`wait_for_usage`).
-Then
-one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
+Then one thread waits on the store's append waiter (`wait_for_append`: LISTEN/NOTIFY on
 PostgreSQL, a cheap head poll on SQLite), reads only the new rows and folds them into both,
 as the reconciler's loop does. No request replays the ledger; every page reads this state
 under its lock. Each batch of new events is then announced to the listeners (the server's
