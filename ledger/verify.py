@@ -172,7 +172,7 @@ class _Walk:
                 if folding and stream[:1] != "_":  # fold.is_job_stream
                     job = jobs.get(stream)
                     last = (stream, len(job.anomalies) if job is not None else 0, seq)
-                out = seq, stream, version, type_, time_, data_json
+                out = (seq, stream, version, type_, time_, data_json) if chain else row  # fold_rows' layout already
                 if sink is not None:
                     passed.append(out)
                     if len(passed) == SINK_CHUNK:

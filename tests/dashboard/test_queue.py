@@ -20,8 +20,8 @@ from ledger.app.dashboard.live import LiveLedger
 from ledger.app.dashboard.server import Background, create_app, hosts_for
 from ledger.app.queueview import recent_usage, record_policy
 from ledger.events import NewEvent, actor
-from ledger.store import open_store
 from ledger.replay import tied_snapshot
+from ledger.store import open_store
 from ledger.usage import from_us
 from ledger.usage.snapshot import code_version, encode, load_usage, save_usage, snapshot_name
 from tests.admission.lab import policy

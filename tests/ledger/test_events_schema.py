@@ -172,6 +172,11 @@ def test_row_checker_names_the_field():
     assert checker.check(row[:4] + ("yesterday",) + row[5:]).startswith("time")
     assert checker.check(row[:5] + ('{"kind":"robot","name":"x"}',) + row[6:]).startswith("actor")
     assert checker.check(row[:8] + ("{nope",) + row[9:]).startswith("data: not JSON")
+    # what replay's decoder refuses, verify refuses (json.loads would read NaN and 1e999);
+    # no writer of ours makes them: its encoder writes null for both
+    for bad in ('{"kind":"grpc","code":NaN}', '{"kind":"grpc","code":1e999}'):
+        assert checker.check(row[:8] + (bad,) + row[9:]).startswith("data: not JSON")
+    assert dumps({"code": float("nan")}) == '{"code":null}'
 
 
 def test_new_event_refuses_what_verify_would_refuse():
