@@ -56,6 +56,8 @@ RATIO_TARGETS = {"batched_append_per_s": 1.5, "single_append_full_per_s": 1.7,
 WRITERS = (2, 8)  # concurrent durable appenders (threads), besides the single writer
 SINGLE = 2000  # single-event appends per run
 BLOCK = 100  # single appends: ours and theirs take turns in blocks of this many
+# eventsourcing's single appends carry a time as ours do (ours: the store's clock): a fixed one.
+TICK_TIME = "2026-01-01T00:00:00.000000Z"
 JOBS_PER_TX = 100  # batched append: this many jobs' events per transaction
 
 
@@ -233,7 +235,7 @@ def single_pair(workdir: Path, run: int) -> dict[str, tuple[float, float]]:
     ours_stream, es_stream = f"bench/single-FULL-{run}", f"bench/single-{run}"
     head = sql.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
     rows = sealed_rows([(f"bench/sql-{run}", [NewEvent("note", {"text": f"tick {n}"}, who, key=str(n)) for n in range(SINGLE)])], head)
-    es_rows = es_row_tuples(es_stored(f"bench/sql-{run}", n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))
+    es_rows = es_row_tuples(es_stored(f"bench/sql-{run}", n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time=TICK_TIME))
                             for n in range(SINGLE))
 
     def turns(i: int) -> dict[str, Callable[[], object]]:
@@ -245,7 +247,7 @@ def single_pair(workdir: Path, run: int) -> dict[str, tuple[float, float]]:
 
         def theirs() -> None:
             for n in block:
-                recorder.insert_events([es_stored(es_stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
+                recorder.insert_events([es_stored(es_stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time=TICK_TIME))])
 
         def ours_sql() -> None:
             for n in block:
@@ -389,7 +391,7 @@ def es_writers(path: Path, writers: int, run: int) -> tuple[float, float]:
     def writer(w: int) -> None:
         stream = f"bench/w{writers}-{run}-{w}"
         for n in range(SINGLE // writers):
-            recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
+            recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time=TICK_TIME))])
 
     wall, cpu, _ = timed(lambda: threaded(writer, writers))
     recorder.datastore.close()

@@ -35,7 +35,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import ledger_bench  # noqa: E402
 import psycopg  # noqa: E402
 import psycopg.sql  # noqa: E402
-from ledger_bench import es_stored, timed  # noqa: E402
+from ledger_bench import TICK_TIME, es_stored, timed  # noqa: E402
 from workload import workload  # noqa: E402
 
 from ledger.events import NewEvent, actor  # noqa: E402
@@ -184,7 +184,7 @@ def es_single_fn(schema: str):
         recorder = es_recorder(url, schema, create=stream.endswith("-warmup"))
         who = actor("reconciler", "bench")
         for n in range(count):
-            recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time="t"))])
+            recorder.insert_events([es_stored(stream, n + 1, NewEvent("note", {"text": f"tick {n}"}, who, time=TICK_TIME))])
         recorder.datastore.close()
 
     return single
