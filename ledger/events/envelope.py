@@ -17,7 +17,8 @@ import dataclasses
 import functools
 import hashlib
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -25,7 +26,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct
 
-from ledger.events.data import EVENT_TYPES, EventData, Opt, check, encode
+from ledger.events.data import EVENT_TYPES, EventData, EventDataError, Opt, check, encode
 
 GENESIS_HASH = "0" * 64
 
@@ -35,9 +36,36 @@ StreamName = Annotated[str, Meta(
     min_length=1, max_length=300, pattern="^(_[^/]+|[^_/][^/]*/[^/]+)$",
     description="job id owner/name, or a system stream starting with _",
 )]
-Time = Annotated[str, Meta(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$", description="UTC, microseconds, Z")]
+TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+Time = Annotated[str, Meta(pattern=TIME_PATTERN, description="UTC, microseconds, Z")]
 EventId = Annotated[str, Meta(pattern="^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")]
 Hash = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+
+
+def pattern_search(pattern: str) -> Callable[[str], re.Match[str] | None]:
+    """`re.compile(pattern).search` as JSON Schema reads a pattern: a final `$` is the end of
+    the string (Python's `$` also matches before a final newline: "...Z\\n" would pass as a
+    time). Verify's schema check and NewEvent's time read the patterns with this."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern).search
+
+
+_time_ok = pattern_search(TIME_PATTERN)
+
+
+def _canonical_time(value: Any) -> str:
+    """A time given to NewEvent in the one spelling verify accepts (`format_time`): an aware
+    ISO 8601 time or datetime, in any offset; anything else is refused, nothing written."""
+    try:
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if moment.tzinfo is not None:
+            return format_time(moment)
+    except (TypeError, ValueError, AttributeError):
+        pass
+    raise EventDataError(f"invalid time: {value!r} is not an ISO 8601 time with its offset",
+                         hint="a bug in the writer; nothing was recorded")
+
 EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type] - built from the data classes
 ActorKind = Literal["git", "cli", "reconciler", "watcher", "system"]
 
@@ -226,6 +254,8 @@ class NewEvent:
     def __post_init__(self) -> None:
         object.__setattr__(self, "data", encode(self.type, self.data))
         check(self.actor, Actor, "actor")
+        if self.time is not None and not (type(self.time) is str and _time_ok(self.time)):
+            object.__setattr__(self, "time", _canonical_time(self.time))
 
     def resolve_id(self, stream: str) -> str:
         return event_id(stream, self.key) if self.key is not None else random_id(stream)

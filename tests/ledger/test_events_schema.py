@@ -170,6 +170,8 @@ def test_row_checker_names_the_field():
     assert "kind" in checker.check(row[:8] + ('{"kind":"oops"}',) + row[9:])
     assert checker.check(row[:1] + ("no-slash",) + row[2:]).startswith("stream")
     assert checker.check(row[:4] + ("yesterday",) + row[5:]).startswith("time")
+    assert checker.check(row[:4] + (row[4] + "\n",) + row[5:]).startswith("time")  # `$` is the end, as JSON Schema reads it
+    assert checker.check(row[:6] + (row[6].upper(),) + row[7:]).startswith("id")
     assert checker.check(row[:5] + ('{"kind":"robot","name":"x"}',) + row[6:]).startswith("actor")
     assert checker.check(row[:8] + ("{nope",) + row[9:]).startswith("data: not JSON")
     # what replay's decoder refuses, verify refuses (json.loads would read NaN and 1e999);
@@ -191,6 +193,13 @@ def test_new_event_refuses_what_verify_would_refuse():
                         ("provisioning", {"attempt": 1, "tpu": {"name": "tpu\n-1"}})]:
         with pytest.raises(EventDataError):
             NewEvent(type_, data)
+    # a given time is written in the one spelling verify accepts, or refused (the store
+    # stamps its own when none is given)
+    for time_ in ("yesterday", "2026-01-01T00:00:00", "2026-01-01T00:00:00.000000Z\n", 1767225600):
+        with pytest.raises(EventDataError, match="invalid time"):
+            NewEvent("note", {"text": "x"}, time=time_)
+    for time_ in ("2026-01-01T00:00:00.000000Z", "2026-01-01T00:00:00Z", "2026-01-01T02:00:00+02:00"):
+        assert NewEvent("note", {"text": "x"}, time=time_).time == "2026-01-01T00:00:00.000000Z"
     with pytest.raises(EventDataError, match="cannot carry"):
         from ledger.events.data import Queued
 
