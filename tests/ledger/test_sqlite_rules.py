@@ -13,7 +13,7 @@ from ledger.errors import StoreError
 from ledger.events import NewEvent, actor
 from ledger.store import upgrade_store
 from ledger.store.base import FORMAT_VERSION
-from ledger.store.sqlite import SQLiteStore
+from ledger.store.sqlite import SQLiteStore, database, recorder
 from ledger.verify import verify_store
 
 WHO = actor("cli", "tester")
@@ -144,3 +144,25 @@ def test_a_format_2_ledger_is_upgraded_in_place_by_ledger_upgrade(ledger):
     finally:
         db.close()
     unchanged(path, rows)
+
+
+def test_a_batch_fits_the_librarys_limit_of_bound_values(tmp_path, monkeypatch):
+    """SQLite before 3.32 (Ubuntu 20.04's) binds at most 999 values a statement: a batch of
+    100 events or more was one statement of 1,100 ("too many SQL variables"). The same real
+    library with its limit set there must append them, in order, and verify."""
+    connect = database.connect
+
+    def as_sqlite_3_31(path, *, cache_kib):  # noqa: ANN001, ANN202 - database.connect's
+        db = connect(path, cache_kib=cache_kib)
+        db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        return db
+
+    monkeypatch.setattr(database, "connect", as_sqlite_3_31)
+    monkeypatch.setattr(recorder, "connect", as_sqlite_3_31)
+    store = SQLiteStore(tmp_path / "ledger.db")
+    try:
+        store.append_many([(f"alice/j{i:03d}", [NewEvent("note", {"text": str(i)}, WHO)], 0) for i in range(250)])
+        assert [e.stream for e in store.read_all()] == [f"alice/j{i:03d}" for i in range(250)]
+        assert verify_store(store).ok
+    finally:
+        store.close()

@@ -61,11 +61,16 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
     _seen: int | None = None
     _head: tuple[int, str] = (0, GENESIS_HASH)
     _versions: dict[str, int]
+    _per_insert: int
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - SQLiteDatabase's
         super().__init__(*args, **kwargs)
         self._versions = {}
-        self._q["insert_many"] = _many_rows(self._q["insert"], _ROWS_PER_INSERT)
+        # As many rows as the library lets one statement bind: SQLite before 3.32 (Ubuntu
+        # 20.04's, say) allows 999 values, 90 rows, where 100 failed every batch of 100 or more.
+        limit = self._db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._per_insert = max(1, min(_ROWS_PER_INSERT, limit // self._q["insert"].count("?")))
+        self._q["insert_many"] = _many_rows(self._q["insert"], self._per_insert)
         self._queue: list[_Request] = []
         self._queue_lock = threading.Lock()
         self._commit_lock = threading.Lock()
@@ -267,9 +272,10 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
         return seq, prev_hash
 
     def _write_rows(self, rows: list[tuple]) -> None:
-        """INSERT rows in order: whole chunks of _ROWS_PER_INSERT as one statement each, the
-        rest row by row (a lone event is one statement either way)."""
-        db, n = self._db, _ROWS_PER_INSERT
+        """INSERT rows in order: whole chunks of _ROWS_PER_INSERT (or what the library
+        allows) as one statement each, the rest row by row (a lone event is one statement
+        either way)."""
+        db, n = self._db, self._per_insert
         whole = len(rows) - len(rows) % n
         if whole:
             statement = self._q["insert_many"]
