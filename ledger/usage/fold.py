@@ -69,7 +69,7 @@ def add_to_weeks(weeks: dict[tuple[int, str], list[int]], owner: str, category: 
     """Chip-microseconds of one stretch [start, end) into `weeks`, (week start, owner) -> one
     sum per category, split at each Monday 00:00 UTC it crosses."""
     while start < end:
-        week = start - (start - _MONDAY) % WEEK_US
+        week = week_of(start)
         stop = end if end < week + WEEK_US else week + WEEK_US
         values = weeks.get((week, owner))
         if values is None:

@@ -301,12 +301,20 @@ def load_usage(store: SnapshotReader, half_life_hours: float, until: int | None 
     head = store.head()
     target = head if until is None else min(until, head)
     with no_cyclic_gc():
-        kept = usable(store, half_life_hours, target) if use_snapshot else None
-        if kept is None:
-            meter = ShareMeter(half_life_hours)
-            kept = meter, UsageFold(on_interval=meter.add)
+        kept = usage_start(store, half_life_hours, target, use_snapshot)
         kept[1].apply_rows(store.fold_rows(kept[1].position, target))
     kept[1].position = target
+    return kept
+
+
+def usage_start(store: SnapshotReader, half_life_hours: float, at_most: int, use_snapshot: bool = True) -> Kept:
+    """Where a fold up to `at_most` starts: the newest usable snapshot at or before it, else
+    an empty meter and the fold that feeds it (position 0). The caller folds the events after
+    it (`load_usage` at once; the dashboard a batch at a time, behind its pages)."""
+    kept = usable(store, half_life_hours, at_most) if use_snapshot else None
+    if kept is None:
+        meter = ShareMeter(half_life_hours)
+        kept = meter, UsageFold(on_interval=meter.add)
     return kept
 
 

@@ -50,7 +50,7 @@ from ledger.store import Store, open_store, store_errors
 from ledger.usage import Rollup, UsageFold, to_us
 from ledger.usage.fold import Interval
 from ledger.usage.share import ShareMeter
-from ledger.usage.snapshot import load_usage, usable
+from ledger.usage.snapshot import load_usage, usage_start
 from ledger.verify import verify_store
 from reconciler import admission
 
@@ -347,9 +347,7 @@ class LiveLedger:
         """The usage fold and the fair-share meter of the recorded policy's half-life from its
         usage snapshot at or before `until` (fresh ones when none is usable): the caller folds
         the events after it. The first visit to the queue then finds the meter made."""
-        half_life = half_life_of(store)
-        kept = usable(store, half_life, until)
-        meter, usage = kept if kept is not None else (ShareMeter(half_life), UsageFold())
+        meter, usage = usage_start(store, half_life_of(store), until)
         usage.send_intervals_to(self._closed)
         self.meter, self.usage = meter, usage
 
