@@ -26,7 +26,7 @@ import sys
 import threading
 import typing
 from array import array
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar, overload
 
@@ -692,7 +692,7 @@ class LazyState:
             raise ValueError("the rows and the columns hold different jobs")
         return rows
 
-    def difference(self, jobs: dict[str, JobState]) -> str | None:
+    def difference(self, jobs: Mapping[str, JobState]) -> str | None:
         """Where this snapshot as stored (nothing folded since) does not hold `jobs`, said
         plainly; None when its rows, its columns and every job's text say just what `jobs`
         say, so that every reader of it (whole, lazy, by column) reads them. Job by job in
@@ -847,17 +847,17 @@ def decode_state(blob: bytes, parts: Parts, check: bool = False) -> LedgerState 
         return None
 
 
-def state_difference(blob: bytes, parts: Parts, state: LedgerState) -> str | None:
-    """Why the job-state snapshot `blob` does not hold `state` (`LazyState.difference`),
-    or None (verify's check of a snapshot against its walk's fold of the events).
-    SnapshotPartError when a part is missing or not the one it names."""
+def state_difference(blob: bytes, parts: Parts, position: int, jobs: Mapping[str, JobState]) -> str | None:
+    """Why the job-state snapshot `blob` does not hold `jobs` at `position`
+    (`LazyState.difference`), or None (verify's check of a snapshot against its walk's fold
+    of the events). SnapshotPartError when a part is missing or not the one it names."""
     m = _manifest(blob)
     chunks = None if m is None else m.chunks(parts)
-    if m is None or chunks is None or m.position != state.position:
+    if m is None or chunks is None or m.position != position:
         return "its state does not decode to its position"
     rows = m.part(parts, ROWS)
     try:
-        return LazyState(m.position, m.columns, chunks, lambda: rows).difference(state.jobs)
+        return LazyState(m.position, m.columns, chunks, lambda: rows).difference(jobs)
     except _UNREADABLE as exc:
         return f"its state does not decode ({type(exc).__name__}: {exc})"
 

@@ -6,7 +6,7 @@ every pass would walk its whole history (several times: admission, placement, th
 the probes), a cost that grows with the months and not with the work. The view is kept by
 the streams each fold touched, so keeping it costs what the new events do.
 
-A settled job is held apart, small (reconciler.shelf): looking one up by id (`find`) decodes
+A settled job (ledger.shelf.settled) is held apart, small (reconciler.shelf): looking one up by id (`find`) decodes
 it, and an event for it brings it back.
 """
 
@@ -14,14 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ledger.fold import TERMINAL, JobState, LedgerState
+from ledger.fold import JobState, LedgerState
 from ledger.replay import no_cyclic_gc
+from ledger.shelf import settled
 from reconciler.shelf import Shelf
-
-
-def settled(job: JobState) -> bool:
-    """Ended, no TPU held, nothing under way: no pass has anything to do with it."""
-    return job.state in TERMINAL and job.tpu is None and not job.pending_action
 
 
 class LiveJobs:

@@ -34,6 +34,7 @@ from ledger.replay import (
     save_snapshot,
     state_due,
 )
+from ledger.shelf import settled
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
@@ -43,7 +44,7 @@ from ledger.usage.snapshot import UsageBody, due_body, load_usage, save_body
 from reconciler import admission, slices
 from reconciler.executor import Executor, Runner
 from reconciler.health import Change, ZoneHealth
-from reconciler.live import LiveJobs, settled
+from reconciler.live import LiveJobs
 from reconciler.membership import JOB_PREFIX, Membership
 from reconciler.model import NODE_READY, Action, HostObs, NodeObs, Observed, PlanConfig
 from reconciler.plan import (

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from ledger import fold
 from ledger.capacity_snapshot import load_capacity, save_capacity
 from ledger.events import GENESIS_HASH, Event, NewEvent, random_id
 from ledger.replay import load_state, save_snapshot, tied_snapshot
+from ledger.shelf import settled
 from ledger.usage.snapshot import code_version as usage_code
 from ledger.usage.snapshot import encode, load_usage, save_usage, snapshot_name
 from ledger.verify import (
@@ -25,6 +27,8 @@ from ledger.verify import (
     verify_store,
 )
 from tests.ledger.test_replay import finished, insert_encoded
+from tests.reconciler.test_live import at
+from tests.reconciler.test_live import events as live_events
 
 SUBMIT = {"spec": {}, "spec_hash": "ab12cd34", "commit": "c0ffee", "path": "jobs/alice/a.yaml"}
 
@@ -282,3 +286,43 @@ def test_a_progress_callback_that_raises_stops_verify_and_its_child(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         verify_store(store, parallel_from=1, progress=stop)
     assert set(multiprocessing.active_children()) <= others
+
+
+def lab_of_lives(store_factory):
+    """A ledger of jobs in every situation (tests/reconciler/test_live.py's lives): waiting,
+    running, settled long ago and a moment ago, ended and still holding a TPU, ended with an
+    intent left open, and settled then run again."""
+    store = store_factory()
+    for job_id, type_, data, ago in live_events():
+        store.append(job_id, [NewEvent(type_, data, time=at(ago))])
+    return store
+
+
+def test_the_walk_shelves_settled_jobs_and_brings_a_revived_one_back(store_factory):
+    """A lab's history is mostly settled jobs: the walk keeps them on a shelf (ledger.shelf),
+    small, until an event comes for one; its verdicts and its fold are what a walk holding
+    every job as a state gives."""
+    store = lab_of_lives(store_factory)
+    walk = _Walk(transitions=True)
+    assert walk.run(store.raw_rows()).ok
+    replayed = load_state(store, use_snapshot=False).jobs
+    assert sorted(walk.shelf.ids()) == ["bo/just", "bo/old", "cy/cancelled"]
+    assert "dee/again" in walk.state.jobs and replayed["dee/again"].state != "finished"  # revived, off the shelf
+    assert not any(settled(j) for j in walk.state.jobs.values() if j.id != "cy/cancelled")
+    assert dict(walk.every_job()) == replayed
+
+    store.append("bo/old", [NewEvent("started", {"attempt": 1, "workers": [0], "spec_hash": "h"}, time=at(5))])
+    report = verify_store(store)  # a shelved job's illegal step is found as any other
+    assert report.problem.reason == "illegal transition in bo/old: started from state finished"
+
+
+def test_a_snapshot_is_compared_with_the_shelved_jobs_too(store_factory):
+    store = lab_of_lives(store_factory)
+    real = load_state(store, use_snapshot=False)
+    for job_id in ("bo/old", "ana/running"):  # one the walk shelves, one it holds
+        lie = dataclasses.replace(real.jobs[job_id], restarts=7)
+        save_snapshot(store, fold.LedgerState(real.position, {**real.jobs, job_id: lie}))
+        _, verdicts = verify_ledger(store, parallel_from=0)
+        [verdict] = [v for v in verdicts if v.snapshot.name == "ledger"]
+        assert verdict.problem == f"job {job_id}: restarts is 7 in it, 0 from the events"
+        store.delete_snapshot(verdict.snapshot)

@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 
 from ledger.events import format_time
 from ledger.fold import LedgerState, apply
+from ledger.shelf import settled
 from reconciler import naming
-from reconciler.live import LiveJobs, settled
+from reconciler.live import LiveJobs
 from reconciler.model import NodeObs, Observed, PlanConfig
 from reconciler.plan import plan
 
@@ -18,6 +19,9 @@ NOW = 1_800_000_000.0
 ZONE = "us-central2-b"
 SPEC = {"job": {"name": "j"}, "command": {"cmd": "train", "workers": "all"}, "recovery": {"max_restarts": 3},
         "tpu": {"accelerator": "v4-8", "zone": ZONE, "pricing": "spot", "allocation_mode": "tpu-vm", "hosts": 1, "chips": 4}}
+
+
+HASH = "ab12cd34"  # the spec's hash, as the events carry it
 
 
 def at(seconds_ago: float) -> str:
@@ -31,12 +35,13 @@ def tpu(name: str) -> dict:
 def lives() -> dict[str, list[tuple[str, dict, float]]]:
     """Jobs in every situation that matters: waiting, running, finished long ago, finished
     with its TPU released a moment ago, ended while still holding its TPU, ended with an
-    intent left without its outcome, and run again after it had ended."""
-    submitted = ("submitted", {"spec": SPEC, "spec_hash": "h", "commit": "c"}, 3600)
+    intent left without its outcome, and run again after it had ended. Events any writer
+    could record (verify's tests append them to a ledger)."""
+    submitted = ("submitted", {"spec": SPEC, "spec_hash": HASH, "commit": "c0ffee", "path": "jobs/j.yaml"}, 3600)
     up = [("provisioning", {"attempt": 1, "tpu": tpu("{}")}, 3500),
           ("provisioned", {"tpu": tpu("{}"), "hosts": [{"worker": 0, "address": "10.0.0.1", "port": 22}]}, 3400),
           ("setup_started", {"attempt": 1}, 3300), ("setup_done", {"attempt": 1}, 3200),
-          ("started", {"attempt": 1, "workers": [0], "spec_hash": "h"}, 3100)]
+          ("started", {"attempt": 1, "workers": [0], "spec_hash": HASH}, 3100)]
     return {
         "ana/waiting": [submitted],
         "ana/running": [submitted, *up],
@@ -45,9 +50,9 @@ def lives() -> dict[str, list[tuple[str, dict, float]]]:
         "cy/holding": [submitted, *up, ("finished", {}, 10)],
         "cy/cancelled": [submitted, ("cancel_requested", {}, 100), ("cancelled", {"reason": "asked"}, 90)],
         "cy/intent": [submitted, ("cancel_requested", {}, 100), ("cancelled", {"reason": "asked"}, 90),
-                      ("action_intent", {"action_id": "a1", "action": "record", "params": {}, "holder": "r"}, 80)],
+                      ("action_intent", {"action_id": "a1", "action": "release", "params": {}, "holder": "r"}, 80)],
         "dee/again": [submitted, *up, ("finished", {}, 2800), ("released", {"tpu": tpu("{}"), "reason": "job ended"}, 2700),
-                      ("rerun", {"rule": "operator"}, 50)],
+                      ("rerun", {"rule": "manual", "attempt": 2, "restarts": 0}, 50)],
     }
 
 

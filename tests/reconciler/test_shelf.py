@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ledger.fold import LedgerState
 from ledger.replay import decode_state, encode_state, job_text
+from ledger.shelf import settled
 from reconciler import naming
-from reconciler.live import settled
 from reconciler.shelf import Shelf
 from tests.reconciler.test_live import at, folded
 

@@ -1,0 +1,115 @@
+"""Settled jobs, held small.
+
+A lab's ledger keeps every job it ever ran, and a fold of it holds each one as a `JobState`:
+~5 KB of dicts and strings a job (its spec most of it), 600 MB at 118,956 jobs. Once a job
+has settled (`settled`), no event but a rare revival (`ledger rerun`, `ledger resume`, a
+resubmission) touches it again, and a fold only needs it back when one does. A shelf holds
+each such job as its encoded text, LZ4-compressed with the first shelved job's text as the
+dictionary (one lab's jobs repeat each other's fields): ~300-370 bytes a job, none of them a
+container the cyclic collector walks. The reconciler keeps its settled jobs on one
+(reconciler.shelf), and `ledger verify`'s walk does (ledger.verify), each with the encoding
+that suits what it does with them next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+import lz4.block
+import msgspec
+
+from ledger.fold import TERMINAL, JobState
+from ledger.replay import job_from_text, job_text
+
+_COMPACT = msgspec.json.Encoder().encode
+
+
+def settled(job: JobState) -> bool:
+    """Ended, no TPU held, nothing under way: no pass has anything to do with it, and only a
+    revival brings an event for it."""
+    return job.state in TERMINAL and job.tpu is None and not job.pending_action
+
+
+def compact_text(job: JobState) -> bytes:
+    """A job as compact JSON (its fields in declaration order), which `job_from_text` reads as
+    it reads a snapshot's piece: ~4 us a job where the piece's indented, key-sorted text
+    (`job_text`) takes ~13. For a shelf whose texts never leave the process (verify's)."""
+    return _COMPACT(job)
+
+
+class PackedJobs:
+    """Jobs by id, each held packed and decoded only when asked (`get`, `take`). `encode`
+    gives a job's text (any text `job_from_text` reads): the snapshot piece `job_text` by
+    default, which a snapshot can then take as it is."""
+
+    def __init__(self, encode: Callable[[JobState], bytes] = job_text) -> None:
+        self._encode = encode
+        self._packed: dict[str, bytes] = {}
+        self._dict = b""  # the compression dictionary: the first shelved job's text
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._packed
+
+    def ids(self) -> Iterator[str]:
+        return iter(self._packed)
+
+    def put(self, job: JobState, text: bytes | None = None) -> None:
+        """Shelve `job` (in place of a job of its id shelved before); `text`: its encoded
+        text, when the caller has it already."""
+        text = text if text is not None else self._encode(job)
+        if not self._dict:
+            self._dict = text
+        self._packed[job.id] = lz4.block.compress(text, dict=self._dict)
+
+    def get(self, job_id: str) -> JobState | None:
+        """A decoded copy; the job stays shelved."""
+        packed = self._packed.get(job_id)
+        return None if packed is None else job_from_text(lz4.block.decompress(packed, dict=self._dict))
+
+    def take(self, job_id: str) -> JobState | None:
+        """The job, decoded and off the shelf (an event came for it)."""
+        job = self.get(job_id)
+        if job is not None:
+            del self._packed[job_id]
+        return job
+
+    def texts(self) -> Iterator[tuple[str, bytes]]:
+        """(id, text) of every shelved job, in id order, decompressed one at a time."""
+        for job_id in sorted(self._packed):
+            yield job_id, lz4.block.decompress(self._packed[job_id], dict=self._dict)
+
+    def copy(self) -> PackedJobs:
+        """What is shelved now, for another thread: later puts and takes do not change it
+        (the packed texts are shared: bytes never change)."""
+        other = PackedJobs(self._encode)
+        other._packed, other._dict = dict(self._packed), self._dict
+        return other
+
+
+class JobsWithShelf(Mapping[str, JobState]):
+    """Every job of a fold whose settled jobs are on a shelf, as one mapping: the fold's own
+    jobs as they are, a shelved one decoded when it is asked for (a copy, let go after)."""
+
+    def __init__(self, jobs: Mapping[str, JobState], shelf: PackedJobs) -> None:
+        self._jobs, self._shelf = jobs, shelf
+
+    def __getitem__(self, job_id: str) -> JobState:
+        job = self._jobs.get(job_id)
+        if job is None:
+            job = self._shelf.get(job_id)
+            if job is None:
+                raise KeyError(job_id)
+        return job
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._jobs
+        yield from self._shelf.ids()
+
+    def __len__(self) -> int:
+        return len(self._jobs) + len(self._shelf)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs or job_id in self._shelf
