@@ -70,6 +70,7 @@ from ledger.replay import SNAPSHOT_EVERY, load_state, save_snapshot, usable_snap
 from ledger.spec.model import spec_hash  # noqa: E402
 from ledger.spec.policy import parse_policy  # noqa: E402
 from ledger.store.sqlite import SQLiteStore  # noqa: E402
+from ledger.usage import to_us  # noqa: E402
 from ledger.usage.snapshot import body_of, load_usage, save_body, save_usage, usable  # noqa: E402
 from reconciler.model import NodeObs, PlanConfig, QueuedObs  # noqa: E402
 from reconciler.plan import plan, tpu_request  # noqa: E402
@@ -175,7 +176,7 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None],
                     save_snapshot(store, load_state(store, use_snapshot=False))
                 if usable(store, policy().fair_share.half_life_hours, store.head()) is None:
                     progress("  its usage snapshot is of other code: saving one of this code")
-                    save_usage(store, *load_usage(store, policy().fair_share.half_life_hours))
+                    save_usage(store, *load_usage(store, policy().fair_share.half_life_hours), to_us(now))
                 if capacity_due(store, store.head()):
                     progress("  no capacity snapshot of this code: saving one")
                     save_capacity(store, load_capacity(store))
@@ -237,7 +238,7 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None],
         flush(True)
         state = load_state(store, use_snapshot=False)
         save_snapshot(store, state)
-        save_usage(store, *load_usage(store, 168.0))
+        save_usage(store, *load_usage(store, 168.0), to_us(now))  # as a reconciler saving it at `now` would
         save_capacity(store, load_capacity(store))
         progress(f"built {store.head():,} events in {time.perf_counter() - started:.0f} s ({len(records):,} waits recorded)")
     finally:

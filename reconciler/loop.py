@@ -251,7 +251,8 @@ class Reconciler:
             return
         usage = None
         if self.usage is not None:
-            usage = due_body(self.store(), self.meter, self.usage)  # copied now: the fold moves on
+            # copied now: the fold moves on
+            usage = due_body(self.store(), self.meter, self.usage, now=int(self.clock() * 1_000_000))
         capacity = due_blob(self.store(), self.capacity)  # encoded now, for the same reason
         # Copied only when due: at 118,956 jobs a copy of the state and the shelf held ~90 MB
         # more for as long as the saver ran, every 200 passes, due or not.

@@ -22,7 +22,7 @@ from ledger.store.sqlite import SQLiteStore
 from ledger.usage import UsageFold
 from ledger.usage import snapshot as usage_snapshot
 from ledger.usage.fold import _Job
-from ledger.usage.share import ShareMeter
+from ledger.usage.share import WEEK_US, ShareMeter
 from ledger.usage.snapshot import (
     code_version,
     decode,
@@ -102,6 +102,27 @@ def test_the_admission_part_plus_tail_gives_fair_shares_figures(rows, cut_at, la
         return
     fold.apply_rows(rows[cut:])
     assert fair(meter, fold, now) == fair(*full, now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ledgers(), st.floats(0, 1), st.integers(0, 3000), st.integers(0, 3000))
+def test_a_meter_saved_at_its_clock_forgets_only_what_no_later_week_counts(rows, cut_at, saved_at, later):
+    """Saved at the saver's `now` (`save_usage`), a meter lets go of the intervals that ended
+    a week before it: from that snapshot plus the tail, fair share at `now` or later is the
+    full fold's, to the chip-microsecond."""
+    saved = T0 + saved_at * 5 * MIN  # up to ~10 days after the first event: a week past some intervals' end
+    now = saved + later * MIN
+    full = fresh()
+    full[1].apply_rows(rows)
+    cut = int(cut_at * len(rows))
+    part = fresh()
+    part[1].apply_rows(rows[:cut])
+    part[0].forget_before(saved)
+    assert all(end > saved - WEEK_US for end, *_ in part[0].recent)
+    kept = decode(encode(*part))
+    assert kept is not None
+    kept[1].apply_rows(rows[cut:])
+    assert fair(*kept, now) == fair(*full, now)
 
 
 def test_load_for_admission_at_every_cut_of_a_real_ledger(store):
@@ -221,6 +242,22 @@ def test_verify_rebuilds_usage_snapshots(store):
     verdicts = {v.snapshot.position: v for v in verify_snapshots(store)}
     assert verdicts[head - 1].rebuilt and verdicts[head - 1].problem is None
     assert verdicts[head].problem == "its accounts differ from the events'"
+
+
+def test_a_snapshot_saved_with_a_clock_keeps_only_the_last_week_and_verifies(store):
+    """Saved without a clock, a meter keeps every interval it was ever fed (a lab's whole
+    history, in every load); saved at a moment (`now`, what every saver in the product
+    passes), only those a week at that moment or later can count. Both are sound."""
+    meter, fold = load_usage(store, HALF_LIFE, use_snapshot=False)
+    assert meter.recent
+    save_usage(store, meter, fold)
+    assert decode(store.list_snapshots()[0].state)[0].recent == meter.recent
+    last_end = max(end for end, *_ in meter.recent)
+    save_usage(store, meter, fold, now=last_end + WEEK_US)  # a week after the last interval ended
+    [snap] = store.list_snapshots()
+    assert not decode(snap.state)[0].recent and not meter.recent
+    [verdict] = verify_snapshots(store)
+    assert verdict.rebuilt and verdict.problem is None
 
 
 def test_verify_checks_the_weekly_sums(store):

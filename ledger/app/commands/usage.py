@@ -97,7 +97,7 @@ def fold_usage(store: Store, since: str | None, until: str | None, *, per_attemp
     if whole and until is None:
         # A report at the head keeps the next one fast; a read-only ledger still answers.
         with contextlib.suppress(LedgerError), store_errors(store.url):
-            maybe_save_usage(store, meter, fold)
+            maybe_save_usage(store, meter, fold, now=now)
     return fold, now
 
 
