@@ -13,13 +13,14 @@ that suits what it does with them next.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Generic, TypeVar
 
 import lz4.block
 import msgspec
 
-from ledger.fold import TERMINAL, JobState
-from ledger.replay import job_from_text, job_text
+from ledger.fold import TERMINAL, JobState, LedgerState
+from ledger.replay import job_from_text, job_text, no_cyclic_gc
 
 _COMPACT = msgspec.json.Encoder().encode
 
@@ -38,14 +39,16 @@ def compact_text(job: JobState) -> bytes:
 
 
 class PackedJobs:
-    """Jobs by id, each held packed and decoded only when asked (`get`, `take`). `encode`
-    gives a job's text (any text `job_from_text` reads): the snapshot piece `job_text` by
-    default, which a snapshot can then take as it is."""
+    """Jobs by id, each held packed and decoded only when asked (`get`, `take`), and how
+    many end in each state (`states`: the metrics count them). `encode` gives a job's text
+    (any text `job_from_text` reads): the snapshot piece `job_text` by default, which a
+    snapshot can then take as it is."""
 
     def __init__(self, encode: Callable[[JobState], bytes] = job_text) -> None:
         self._encode = encode
         self._packed: dict[str, bytes] = {}
         self._dict = b""  # the compression dictionary: the first shelved job's text
+        self.states: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._packed)
@@ -59,10 +62,13 @@ class PackedJobs:
     def put(self, job: JobState, text: bytes | None = None) -> None:
         """Shelve `job` (in place of a job of its id shelved before); `text`: its encoded
         text, when the caller has it already."""
+        if job.id in self._packed:
+            self.take(job.id)
         text = text if text is not None else self._encode(job)
         if not self._dict:
             self._dict = text
         self._packed[job.id] = lz4.block.compress(text, dict=self._dict)
+        self._count(job.state, 1)
 
     def get(self, job_id: str) -> JobState | None:
         """A decoded copy; the job stays shelved."""
@@ -74,6 +80,7 @@ class PackedJobs:
         job = self.get(job_id)
         if job is not None:
             del self._packed[job_id]
+            self._count(job.state, -1)
         return job
 
     def texts(self) -> Iterator[tuple[str, bytes]]:
@@ -85,8 +92,81 @@ class PackedJobs:
         """What is shelved now, for another thread: later puts and takes do not change it
         (the packed texts are shared: bytes never change)."""
         other = PackedJobs(self._encode)
-        other._packed, other._dict = dict(self._packed), self._dict
+        other._packed, other._dict, other.states = dict(self._packed), self._dict, dict(self.states)
         return other
+
+    def _count(self, state: str, by: int) -> None:
+        left = self.states.get(state, 0) + by
+        if left:
+            self.states[state] = left
+        else:
+            self.states.pop(state, None)
+
+
+ShelfT = TypeVar("ShelfT", bound=PackedJobs)
+
+
+class LiveJobs(Generic[ShelfT]):
+    """A fold kept to the jobs that can still change: `state` holds the unsettled jobs only
+    (`jobs`); the settled ones leave it for `shelf` after the fold that settled them, and come
+    back into it before an event for them is folded (`folding`, then `refresh`). The view is
+    kept by the streams each fold touched, so keeping it costs what the new events do. The
+    reconciler's passes walk `jobs` (reconciler.live); the dashboard's pages read them, and
+    a settled job through `find`."""
+
+    def __init__(self, shelf: ShelfT) -> None:
+        self.state = LedgerState()
+        self.shelf = shelf
+
+    @property
+    def jobs(self) -> dict[str, JobState]:
+        return self.state.jobs
+
+    def __len__(self) -> int:
+        """Every job the ledger knows, shelved or not."""
+        return len(self.state.jobs) + len(self.shelf)
+
+    def rebuild(self, state: LedgerState, shelf: ShelfT) -> None:
+        """From a freshly loaded state, and the `shelf` of what its load kept apart
+        (ledger.replay.load_state_apart; an empty one if none): its settled jobs go to the shelf."""
+        self.state, self.shelf = state, shelf
+        with no_cyclic_gc():
+            for job in [j for j in state.jobs.values() if settled(j)]:
+                self._shelve(job)
+
+    def folding(self, rows: Iterable[tuple], touched: set[str]) -> Iterator[tuple]:
+        """The fold's rows (seq, stream, ...) as they are, each one's stream added to
+        `touched`; a shelved job is put back into the state before its first event is folded."""
+        shelf, state = self.shelf, self.state
+        for row in rows:
+            stream = row[1]
+            if stream not in touched:
+                touched.add(stream)
+                if stream in shelf:
+                    state.jobs[stream] = shelf.take(stream)  # type: ignore[assignment]
+                    state.owned.add(stream)  # a fresh object: the fold may change it in place
+            yield row
+
+    def refresh(self, touched: Iterable[str]) -> None:
+        """After a fold: the jobs it touched that it settled go to the shelf."""
+        jobs = self.state.jobs
+        for job_id in touched:
+            job = jobs.get(job_id)
+            if job is not None and settled(job):
+                self._shelve(job)
+
+    def find(self, job_id: str) -> JobState | None:
+        """Any job the ledger knows, shelved or not (a shelved one decoded: a copy)."""
+        job = self.state.jobs.get(job_id)
+        return job if job is not None else self.shelf.get(job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.state.jobs or job_id in self.shelf
+
+    def _shelve(self, job: JobState) -> None:
+        self.shelf.put(job)
+        del self.state.jobs[job.id]
+        self.state.owned.discard(job.id)
 
 
 class JobsWithShelf(Mapping[str, JobState]):

@@ -19,21 +19,17 @@ from reconciler import naming
 
 
 class Shelf(PackedJobs):
-    """Settled jobs by id (ledger.shelf.PackedJobs, their snapshot pieces), their labels'
-    owners, the TPUs they released lately, and how many end in each state (metrics)."""
+    """Settled jobs by id (ledger.shelf.PackedJobs, their snapshot pieces, and how many end
+    in each state), their labels' owners and the TPUs they released lately."""
 
     def __init__(self) -> None:
         super().__init__()
         self._owners: dict[str, str] = {}  # job label hash (naming.job_hash) -> job id
         self._released: dict[str, str] = {}  # TPU name -> when a shelved job last released it
-        self.states: dict[str, int] = {}  # how many shelved jobs end in each state (metrics)
 
     def put(self, job: JobState, text: bytes | None = None) -> None:
         """Shelve `job`; `text`: its piece (`job_text`), when the caller has it already."""
-        if job.id in self:
-            self.take(job.id)
         super().put(job, text)
-        self._count(job.state, 1)
         self._owners[naming.job_label(job)] = job.id
         for name, when in job.released:
             if when > self._released.get(name, ""):
@@ -43,7 +39,6 @@ class Shelf(PackedJobs):
         """The job, decoded and off the shelf (an event came for it)."""
         job = super().take(job_id)
         if job is not None:
-            self._count(job.state, -1)
             self._owners.pop(naming.job_label(job), None)
         return job
 
@@ -65,13 +60,6 @@ class Shelf(PackedJobs):
         """What is shelved now, for another thread (the snapshot saver): later puts and
         takes do not change it."""
         return FrozenShelf(self.copy())
-
-    def _count(self, state: str, by: int) -> None:
-        left = self.states.get(state, 0) + by
-        if left:
-            self.states[state] = left
-        else:
-            self.states.pop(state, None)
 
 
 class FrozenShelf:

@@ -6,8 +6,9 @@ Pure functions over the fold's states (`ledger.fold.JobState`); no I/O.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -182,30 +183,54 @@ def last_change(job: JobState) -> str:
     return max(job.times.values()) if job.times else ""
 
 
+class JobCard(NamedTuple):
+    """What the dashboard's jobs page chooses, orders and lists a job by (`select_jobs`,
+    its table's row), made once for a settled job: a lab's history of them is listed without
+    holding their states (the dashboard keeps those packed, ledger.shelf)."""
+
+    id: str
+    owner: str
+    name: str
+    state: str
+    accelerator: str  # accelerator_of
+    tpu: str  # the TPU held's name, '' for none
+    changed: str  # last_change
+    attempt: int
+    restarts: int
+    submitted: int  # submitted_seq
+    reason: str  # queued_reason
+
+
+def card_of(job: JobState) -> JobCard:
+    return JobCard(job.id, job.owner, job.name, job.state, accelerator_of(job),
+                   str(job.tpu.get("name", "")) if isinstance(job.tpu, dict) else "", last_change(job),
+                   job.attempt, job.restarts, job.submitted_seq, job.queued_reason)
+
+
 # How `select_jobs` can order jobs: name -> key. Ties are broken by id, so a page is stable.
-SORTS: dict[str, Any] = {
-    "id": lambda j: j.id,
-    "owner": lambda j: j.owner,
-    "state": lambda j: j.state,
-    "accelerator": accelerator_of,
-    "attempt": lambda j: j.attempt,
-    "restarts": lambda j: j.restarts,
-    "changed": last_change,
-    "submitted": lambda j: j.submitted_seq,
+SORTS: dict[str, Callable[[JobCard], Any]] = {
+    "id": operator.attrgetter("id"),
+    "owner": operator.attrgetter("owner"),
+    "state": operator.attrgetter("state"),
+    "accelerator": operator.attrgetter("accelerator"),
+    "attempt": operator.attrgetter("attempt"),
+    "restarts": operator.attrgetter("restarts"),
+    "changed": operator.attrgetter("changed"),
+    "submitted": operator.attrgetter("submitted"),
 }
 
 
-def select_jobs(jobs: Iterable[JobState], *, owner: str | None = None, state: str | None = None,
+def select_jobs(cards: Iterable[JobCard], *, owner: str | None = None, state: str | None = None,
                 accelerator: str | None = None, text: str | None = None, sort: str = "id",
-                descending: bool = False) -> list[JobState]:
-    """The jobs `ledger list` shows (and the dashboard's jobs page): filtered by owner, state,
-    accelerator and a case-insensitive search in the id, TPU and accelerator, then sorted."""
+                descending: bool = False) -> list[JobCard]:
+    """The jobs the dashboard's jobs page lists (by their cards, `card_of`): filtered by
+    owner, state, accelerator and a case-insensitive search in the id, TPU and accelerator,
+    then sorted (in `ledger list`'s order, by id, unless asked otherwise)."""
     needle = text.lower() if text else None
     chosen = [
-        j for j in choose(jobs, owner=owner, state=state)
-        if (accelerator is None or accelerator_of(j) == accelerator)
-        and (needle is None or needle in j.id.lower() or needle in accelerator_of(j).lower()
-             or (isinstance(j.tpu, dict) and needle in str(j.tpu.get("name", "")).lower()))
+        c for c in choose(cards, owner=owner, state=state)
+        if (accelerator is None or c.accelerator == accelerator)
+        and (needle is None or needle in c.id.lower() or needle in c.accelerator.lower() or needle in c.tpu.lower())
     ]
     if sort != "id" or descending:
         chosen.sort(key=SORTS[sort], reverse=descending)  # stable: ties stay in id order

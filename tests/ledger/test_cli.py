@@ -365,7 +365,7 @@ def test_list_json_from_a_snapshots_pieces_and_its_tail_is_the_text_of_a_full_re
     """`ledger list --json` writes the snapshot's own text of each job it did not fold, and
     folds the tail's jobs: byte for byte what printing a full replay's states gives."""
     from ledger import jsontext
-    from ledger.app.readmodels import job_json, select_jobs
+    from ledger.app.readmodels import card_of, job_json, select_jobs
 
     store = SQLiteStore(ledger_file)
     save_snapshot(store, load_state(store, until=3))  # alice/a provisioning: the rest is its tail
@@ -376,7 +376,8 @@ def test_list_json_from_a_snapshots_pieces_and_its_tail_is_the_text_of_a_full_re
     store.close()
     assert full.position > 3
     for args, owner in ((), None), (("--owner", "alice"), "alice"), (("--owner", "nobody"), "nobody"):
-        expected = jsontext.pretty([job_json(j) for j in select_jobs(full.jobs.values(), owner=owner)]).decode() + "\n"
+        chosen = select_jobs(map(card_of, full.jobs.values()), owner=owner)
+        expected = jsontext.pretty([job_json(full.jobs[c.id]) for c in chosen]).decode() + "\n"
         assert run(ledger_file, "list", *args, "--json").output == expected
     assert [j["id"] for j in json.loads(run(ledger_file, "list", "--json").output)] == ["alice/a", "bob/b", "carol/c"]
     assert run(ledger_file, "list", "--owner", "nobody", "--json").output == "[]\n"

@@ -75,7 +75,7 @@ def dashboard_cmd(ctx: click.Context, host: str, port: int, log_dir: Path | None
         app = server.create_app(live, store_label=redact(url), log_dir=logs, allowed_hosts=server.hosts_for(host),
                                 log_archive=open_archive(log_archive or defaults.LOG_ARCHIVE), root=root, service=service)
         log.info("dashboard of %s: %s  (%d job(s) at seq %d, loaded in %.1f s; read-only; Ctrl-C stops)", redact(url),
-                 server.url_of(sock).rstrip("/") + root + "/", len(live.state.jobs), live.position, live.loaded_in)
+                 server.url_of(sock).rstrip("/") + root + "/", live.job_count(), live.position, live.loaded_in)
         server.serve(app, sock)
         log.info("stopped")
     finally:

@@ -55,7 +55,8 @@ def observe_dashboard(service: Service, live: LiveLedger) -> Service:
         with service.follower.lock:
             return recorded_policy(service.follower.store())
 
-    service.jobs(JobSources(jobs=lambda: live.state.jobs, policy=policy, queue=queue))
+    service.jobs(JobSources(jobs=lambda: live.state.jobs, policy=policy, queue=queue,
+                            settled=lambda: live.jobs.shelf.states))
     service.gauges(values)
     service.readiness.add("verify", lambda: verify_check(live))
     return service

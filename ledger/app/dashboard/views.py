@@ -24,16 +24,16 @@ from ledger.app.dashboard.weeks import week_table
 from ledger.app.queueview import queue_rows, queue_summary, recorded_policy, share_rows
 from ledger.app.readmodels import (
     SORTS,
+    JobCard,
     accelerator_of,
     job_json,
-    last_change,
     select_jobs,
     tpu_rows,
     usage_json,
 )
 from ledger.describe import actor_text, summarize
 from ledger.events import Event, format_time
-from ledger.fold import LIVE, TERMINAL, JobState
+from ledger.fold import LIVE, TERMINAL
 from ledger.replay import SNAPSHOT_NAME, code_version
 from ledger.store import Store
 from ledger.usage import GROUPINGS, from_us
@@ -156,19 +156,17 @@ def job_href(job_id: str) -> str | None:
     return f"/jobs/{quote(owner, safe='')}/{quote(name, safe='')}"
 
 
-def _summary_row(j: JobState) -> dict[str, Any]:
-    return {"id": j.id, "owner": j.owner, "name": j.name, "state": j.state or "-",
-            "accelerator": accelerator_of(j), "attempt": j.attempt, "restarts": j.restarts,
-            "tpu": j.tpu.get("name", "") if isinstance(j.tpu, dict) else "", "changed": last_change(j),
-            "reason": j.queued_reason}
+def _summary_row(c: JobCard) -> dict[str, Any]:
+    return {"id": c.id, "owner": c.owner, "name": c.name, "state": c.state or "-", "accelerator": c.accelerator,
+            "attempt": c.attempt, "restarts": c.restarts, "tpu": c.tpu, "changed": c.changed, "reason": c.reason}
 
 
 def jobs_page(live: LiveLedger, query: JobQuery) -> dict[str, Any]:
     """One page of jobs, plus what the filters can choose from. `jobs` is `ledger list
     --json`'s shape for the page's jobs; `rows` the table's cells."""
     with live.lock:
-        jobs = live.state.jobs.values()
-        chosen = select_jobs(jobs, owner=query.owner, state=query.state, accelerator=query.accelerator,
+        cards = live.cards()
+        chosen = select_jobs(cards, owner=query.owner, state=query.state, accelerator=query.accelerator,
                              text=query.text, sort=query.sort, descending=query.descending)
         pages = max(1, -(-len(chosen) // query.per_page))
         page = min(query.page, pages)
@@ -176,14 +174,14 @@ def jobs_page(live: LiveLedger, query: JobQuery) -> dict[str, Any]:
         counts: dict[str, int] = {}
         owners: set[str] = set()
         accelerators: set[str] = set()
-        for j in jobs:
-            counts[j.state] = counts.get(j.state, 0) + 1
-            owners.add(j.owner)
-            accelerators.add(accelerator_of(j))
+        for c in cards:
+            counts[c.state] = counts.get(c.state, 0) + 1
+            owners.add(c.owner)
+            accelerators.add(c.accelerator)
         return {
-            "position": live.position, "total": len(chosen), "all": len(live.state.jobs), "page": page, "pages": pages,
+            "position": live.position, "total": len(chosen), "all": len(cards), "page": page, "pages": pages,
             "per_page": query.per_page, "offset": (page - 1) * query.per_page,
-            "jobs": [job_json(j) for j in shown], "rows": [_summary_row(j) for j in shown],
+            "jobs": [job_json(live.jobs.find(c.id)) for c in shown], "rows": [_summary_row(c) for c in shown],
             "states": sorted((s, n) for s, n in counts.items() if s), "owners": sorted(owners),
             "accelerators": sorted(a for a in accelerators if a),
         }
@@ -194,7 +192,7 @@ def require_job(live: LiveLedger, job_id: str) -> None:
     if len(job_id) > MAX_ID:
         raise NotFound(job_id)
     with live.lock:
-        if job_id not in live.state.jobs:
+        if job_id not in live.jobs:
             raise NotFound(job_id)
 
 
@@ -207,7 +205,7 @@ def _job_json(live: LiveLedger, job_id: str) -> tuple[dict[str, Any], str]:
     if len(job_id) > MAX_ID:
         raise NotFound(job_id)
     with live.lock:
-        job = live.state.jobs.get(job_id)
+        job = live.jobs.find(job_id)
         if job is None:
             raise NotFound(job_id)
         return job_json(job), accelerator_of(job)
@@ -397,7 +395,7 @@ def health_page(live: LiveLedger, store: Store, store_label: str) -> dict[str, A
         # usage is folded behind the pages at start on a large ledger (LiveLedger._catch_up)
         "usage_folded": live.position if live.usage_ready.is_set() else live.usage_read,
         "usage_ready": live.usage_ready.is_set(),
-        "loaded_in": round(live.loaded_in, 3), "jobs": len(live.state.jobs),
+        "loaded_in": round(live.loaded_in, 3), "jobs": live.job_count(),
         "verify": verify.to_dict() if verify else None, "verifying": live.verifying,
         "verify_every": live.verify_every, "publisher": live.publisher(store),
         "snapshot": {"position": newest.position, "code": newest.code_version} if newest else None,

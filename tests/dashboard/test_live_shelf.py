@@ -1,0 +1,43 @@
+"""The dashboard keeps a lab's settled jobs packed (ledger.shelf), each with the card its
+jobs page lists it by: its pages say what they said with every job held as a state, and an
+event for a settled job brings it back. Real SQLite, no server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ledger.app.dashboard import views
+from ledger.app.dashboard.live import LiveLedger
+from ledger.app.readmodels import card_of, job_json
+from ledger.events import NewEvent
+from ledger.replay import load_state
+from ledger.store.sqlite import SQLiteStore
+from tests.reconciler.test_live import at
+from tests.reconciler.test_live import events as live_events
+
+
+def test_settled_jobs_are_shelved_listed_as_before_and_brought_back(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path)
+    for job_id, type_, data, ago in live_events():
+        store.append(job_id, [NewEvent(type_, data, time=at(ago))])
+    full = load_state(store, use_snapshot=False).jobs
+    live = LiveLedger(f"sqlite:///{path}")
+    try:
+        assert sorted(live.jobs.shelf.ids()) == ["bo/just", "bo/old", "cy/cancelled"]
+        assert not set(live.jobs.shelf.ids()) & set(live.state.jobs) and live.job_count() == len(full)
+        assert sorted(live.cards()) == sorted(map(card_of, full.values()))
+        page = views.jobs_page(live, views.JobQuery.parse({"per_page": "500"}))
+        assert page["jobs"] == [job_json(full[i]) for i in sorted(full)] and page["all"] == len(full)
+        assert page["states"] == sorted({(s, sum(j.state == s for j in full.values())) for s in {j.state for j in full.values()}})
+        assert views.job_state(live, "bo/old") == job_json(full["bo/old"])
+
+        after = live.position
+        store.append("bo/old", [NewEvent("rerun", {"rule": "manual", "attempt": 2, "restarts": 0}, time=at(5))])
+        live.fold(list(store.fold_rows(after)))
+        again = load_state(store, use_snapshot=False).jobs["bo/old"]
+        assert "bo/old" in live.state.jobs and "bo/old" not in live.jobs.shelf and "bo/old" not in live.jobs.shelf.cards
+        assert views.job_state(live, "bo/old") == job_json(again) and again.state != full["bo/old"].state
+    finally:
+        live.close()
+        store.close()
