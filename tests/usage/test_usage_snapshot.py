@@ -75,6 +75,16 @@ def test_snapshot_plus_tail_is_the_full_fold(rows, cut_at, second_at, later):
     assert figures(kept, now) == figures(full, now)
 
 
+def cut_folds(rows: list[tuple], cut_at: float) -> tuple[tuple[ShareMeter, UsageFold], tuple[ShareMeter, UsageFold], int]:
+    """A fold of every row, one of the rows before the cut (`cut_at` of the way), and the cut."""
+    full = fresh()
+    full[1].apply_rows(rows)
+    cut = int(cut_at * len(rows))
+    part = fresh()
+    part[1].apply_rows(rows[:cut])
+    return full, part, cut
+
+
 def fair(meter: ShareMeter, fold: UsageFold, now: int) -> tuple:
     """What fair share reads (reconciler.admission.usage_at): the meter's figures with the
     intervals that hold chips now, and those intervals."""
@@ -89,11 +99,7 @@ def test_the_admission_part_plus_tail_gives_fair_shares_figures(rows, cut_at, la
     the meter and the chip-holding intervals of a full fold, as long as the tail touches
     no job it left out (load_for_admission then folds the whole: tested below)."""
     now = T0 + later * MIN
-    full = fresh()
-    full[1].apply_rows(rows)
-    cut = int(cut_at * len(rows))
-    part = fresh()
-    part[1].apply_rows(rows[:cut])
+    full, part, cut = cut_folds(rows, cut_at)
     found = decode_admission(encode(*part))
     assert found is not None
     meter, fold, left = found
@@ -112,11 +118,7 @@ def test_a_meter_saved_at_its_clock_forgets_only_what_no_later_week_counts(rows,
     full fold's, to the chip-microsecond."""
     saved = T0 + saved_at * 5 * MIN  # up to ~10 days after the first event: a week past some intervals' end
     now = saved + later * MIN
-    full = fresh()
-    full[1].apply_rows(rows)
-    cut = int(cut_at * len(rows))
-    part = fresh()
-    part[1].apply_rows(rows[:cut])
+    full, part, cut = cut_folds(rows, cut_at)
     part[0].forget_before(saved)
     assert all(end > saved - WEEK_US for end, *_ in part[0].recent)
     kept = decode(encode(*part))
