@@ -103,6 +103,23 @@ class PackedJobs:
             self.states.pop(state, None)
 
 
+def shelve(state: LedgerState, shelf: PackedJobs, job: JobState) -> None:
+    """Move `job` out of the fold `state` onto `shelf`."""
+    shelf.put(job)
+    del state.jobs[job.id]
+    state.owned.discard(job.id)
+
+
+def unshelve(state: LedgerState, shelf: PackedJobs, job_id: str) -> JobState | None:
+    """Bring a shelved job back into the fold `state` (None: it was not shelved), before the
+    fold sees an event for it."""
+    job = shelf.take(job_id)
+    if job is not None:
+        state.jobs[job_id] = job
+        state.owned.add(job_id)  # a fresh object: the fold may change it in place
+    return job
+
+
 ShelfT = TypeVar("ShelfT", bound=PackedJobs)
 
 
@@ -132,7 +149,7 @@ class LiveJobs(Generic[ShelfT]):
         self.state, self.shelf = state, shelf
         with no_cyclic_gc():
             for job in [j for j in state.jobs.values() if settled(j)]:
-                self._shelve(job)
+                shelve(state, shelf, job)
 
     def folding(self, rows: Iterable[tuple], touched: set[str]) -> Iterator[tuple]:
         """The fold's rows (seq, stream, ...) as they are, each one's stream added to
@@ -143,8 +160,7 @@ class LiveJobs(Generic[ShelfT]):
             if stream not in touched:
                 touched.add(stream)
                 if stream in shelf:
-                    state.jobs[stream] = shelf.take(stream)  # type: ignore[assignment]
-                    state.owned.add(stream)  # a fresh object: the fold may change it in place
+                    unshelve(state, shelf, stream)
             yield row
 
     def refresh(self, touched: Iterable[str]) -> None:
@@ -153,7 +169,7 @@ class LiveJobs(Generic[ShelfT]):
         for job_id in touched:
             job = jobs.get(job_id)
             if job is not None and settled(job):
-                self._shelve(job)
+                shelve(self.state, self.shelf, job)
 
     def find(self, job_id: str) -> JobState | None:
         """Any job the ledger knows, shelved or not (a shelved one decoded: a copy)."""
@@ -162,11 +178,6 @@ class LiveJobs(Generic[ShelfT]):
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.state.jobs or job_id in self.shelf
-
-    def _shelve(self, job: JobState) -> None:
-        self.shelf.put(job)
-        del self.state.jobs[job.id]
-        self.state.owned.discard(job.id)
 
 
 class JobsWithShelf(Mapping[str, JobState]):

@@ -36,7 +36,7 @@ from ledger.replay import (
     state_difference,
 )
 from ledger.replay import code_version as snapshot_code
-from ledger.shelf import JobsWithShelf, PackedJobs, compact_text, settled
+from ledger.shelf import JobsWithShelf, PackedJobs, compact_text, settled, shelve, unshelve
 from ledger.store import open_store
 from ledger.store.base import Reader, Snapshot, SnapshotReader
 from ledger.usage import UsageFold
@@ -131,8 +131,8 @@ class _Walk:
                  sink: Callable[[list[tuple]], None] | None) -> Iterator[tuple]:
         """The rows in fold_rows' layout, each checked before the fold sees it; the first
         problem (a row's, or the fold's anomaly on the row before) ends the walk."""
-        checker, versions, jobs, owned = self.checker, self.versions, self.state.jobs, self.state.owned
-        shelf = self.shelf
+        checker, versions, state, shelf = self.checker, self.versions, self.state, self.shelf
+        jobs = state.jobs
         prev_hash, expected_seq, count = self.prev_hash, self.expected_seq, self.count
         folding = self.transitions
         last: tuple[str, int, int] | None = None  # (stream, anomalies before, seq) of the row just folded
@@ -145,9 +145,7 @@ class _Walk:
                         self.problem = self._illegal(last, count)
                         return
                     if settled(job):
-                        shelf.put(job)
-                        del jobs[job.id]
-                        owned.discard(job.id)
+                        shelve(state, shelf, job)
                     last = None
                 if chain:
                     seq, stream, version, type_, time_, _, _, _, data_json, row_prev, hash_ = row
@@ -184,8 +182,7 @@ class _Walk:
                 if folding and stream[:1] != "_":  # fold.is_job_stream
                     job = jobs.get(stream)
                     if job is None and stream in shelf:  # revived: back before the fold sees its event
-                        job = jobs[stream] = shelf.take(stream)  # type: ignore[assignment]
-                        owned.add(stream)  # a fresh object: the fold may change it in place
+                        job = unshelve(state, shelf, stream)
                     last = (stream, len(job.anomalies) if job is not None else 0, seq)
                 out = (seq, stream, version, type_, time_, data_json) if chain else row  # fold_rows' layout already
                 if sink is not None:
