@@ -1,11 +1,11 @@
 """The dashboard's live read model: one per server, kept current from the store's tail.
 
 At start it loads every job's state as `ledger replay` does (the newest usable snapshot plus
-the events after it), the settled jobs packed on a shelf as the reconciler keeps them
-(ledger.shelf: ~0.3 KB a job where a state is ~2.7; at 118,956 jobs 320 MB of the
-dashboard's memory was the history's states) with the card the jobs page lists each by, the
-capacity memory the same way, the TPUs'
-last host checks from the streams of their holders as `ledger tpus` reads them, and the usage
+the events after it), the settled jobs packed on a shelf as the reconciler keeps them, each
+with the card the jobs page lists it by (ledger.shelf: ~0.3 KB a job where a state is ~2.7;
+at 118,956 jobs 320 MB of the dashboard's memory was the history's states), the capacity
+memory the same way, the TPUs' last host checks from the streams of their holders as
+`ledger tpus` reads them, and the usage
 fold (`ledger usage`'s, with its weekly table) and the fair-share meter of the recorded
 policy's half-life the same way (its usage snapshot plus the events after it; from the first
 event when none is usable): at once for a small ledger; past FOLD_BEHIND_FROM events on a
@@ -193,15 +193,15 @@ class LiveLedger:
         started = time.perf_counter()
         with store_errors(store_url):
             # The settled jobs go to the shelf as the snapshot is read, never all held at once.
-            self.jobs = LiveJobs(CardedShelf())
             shelf = CardedShelf()
             state = load_state_apart(self._store, settled, shelf.put)
-            if state is None:
+            if state is None:  # no usable snapshot: the events folded, then shelved
                 shelf, state = CardedShelf(), load_state(self._store)
+            self.jobs = LiveJobs(shelf)
             self.jobs.rebuild(state, shelf)
             self.capacity = load_capacity(self._store, self.state.position)
-            # The TPUs' holders from the snapshot's index (made from the states, ~1 s more);
-            # their checks up to the jobs' position, the tail's after it.
+            # The TPUs' holders from the snapshot's index (one made from the states took ~1 s
+            # more); their checks up to the jobs' position, the tail's after it.
             lazy = load_lazy(self._store)
             self.health = tpu_health_of_rows(self._store.stream_rows(
                 health_streams(lazy.holders(), lazy.releasing), TpuHealth.TYPES, self.state.position))
