@@ -6,9 +6,9 @@ has settled (`settled`), no event but a rare revival (`ledger rerun`, `ledger re
 resubmission) touches it again, and a fold only needs it back when one does. A shelf holds
 each such job as its encoded text, LZ4-compressed with the first shelved job's text as the
 dictionary (one lab's jobs repeat each other's fields): ~300-370 bytes a job, none of them a
-container the cyclic collector walks. The reconciler keeps its settled jobs on one
-(reconciler.shelf), and `ledger verify`'s walk does (ledger.verify), each with the encoding
-that suits what it does with them next.
+container the cyclic collector walks. The reconciler (reconciler.shelf), the dashboard
+(ledger.app.dashboard.live) and `ledger verify`'s walk (ledger.verify) keep their settled
+jobs on one, each with the encoding that suits what it does with them next.
 """
 
 from __future__ import annotations
