@@ -185,6 +185,11 @@ def start_script(
         # wrapper, the leader of its own session and process group.
         f"setsid bash -c {q(wrapper)} ledger-job </dev/null >>{att}/output.log 2>&1 &",
         "pid=$!",
+        # The child makes itself the group's leader after the fork: until then `kill -- -$pid`
+        # finds no group, and a stop sent right after this start would miss the job. The pid is
+        # told once the group exists (or the wrapper is gone already), within 5 s.
+        'for _ in $(seq 1 500); do s=$(cat "/proc/$pid/stat" 2>/dev/null || true); [ -z "$s" ] && break; '
+        'f=(${s##*) }); [ "${f[2]:-}" = "$pid" ] && break; sleep 0.01; done',
         "exec 9>&-",
         f'printf "%s\\n" "$pid" > {att}/pid.tmp && mv -f {att}/pid.tmp {att}/pid',
         f'echo "{START_MAGIC} started $pid"',
