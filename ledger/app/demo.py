@@ -322,6 +322,9 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
         # 6. Midway through training, Google takes the TPU back.
         job = _wait("the pod job to run", lambda: (j := _job(store_url, JOB_ID)) and j.state == RUNNING and j, deadline)
         _wait(f"step {PREEMPT_AT_STEP}", lambda: _step(bucket) >= PREEMPT_AT_STEP, deadline)
+        # The story counts the lost work from the last checkpoint the ledger recorded: on a
+        # loaded machine the reconciler may not have seen one yet at step 5 (a CI run did not).
+        _wait("a checkpoint in the ledger", lambda: _checkpoints(store_url, JOB_ID), deadline)
         node = job.tpu["name"]
         emu.preempt(node)
         say(f"** emulator: preempted {node} at step {_step(bucket)} **")
