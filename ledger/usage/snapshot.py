@@ -356,9 +356,14 @@ def save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, now: i
     """Save `fold` and `meter`. `now` (us): when, as the saver's clock says; the meter first
     lets go of the intervals no week at `now` or later counts (`ShareMeter.forget_before`),
     or a snapshot would keep every interval of the ledger's history. None keeps them all."""
+    save_body(store, _body_at(meter, fold, now))
+
+
+def _body_at(meter: ShareMeter, fold: UsageFold, now: int | None) -> UsageBody:
+    """What a save at `now` holds (`save_usage`): the meter cut to the weeks from `now` on."""
     if now is not None:
         meter.forget_before(now)
-    save_body(store, body_of(meter, fold))
+    return body_of(meter, fold)
 
 
 def save_body(store: SnapshotReader, body: UsageBody) -> None:
@@ -387,6 +392,4 @@ def due_body(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, every: i
     as `save_usage`'s); else None."""
     if not plain(fold) or not usage_due(store, meter.half_life_hours, fold.position, every):
         return None
-    if now is not None:
-        meter.forget_before(now)
-    return body_of(meter, fold)
+    return _body_at(meter, fold, now)
