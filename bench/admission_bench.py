@@ -190,7 +190,7 @@ def ledger_reads(args, policy) -> None:
         figures["load_state_ms"] = median_ms(lambda: load_state(store), args.runs)
         # The usage snapshot as the reconciler keeps one, at its stalest (SNAPSHOT_EVERY - 1 behind).
         save_usage(store, *load_usage(store, policy.fair_share.half_life_hours,
-                                      until=max(0, store.head() - SNAPSHOT_EVERY + 1)))
+                                      until=max(0, store.head() - SNAPSHOT_EVERY + 1)), now=None)
         figures["recent_usage_snapshot_ms"] = median_ms(lambda: recent_usage(store, policy), args.runs)
     finally:
         store.close()

@@ -176,7 +176,7 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None],
                     save_snapshot(store, load_state(store, use_snapshot=False))
                 if usable(store, policy().fair_share.half_life_hours, store.head()) is None:
                     progress("  its usage snapshot is of other code: saving one of this code")
-                    save_usage(store, *load_usage(store, policy().fair_share.half_life_hours), to_us(now))
+                    save_usage(store, *load_usage(store, policy().fair_share.half_life_hours), now=to_us(now))
                 if capacity_due(store, store.head()):
                     progress("  no capacity snapshot of this code: saving one")
                     save_capacity(store, load_capacity(store))
@@ -238,7 +238,7 @@ def build(db: Path, events: int, now: datetime, progress: Callable[[str], None],
         flush(True)
         state = load_state(store, use_snapshot=False)
         save_snapshot(store, state)
-        save_usage(store, *load_usage(store, 168.0), to_us(now))  # as a reconciler saving it at `now` would
+        save_usage(store, *load_usage(store, 168.0), now=to_us(now))  # as a reconciler saving it at `now` would
         save_capacity(store, load_capacity(store))
         progress(f"built {store.head():,} events in {time.perf_counter() - started:.0f} s ({len(records):,} waits recorded)")
     finally:

@@ -109,7 +109,7 @@ def run(store: SQLiteStore, runs: int, progress) -> dict:
         wall, cpu, (fold, now) = timed(lambda: fold_usage(store, None, None))
         assert usable(store, half_life, head) is not None
         # Kept current: a usage snapshot SNAPSHOT_EVERY - 1 events old, and the tail after it.
-        save_usage(store, *load_usage(store, half_life, until=stale))
+        save_usage(store, *load_usage(store, half_life, until=stale), now=None)
         w3, c3, (fold3, now3) = timed(lambda: fold_usage(store, None, None))
         w4, c4, _ = timed(lambda fold3=fold3, now3=now3: summarize(fold3.figures(now3), "owner"))
         add("usage_snapshot_s", w3 + w4)

@@ -115,7 +115,7 @@ def refresh_usage_snapshot(store: Store) -> bool:
     if not usage_due(store, half_life, store.head()):
         return False
     meter, fold = load_usage(store, half_life)
-    save_usage(store, meter, fold, to_us(datetime.now(UTC)))
+    save_usage(store, meter, fold, now=to_us(datetime.now(UTC)))
     return True
 
 

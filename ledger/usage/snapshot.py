@@ -352,10 +352,11 @@ def _admission_position(found: tuple[ShareMeter, UsageFold, frozenset[str]]) -> 
     return found[1].position
 
 
-def save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, now: int | None = None) -> None:
+def save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, *, now: int | None) -> None:
     """Save `fold` and `meter`. `now` (us): when, as the saver's clock says; the meter first
     lets go of the intervals no week at `now` or later counts (`ShareMeter.forget_before`),
-    or a snapshot would keep every interval of the ledger's history. None keeps them all."""
+    or a snapshot would keep every interval of the ledger's history. None keeps them all (a
+    test's or a bench's fixed ledger); no default, so a new saver cannot forget its clock."""
     save_body(store, _body_at(meter, fold, now))
 
 
@@ -376,18 +377,18 @@ def usage_due(store: SnapshotReader, half_life_hours: float, position: int, ever
     return snapshot_due(store, snapshot_name(half_life_hours), code_version(), position, every)
 
 
-def maybe_save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, every: int = SNAPSHOT_EVERY,
-                     now: int | None = None) -> bool:
+def maybe_save_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, every: int = SNAPSHOT_EVERY, *,
+                     now: int | None) -> bool:
     """Save `fold` and `meter` when a usage snapshot is due (`now` as `save_usage`'s);
     whether it saved."""
-    body = due_body(store, meter, fold, every, now)
+    body = due_body(store, meter, fold, every, now=now)
     if body is not None:
         save_body(store, body)
     return body is not None
 
 
-def due_body(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, every: int = SNAPSHOT_EVERY,
-             now: int | None = None) -> UsageBody | None:
+def due_body(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, every: int = SNAPSHOT_EVERY, *,
+             now: int | None) -> UsageBody | None:
     """What to save (`save_body`) when a usage snapshot of `fold` and `meter` is due (`now`
     as `save_usage`'s); else None."""
     if not plain(fold) or not usage_due(store, meter.half_life_hours, fold.position, every):

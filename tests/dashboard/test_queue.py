@@ -231,7 +231,7 @@ def test_usage_and_the_meter_start_from_the_usage_snapshot(lab, behind):
     consistent: only `ledger verify` reads a snapshot against the events)."""
     url, store = lab
     half_life = policy().fair_share.half_life_hours
-    save_usage(store, *load_usage(store, half_life))
+    save_usage(store, *load_usage(store, half_life), now=None)
     append(store, "alice/a", [("finished", {"exit_code": 0})])  # after the snapshot
     append(store, "bob/d", running("v4-8", "n2"))
 

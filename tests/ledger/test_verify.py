@@ -212,7 +212,7 @@ def snapshotted(store_factory):
     store = sample(store_factory)  # 4 events
     store.append("bob/b", [NewEvent("queued", {"reason": "capacity"})])
     save_snapshot(store, load_state(store, until=2, use_snapshot=False))
-    save_usage(store, *load_usage(store, 168.0, until=3, use_snapshot=False))
+    save_usage(store, *load_usage(store, 168.0, until=3, use_snapshot=False), now=None)
     save_capacity(store, load_capacity(store, 4, use_snapshot=False))
     insert_encoded(store_factory, store, finished(load_state(store, until=3, use_snapshot=False), "alice/a"), position=3)
     meter, usage = load_usage(store, 168.0, until=4, use_snapshot=False)
@@ -264,7 +264,7 @@ def test_a_child_killed_before_it_compares_leaves_its_snapshots_to_the_parent(tm
     compared with; when it dies without answering, the parent compares them itself."""
     store = workload_store(tmp_path / "l.db")
     save_snapshot(store, load_state(store, until=15_000, use_snapshot=False))
-    save_usage(store, *load_usage(store, 168.0, until=12_000, use_snapshot=False))
+    save_usage(store, *load_usage(store, 168.0, until=12_000, use_snapshot=False), now=None)
     save_capacity(store, load_capacity(store, 18_000, use_snapshot=False))
     with the_child_killed():
         report, verdicts = verify_ledger(store, parallel_from=1)

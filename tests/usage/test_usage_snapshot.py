@@ -136,7 +136,7 @@ def test_load_for_admission_at_every_cut_of_a_real_ledger(store):
     whole = load_usage(store, HALF_LIFE, use_snapshot=False)
     paths = set()
     for position in range(1, head + 1):
-        save_usage(store, *load_usage(store, HALF_LIFE, until=position, use_snapshot=False))
+        save_usage(store, *load_usage(store, HALF_LIFE, until=position, use_snapshot=False), now=None)
         meter, fold = load_for_admission(store, HALF_LIFE)
         assert fold.position == head
         assert fair(meter, fold, now) == fair(*load_usage(store, HALF_LIFE, use_snapshot=False), now)
@@ -166,7 +166,7 @@ def test_every_cut_of_a_real_ledger_gives_the_full_fold(store):
     whole = figures(load_usage(store, HALF_LIFE, use_snapshot=False), now)
     for position in range(head + 1):
         meter, fold = load_usage(store, HALF_LIFE, until=position, use_snapshot=False)
-        save_usage(store, meter, fold)
+        save_usage(store, meter, fold, now=None)
         assert usable(store, HALF_LIFE, head)[1].position == position
         assert figures(load_usage(store, HALF_LIFE), now) == whole
 
@@ -192,7 +192,7 @@ def test_a_forged_or_altered_snapshot_is_refused_and_rebuilt(store, caplog):
     assert usable(store, HALF_LIFE, head) is None
     assert "does not match its hash" in caplog.text
     # The rule saves a fresh one in its place, which is then used.
-    assert maybe_save_usage(store, *load_usage(store, HALF_LIFE))
+    assert maybe_save_usage(store, *load_usage(store, HALF_LIFE), now=None)
     assert usable(store, HALF_LIFE, head) is not None
     assert figures(load_usage(store, HALF_LIFE), now) == whole
 
@@ -202,17 +202,17 @@ def test_a_snapshot_of_other_code_or_half_life_is_not_used(store):
     meter, fold = load_usage(store, HALF_LIFE)
     store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), "old-code", head, encode(meter, fold)))
     assert usable(store, HALF_LIFE, head) is None
-    save_usage(store, meter, fold)
+    save_usage(store, meter, fold, now=None)
     assert usable(store, HALF_LIFE, head) is not None
     assert usable(store, HALF_LIFE * 2, head) is None
 
 
 def test_stale_snapshot_is_renewed_when_due(store):
     meter, fold = load_usage(store, HALF_LIFE, until=2, use_snapshot=False)
-    save_usage(store, meter, fold)
+    save_usage(store, meter, fold, now=None)
     meter, fold = load_usage(store, HALF_LIFE)  # from the snapshot at 2, plus the tail
-    assert not maybe_save_usage(store, meter, fold)  # fewer than SNAPSHOT_EVERY events since
-    assert maybe_save_usage(store, meter, fold, every=1)
+    assert not maybe_save_usage(store, meter, fold, now=None)  # fewer than SNAPSHOT_EVERY events since
+    assert maybe_save_usage(store, meter, fold, every=1, now=None)
     assert usable(store, HALF_LIFE, store.head())[1].position == store.head()
 
 
@@ -226,7 +226,7 @@ def _usage(path: Path, *args: str) -> dict:
 def test_ledger_usage_is_the_same_with_a_snapshot(store, tmp_path, until):
     args = ("--until", until) if until else ("--until", str(store.head()))
     before = _usage(tmp_path / "ledger.db", *args)
-    save_usage(store, *load_usage(store, 168.0))  # the half-life `ledger usage` looks for without a policy
+    save_usage(store, *load_usage(store, 168.0), now=None)  # the half-life `ledger usage` looks for without a policy
     assert [s.name for s in store.list_snapshots()] == [snapshot_name(168.0)]
     assert _usage(tmp_path / "ledger.db", *args) == before
 
@@ -237,7 +237,7 @@ def test_verify_rebuilds_usage_snapshots(store):
     head = store.head()
     meter, fold = load_usage(store, HALF_LIFE, until=head - 1)
     meter.week(T0 + 10**6 * MIN)  # drops last week's intervals that ended before then
-    save_usage(store, meter, fold)
+    save_usage(store, meter, fold, now=None)
     meter, fold = load_usage(store, HALF_LIFE, use_snapshot=False)
     next(iter(fold.accounts.values()))[0] += 1  # a chip-us more waiting than the events say
     store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), code_version(), head, encode(meter, fold)))
@@ -252,7 +252,7 @@ def test_a_snapshot_saved_with_a_clock_keeps_only_the_last_week_and_verifies(sto
     passes), only those a week at that moment or later can count. Both are sound."""
     meter, fold = load_usage(store, HALF_LIFE, use_snapshot=False)
     assert meter.recent
-    save_usage(store, meter, fold)
+    save_usage(store, meter, fold, now=None)
     assert decode(store.list_snapshots()[0].state)[0].recent == meter.recent
     last_end = max(end for end, *_ in meter.recent)
     save_usage(store, meter, fold, now=last_end + WEEK_US)  # a week after the last interval ended
@@ -290,5 +290,5 @@ def test_verify_checks_the_admission_part_too(store):
     store.save_snapshot(tied_snapshot(store, snapshot_name(HALF_LIFE), code_version(), head, blob))
     [verdict] = verify_snapshots(store)
     assert verdict.problem == "its admission part's meter's decayed sums differ from the events'"
-    save_usage(store, meter, fold)
+    save_usage(store, meter, fold, now=None)
     assert [v.problem for v in verify_snapshots(store)] == [None]
