@@ -555,9 +555,8 @@ class LazyState:
         """The jobs' items of `ledger list --json` (jsontext.item of each state), `ids` in
         id order (`select`), for jsontext.write_list: a run of jobs stored side by side
         comes as one slice; every job of an unchanged snapshot, as its chunks."""
-        if not self._changed and len(ids) == len(self._c.ids):  # all of them, in the chunks' order
-            for n in range(len(self._chunks)):
-                yield memoryview(self._chunk(n))[1:-1]
+        if len(ids) == len(self._c.ids) + len(self._new):  # all of them (`ids` are distinct jobs it holds)
+            yield from self._every_text()
             return
         run: tuple[int, int, int] | None = None  # chunk, start, end
         for job_id in ids:
@@ -573,6 +572,43 @@ class LazyState:
                 yield jsontext.item(self.job(job_id).to_dict())
         if run is not None:
             yield memoryview(self._chunk(run[0]))[run[1]:run[2]]
+
+    def _every_text(self) -> Iterator[bytes | memoryview]:
+        """`texts` of every job, in id order: the snapshot's chunks as they are, each job
+        folded since put in its place (a job it holds replaced, a new one inserted). Walks
+        places, not ids: a bisect for each of 20,087 ids was 60 % of `ledger list --json`'s
+        own time with a tail of 1,000 jobs."""
+        replaced: dict[int, str] = {}
+        inserted: dict[int, list[str]] = {}  # the place a new job goes before -> their ids
+        names = self._c.ids.sorted_list() if isinstance(self._c.ids, _Names) else self._c.ids
+        for job_id in self._changed:
+            i = self._at(job_id)
+            if i is None:
+                inserted.setdefault(bisect.bisect_left(names, job_id), []).append(job_id)
+            else:
+                replaced[i] = job_id
+        at = 0  # the next place to write
+        for mark in sorted(replaced.keys() | inserted.keys()):
+            yield from self._span(at, mark)
+            for job_id in sorted(inserted.get(mark, ())):
+                yield jsontext.item(self.job(job_id).to_dict())
+            at = mark
+            if mark in replaced:
+                yield jsontext.item(self.job(replaced[mark]).to_dict())
+                at += 1
+        yield from self._span(at, len(self._c.ids))
+
+    def _span(self, first: int, end: int) -> Iterator[memoryview]:
+        """The pieces of the jobs at places [first, end), one slice a chunk. A chunk is
+        decompressed for the slice and let go (not kept as `_chunk` keeps it): the next
+        one reuses its memory, where holding 49 MB of them faulted in fresh pages."""
+        starts, ends = self._c.starts, self._c.ends
+        while first < end:
+            n = first // _CHUNK
+            last = min(end, (n + 1) * _CHUNK) - 1
+            text = self._plain.get(n) or lz4.block.decompress(self._chunks[n])
+            yield memoryview(text)[starts[first]:ends[last]]
+            first = last + 1
 
     def pieces(self) -> Iterator[tuple[str, memoryview]]:
         """Every job's id and piece as the snapshot holds them (not the jobs folded since),
