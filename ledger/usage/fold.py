@@ -222,6 +222,10 @@ class UsageFold:
         self.closed: dict[AccountKey, list[int]] = {}
         self.reopened = 0  # how many times an account left `closed` (its order changed)
         self.jobs: dict[str, _Job] = {}
+        # One tuple (and its strings) for each distinct (accelerator, zone, pricing) asked for
+        # or held: every job's `want` and `held`, and the account keys made of them, share
+        # them (decoded events give each job strings of its own; ~250 B a job at 118,956).
+        self._places: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         self.position = 0
         self.prices = PriceBook(prices)
         # Chip-time by week and owner, (week start, owner) -> one sum per category, of the
@@ -403,7 +407,9 @@ class UsageFold:
             if values is not None:
                 self._settle(key, values)
                 self.closed[key] = values
-        j.keys = None
+        # Its accounts' keys are caches of its fields (`_want_key`, `_held_key`): an ended job
+        # is rarely asked for them again, and a lab's history of ended jobs held two each.
+        j.keys = j.want_key = j.held_key = None
 
     def _count(self, key: AccountKey, j: _Job, t: int, slot: int, amount: int, slot2: int, amount2: int) -> None:
         """Add to two of job `j`'s account's counters for what happened at `t`, if inside the window."""
@@ -420,10 +426,10 @@ class UsageFold:
         j.life += 1
         j.status, j.phase, j.recovering, j.attempt = LIVE, WAITING, False, 0
         j.tpu_name = j.held_key = j.run_start = j.checkpoint = j.step = j.suspect = None
-        _want(j, d.get("spec"))
+        _want(j, d.get("spec"), self._places)
 
     def _spec_updated(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
-        _want(j, d.get("spec"))
+        _want(j, d.get("spec"), self._places)
 
     def _cancel_requested(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
         if j.status == LIVE:
@@ -437,12 +443,12 @@ class UsageFold:
         attempt = _int(d.get("attempt"), j.attempt)
         if attempt != j.attempt:
             j.attempt, j.want_key, j.held_key = attempt, None, None
-        _take(j, d.get("tpu"))
+        _take(j, d.get("tpu"), self._places)
         if j.status == LIVE:
             j.phase = PROVISIONING
 
     def _provisioned(self, j: _Job, t: int | None, d: Mapping[str, Any]) -> None:
-        _take(j, d.get("tpu"))
+        _take(j, d.get("tpu"), self._places)
         if j.status == LIVE:
             j.phase = SETUP
 
@@ -578,16 +584,17 @@ def _current_key(j: _Job) -> AccountKey:
     return _held_key(j) if j.tpu_name is not None else _want_key(j)
 
 
-def _want(j: _Job, spec: Any) -> None:
+def _want(j: _Job, spec: Any, places: dict[tuple[str, str, str], tuple[str, str, str]]) -> None:
     tpu = spec.get("tpu") if isinstance(spec, Mapping) else None
     if isinstance(tpu, Mapping):
-        j.want = (_text(tpu.get("accelerator")), _text(tpu.get("zone")), _text(tpu.get("pricing"), "ondemand"))
+        want = (_text(tpu.get("accelerator")), _text(tpu.get("zone")), _text(tpu.get("pricing"), "ondemand"))
+        j.want = places.setdefault(want, want)
     else:
         j.want = ("", "", "ondemand")
     j.want_chips, j.want_key = chips_of(j.want[0], slices_of(tpu)), None
 
 
-def _take(j: _Job, tpu: Any) -> None:
+def _take(j: _Job, tpu: Any, places: dict[tuple[str, str, str], tuple[str, str, str]]) -> None:
     """The job holds `tpu` (from provisioning/provisioned): the same TPU again keeps what is
     known of it; another one replaces it, as in the job fold. Pricing is the spec's at the
     time, unless the event names one."""
@@ -599,6 +606,7 @@ def _take(j: _Job, tpu: Any) -> None:
         return  # the TPU held, as known (provisioned after its provisioning)
     base = j.held if name == j.tpu_name else j.want
     held = (_text(tpu.get("accelerator"), base[0]), _text(tpu.get("zone"), base[1]), _text(tpu.get("pricing"), base[2]))
+    held = places.setdefault(held, held)
     chips = chips_of(held[0], slices_of(tpu))  # every slice of it
     j.tpu_name = name
     if held != j.held or chips != j.held_chips:  # the account changes only with what the TPU is
