@@ -20,7 +20,7 @@ import lz4.block
 import msgspec
 
 from ledger.fold import TERMINAL, JobState, LedgerState
-from ledger.replay import job_from_text, job_text, no_cyclic_gc
+from ledger.replay import InChunk, job_from_text, job_text, no_cyclic_gc
 
 _COMPACT = msgspec.json.Encoder().encode
 
@@ -42,11 +42,12 @@ class PackedJobs:
     """Jobs by id, each held packed and decoded only when asked (`get`, `take`), and how
     many end in each state (`states`: the metrics count them). `encode` gives a job's text
     (any text `job_from_text` reads): the snapshot piece `job_text` by default, which a
-    snapshot can then take as it is."""
+    snapshot can then take as it is. A job put from a snapshot stays in the snapshot's
+    compressed chunk (`InChunk`), shared with the chunk's other jobs."""
 
     def __init__(self, encode: Callable[[JobState], bytes] = job_text) -> None:
         self._encode = encode
-        self._packed: dict[str, bytes] = {}
+        self._packed: dict[str, bytes | InChunk] = {}
         self._dict = b""  # the compression dictionary: the first shelved job's text
         self.states: dict[str, int] = {}
 
@@ -59,21 +60,27 @@ class PackedJobs:
     def ids(self) -> Iterator[str]:
         return iter(self._packed)
 
-    def put(self, job: JobState, text: bytes | None = None) -> None:
-        """Shelve `job` (in place of a job of its id shelved before); `text`: its encoded
-        text, when the caller has it already."""
+    def put(self, job: JobState, where: InChunk | None = None) -> None:
+        """Shelve `job` (in place of a job of its id shelved before); `where`: its piece in
+        a snapshot (`job_text`'s: only with the default `encode`), kept as it lies there."""
         if job.id in self._packed:
             self.take(job.id)
-        text = text if text is not None else self._encode(job)
-        if not self._dict:
-            self._dict = text
-        self._packed[job.id] = lz4.block.compress(text, dict=self._dict)
+        if where is not None:
+            self._packed[job.id] = where
+        else:
+            text = self._encode(job)
+            if not self._dict:
+                self._dict = text
+            self._packed[job.id] = lz4.block.compress(text, dict=self._dict)
         self._count(job.state, 1)
 
     def get(self, job_id: str) -> JobState | None:
         """A decoded copy; the job stays shelved."""
         packed = self._packed.get(job_id)
-        return None if packed is None else job_from_text(lz4.block.decompress(packed, dict=self._dict))
+        return None if packed is None else job_from_text(self._text(packed))
+
+    def _text(self, packed: bytes | InChunk) -> bytes:
+        return packed.text() if isinstance(packed, InChunk) else lz4.block.decompress(packed, dict=self._dict)
 
     def take(self, job_id: str) -> JobState | None:
         """The job, decoded and off the shelf (an event came for it)."""
@@ -84,9 +91,17 @@ class PackedJobs:
         return job
 
     def texts(self) -> Iterator[tuple[str, bytes]]:
-        """(id, text) of every shelved job, in id order, decompressed one at a time."""
+        """(id, text) of every shelved job, in id order, decompressed one at a time (a
+        snapshot's chunk once for its run of jobs)."""
+        chunk, plain = b"", b""
         for job_id in sorted(self._packed):
-            yield job_id, lz4.block.decompress(self._packed[job_id], dict=self._dict)
+            packed = self._packed[job_id]
+            if not isinstance(packed, InChunk):
+                yield job_id, lz4.block.decompress(packed, dict=self._dict)
+                continue
+            if packed.chunk is not chunk:
+                chunk, plain = packed.chunk, lz4.block.decompress(packed.chunk)
+            yield job_id, plain[packed.start:packed.end]
 
     def copy(self) -> PackedJobs:
         """What is shelved now, for another thread: later puts and takes do not change it

@@ -218,9 +218,11 @@ class Reconciler:
         if not self._caught_up_once:
             # The settled jobs go to the shelf as the snapshot is read, never all held at once.
             shelf = Shelf()
-            state = load_state_apart(store, settled, shelf.put)
-            if state is None:
+            loaded = load_state_apart(store, settled, shelf.put)
+            if loaded is None:
                 shelf, state = Shelf(), load_state(store)
+            else:
+                state = loaded[0]
             self.live.rebuild(state, shelf)
             # The memory from its snapshot and the events after it, at the jobs' position.
             self.capacity = load_capacity(store, self.state.position)

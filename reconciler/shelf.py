@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ledger.fold import JobState
-from ledger.replay import job_from_text
+from ledger.replay import InChunk, job_from_text
 from ledger.shelf import PackedJobs
 from reconciler import naming
 
@@ -27,9 +27,9 @@ class Shelf(PackedJobs):
         self._owners: dict[str, str] = {}  # job label hash (naming.job_hash) -> job id
         self._released: dict[str, str] = {}  # TPU name -> when a shelved job last released it
 
-    def put(self, job: JobState, text: bytes | None = None) -> None:
-        """Shelve `job`; `text`: its piece (`job_text`), when the caller has it already."""
-        super().put(job, text)
+    def put(self, job: JobState, where: InChunk | None = None) -> None:
+        """Shelve `job`; `where`: its piece in a snapshot (PackedJobs.put)."""
+        super().put(job, where)
         self._owners[naming.job_label(job)] = job.id
         for name, when in job.released:
             if when > self._released.get(name, ""):

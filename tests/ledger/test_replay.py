@@ -90,12 +90,15 @@ def assert_apart_is(store, full: fold.LedgerState, snapshot_at: int) -> None:
     a job the events after the snapshot touch is kept, whatever it is."""
     apart: dict[str, fold.JobState] = {}
 
-    def put(job: fold.JobState, text: bytes) -> None:
-        assert job.id not in apart and text == job_text(job)
+    def put(job: fold.JobState, where) -> None:
+        assert job.id not in apart and where.text() == job_text(job)
         apart[job.id] = job
 
-    kept = load_state_apart(store, lambda job: job.terminal, put)
-    assert kept is not None and kept.position == full.position
+    loaded = load_state_apart(store, lambda job: job.terminal, put)
+    assert loaded is not None
+    kept, index = loaded
+    assert kept.position == full.position
+    assert_lazy_is(index, full)  # the index at the head, as load_lazy gives it
     assert not kept.jobs.keys() & apart.keys() and {**kept.jobs, **apart} == full.jobs
     touched = {e.stream for e in store.read_all(after=snapshot_at)}
     assert not touched & apart.keys() and all(j.terminal for j in apart.values())

@@ -4,8 +4,10 @@ state and the shelf is the snapshot of every job. Pure: no server."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ledger.fold import LedgerState
-from ledger.replay import decode_state, encode_state, job_text
+from ledger.replay import decode_lazy, decode_state, encode_state, job_text
 from ledger.shelf import settled
 from reconciler import naming
 from reconciler.shelf import Shelf
@@ -63,3 +65,31 @@ def test_a_frozen_shelf_does_not_move_and_a_snapshot_from_it_holds_every_job():
     saved = decode_state(encoded.manifest, encoded.parts.get)
     assert saved is not None and saved.position == everything.position
     assert saved.jobs == everything.jobs
+
+
+def test_jobs_shelved_where_a_snapshot_keeps_them_come_back_as_they_went_in():
+    """A start from a snapshot shelves each settled job as it lies in the snapshot's chunk
+    (InChunk), not compressed again; beside jobs shelved later, packed on their own, each
+    comes back whole, and the shelf's texts stay in id order across chunks (150 settled
+    jobs: three chunks)."""
+    base = folded()
+    jobs = dict(base.jobs)
+    ended = [j for j in base.jobs.values() if settled(j)]
+    for i in range(150):
+        copy = dataclasses.replace(ended[i % len(ended)], id=f"zz/old-{i:03d}")
+        jobs[copy.id] = copy
+    encoded = encode_state(LedgerState(base.position, jobs))
+    snapshot = decode_lazy(encoded.manifest, encoded.parts.get)
+    shelf = Shelf()
+    for job_id, _, where in snapshot.pieces():
+        if settled(jobs[job_id]) and job_id != "bo/old":
+            shelf.put(jobs[job_id], where)
+    shelf.put(jobs["bo/old"])  # settled later: packed on its own
+    on_shelf = sorted(i for i, j in jobs.items() if settled(j))
+    assert [i for i, _ in shelf.texts()] == on_shelf
+    assert all(text == job_text(jobs[i]) for i, text in shelf.texts())
+    assert all(shelf.get(i) == jobs[i] for i in on_shelf)
+    assert shelf.states == {"finished": 2 + 100, "cancelled": 1 + 50}
+    assert shelf.take("zz/old-149") == jobs["zz/old-149"] and "zz/old-149" not in shelf
+    frozen = shelf.frozen()
+    assert [j for j, _ in frozen.pieces()] == [jobs[i] for i in on_shelf if i != "zz/old-149"]

@@ -48,9 +48,10 @@ from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import JobState, LedgerState
 from ledger.replay import (
+    InChunk,
+    LazyState,
     fold_into,
     fold_rows,
-    load_lazy,
     load_state,
     load_state_apart,
     no_cyclic_gc,
@@ -157,8 +158,8 @@ class CardedShelf(PackedJobs):
         super().__init__()
         self.cards: dict[str, JobCard] = {}
 
-    def put(self, job: JobState, text: bytes | None = None) -> None:
-        super().put(job, text)
+    def put(self, job: JobState, where: InChunk | None = None) -> None:
+        super().put(job, where)
         self.cards[job.id] = card_of(job)
 
     def take(self, job_id: str) -> JobState | None:
@@ -194,18 +195,20 @@ class LiveLedger:
         with store_errors(store_url):
             # The settled jobs go to the shelf as the snapshot is read, never all held at once.
             shelf = CardedShelf()
-            state = load_state_apart(self._store, settled, shelf.put)
-            if state is None:  # no usable snapshot: the events folded, then shelved
+            loaded = load_state_apart(self._store, settled, shelf.put)
+            if loaded is None:  # no usable snapshot: the events folded, then shelved
                 shelf, state = CardedShelf(), load_state(self._store)
+                lazy = LazyState.of(state)
+            else:
+                state, lazy = loaded
             self.jobs = LiveJobs(shelf)
             self.jobs.rebuild(state, shelf)
             self.capacity = load_capacity(self._store, self.state.position)
             # The TPUs' holders from the snapshot's index (one made from the states took ~1 s
             # more); their checks up to the jobs' position, the tail's after it.
-            lazy = load_lazy(self._store)
             self.health = tpu_health_of_rows(self._store.stream_rows(
                 health_streams(lazy.holders(), lazy.releasing), TpuHealth.TYPES, self.state.position))
-            del lazy
+            del lazy, loaded
         self.position = self._loaded_at = self.state.position
         self.usage_ready = threading.Event()  # set once usage is folded up to the tail
         self.usage_read = 0  # the seq usage is folded up to while it catches up (its progress)
