@@ -6,9 +6,11 @@ has settled (`settled`), no event but a rare revival (`ledger rerun`, `ledger re
 resubmission) touches it again, and a fold only needs it back when one does. A shelf holds
 each such job as its encoded text, LZ4-compressed with the first shelved job's text as the
 dictionary (one lab's jobs repeat each other's fields): ~300-370 bytes a job, none of them a
-container the cyclic collector walks. The reconciler (reconciler.shelf), the dashboard
-(ledger.app.dashboard.live) and `ledger verify`'s walk (ledger.verify) keep their settled
-jobs on one, each with the encoding that suits what it does with them next.
+container the cyclic collector walks; a job loaded from a snapshot stays where the snapshot's
+compressed chunk of 64 jobs holds it (`InChunk`: ~220 bytes a job, no compression at start).
+The reconciler (reconciler.shelf), the dashboard (ledger.app.dashboard.live) and `ledger
+verify`'s walk (ledger.verify) keep their settled jobs on one, each with the encoding that
+suits what it does with them next.
 """
 
 from __future__ import annotations
