@@ -10,10 +10,11 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ledger import defaults
 from ledger.app.dashboard.live import LiveLedger
+from ledger.app.dashboard.responses import FastJSONResponse
 from ledger.app.observability.collectors import JobSources
 from ledger.app.observability.health import Check
 from ledger.app.observability.server import health_body
@@ -83,8 +84,8 @@ class Endpoints:
         return Response(data, media_type=content_type)
 
     async def healthz(self, request: Request) -> Response:
-        return JSONResponse(health_body(self.service.component))
+        return FastJSONResponse(health_body(self.service.component))
 
     async def readyz(self, request: Request) -> Response:
         ready, body = await run_in_threadpool(self.service.readiness.run)
-        return JSONResponse(body, status_code=200 if ready else 503)
+        return FastJSONResponse(body, status_code=200 if ready else 503)

@@ -33,7 +33,6 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
-    JSONResponse,
     RedirectResponse,
     Response,
     StreamingResponse,
@@ -46,6 +45,7 @@ from ledger import defaults
 from ledger.app.dashboard import timeline, views
 from ledger.app.dashboard.live import LiveLedger, StorePool, UsagePending
 from ledger.app.dashboard.observe import Endpoints, instances
+from ledger.app.dashboard.responses import FastJSONResponse
 from ledger.app.figures import USAGE_HEADERS, chip_hours, percent, usage_cells
 from ledger.app.observability.service import Service
 from ledger.describe import figure
@@ -211,7 +211,7 @@ class Dashboard:
         that will answer soon, which a browser then reloads by itself."""
         message = message if len(message) <= 160 else message[:160] + "…"
         if request.url.path.removeprefix(self.root).startswith("/api/"):
-            response: Response = JSONResponse({"error": message, "status": status}, status_code=status)
+            response: Response = FastJSONResponse({"error": message, "status": status}, status_code=status)
         else:
             response = self.render("error.html", status, title=f"{status}", code=status, message=message, nav="",
                                    refresh=retry_after)
@@ -289,7 +289,7 @@ class Dashboard:
 
     # -- /api/ ------------------------------------------------------------------------------
     async def api_index(self, request: Request) -> Response:
-        return JSONResponse({"endpoints": [self.root + path for path in (
+        return FastJSONResponse({"endpoints": [self.root + path for path in (
             "/api/jobs?owner=&state=&accelerator=&q=&sort=&order=&page=&per_page=",
             "/api/jobs/{owner}/{name}", "/api/jobs/{owner}/{name}/events", "/api/jobs/{owner}/{name}/timeline",
             "/api/jobs/{owner}/{name}/log?attempt=&worker=", "/api/tpus", "/api/queue", "/api/queue/tree", "/api/usage?by=owner", "/api/usage/weeks",
@@ -298,16 +298,16 @@ class Dashboard:
 
     async def api_jobs(self, request: Request) -> Response:
         data = views.jobs_page(self.live, views.JobQuery.parse(request.query_params))
-        return JSONResponse({k: data[k] for k in ("position", "total", "offset", "page", "pages", "per_page", "jobs")})
+        return FastJSONResponse({k: data[k] for k in ("position", "total", "offset", "page", "pages", "per_page", "jobs")})
 
     async def api_job(self, request: Request) -> Response:
-        return JSONResponse(views.job_state(self.live, self.job_id(request)))
+        return FastJSONResponse(views.job_state(self.live, self.job_id(request)))
 
     async def api_events(self, request: Request) -> Response:
         job_id = self.job_id(request)
         views.require_job(self.live, job_id)  # a job the state knows, or 404
         events = await run_in_threadpool(self._events, job_id)
-        return JSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`'s events
+        return FastJSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`'s events
 
     def _events(self, job_id: str):
         with self.pool.store() as store:
@@ -317,17 +317,17 @@ class Dashboard:
         job_id = self.job_id(request)
         views.require_job(self.live, job_id)
         events = await run_in_threadpool(self._events, job_id)
-        return JSONResponse(timeline.build(events, self.live.now_us()).to_dict())
+        return FastJSONResponse(timeline.build(events, self.live.now_us()).to_dict())
 
     async def api_log(self, request: Request) -> Response:
         job_id = self.job_id(request)
         views.require_job(self.live, job_id)
         worker = _int_param(request, "worker") or 0
         data = await run_in_threadpool(views.log_tail, self.logs, job_id, _int_param(request, "attempt"), worker)
-        return JSONResponse({"job": job_id, **data})
+        return FastJSONResponse({"job": job_id, **data})
 
     async def api_tpus(self, request: Request) -> Response:
-        return JSONResponse(views.tpus_page(self.live)["rows"])  # `ledger tpus --json`
+        return FastJSONResponse(views.tpus_page(self.live)["rows"])  # `ledger tpus --json`
 
     async def api_queue(self, request: Request) -> Response:
         """Every row (`ledger queue --json`); with any of `owner`, `wait`, `page`, `per_page`, one
@@ -335,29 +335,29 @@ class Dashboard:
         data = await run_in_threadpool(self._queue)
         params = request.query_params
         if not any(k in params for k in views.QueueQuery.PARAMS):
-            return JSONResponse(data["rows"])
+            return FastJSONResponse(data["rows"])
         query = views.QueueQuery.parse(params)
         shown = views.queue_shown(data, query)
-        return JSONResponse({"position": data["position"], "per_page": query.per_page,
+        return FastJSONResponse({"position": data["position"], "per_page": query.per_page,
                              **{k: shown[k] for k in ("total", "offset", "page", "pages", "rows")}})
 
     async def api_queue_tree(self, request: Request) -> Response:
-        return JSONResponse((await run_in_threadpool(self._queue))["tree"])  # `ledger queue --tree --json`
+        return FastJSONResponse((await run_in_threadpool(self._queue))["tree"])  # `ledger queue --tree --json`
 
     async def api_usage(self, request: Request) -> Response:
         data = await run_in_threadpool(views.usage_page, self.live, request.query_params.get("by", "owner"))
-        return JSONResponse(data["report"])  # `ledger usage --json`
+        return FastJSONResponse(data["report"])  # `ledger usage --json`
 
     async def api_weeks(self, request: Request) -> Response:
         data = await run_in_threadpool(views.usage_page, self.live, "owner")
-        return JSONResponse({"weeks": data["weeks"], "position": data["position"]})
+        return FastJSONResponse({"weeks": data["weeks"], "position": data["position"]})
 
     async def api_health(self, request: Request) -> Response:
         """503 when the last verify found the ledger unsound or could not run."""
         data = await run_in_threadpool(self._health)
         verify = data.get("verify")
         failed = verify is not None and not (verify.get("report") or {}).get("ok", False)
-        return JSONResponse(data, status_code=503 if failed else 200)
+        return FastJSONResponse(data, status_code=503 if failed else 200)
 
     # -- the live stream --------------------------------------------------------------------
     async def stream(self, request: Request) -> Response:
