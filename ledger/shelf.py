@@ -22,7 +22,16 @@ import lz4.block
 import msgspec
 
 from ledger.fold import TERMINAL, JobState, LedgerState
-from ledger.replay import InChunk, job_from_text, job_text, no_cyclic_gc
+from ledger.replay import (
+    InChunk,
+    LazyState,
+    job_from_text,
+    job_text,
+    load_state,
+    load_state_apart,
+    no_cyclic_gc,
+)
+from ledger.store.base import SnapshotReader
 
 _COMPACT = msgspec.json.Encoder().encode
 
@@ -159,6 +168,22 @@ class LiveJobs(Generic[ShelfT]):
     def __len__(self) -> int:
         """Every job the ledger knows, shelved or not."""
         return len(self.state.jobs) + len(self.shelf)
+
+    def load(self, store: SnapshotReader, empty: Callable[[], ShelfT]) -> LazyState:
+        """The jobs at the store's head, kept so: the settled ones go to a shelf `empty` makes
+        as the snapshot is read, never all held at once (ledger.replay.load_state_apart);
+        without a usable snapshot, the events are folded whole and their settled jobs shelved
+        after. Returns the index of every job at the head (the snapshot's, or one of the
+        folded states): the dashboard picks the TPUs' holders from it."""
+        shelf = empty()
+        loaded = load_state_apart(store, settled, shelf.put)
+        if loaded is None:  # what went to the first shelf is dropped
+            shelf, state = empty(), load_state(store)
+            index = LazyState.of(state)
+        else:
+            state, index = loaded
+        self.rebuild(state, shelf)
+        return index
 
     def rebuild(self, state: LedgerState, shelf: ShelfT) -> None:
         """From a freshly loaded state, and the `shelf` of what its load kept apart

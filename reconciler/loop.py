@@ -29,12 +29,9 @@ from ledger.placement import slice_nodes
 from ledger.replay import (
     fold_into,
     fold_rows,
-    load_state,
-    load_state_apart,
     save_snapshot,
     state_due,
 )
-from ledger.shelf import settled
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold
@@ -216,14 +213,7 @@ class Reconciler:
     def _catch_up_jobs(self) -> None:
         store = self.store()
         if not self._caught_up_once:
-            # The settled jobs go to the shelf as the snapshot is read, never all held at once.
-            shelf = Shelf()
-            loaded = load_state_apart(store, settled, shelf.put)
-            if loaded is None:
-                shelf, state = Shelf(), load_state(store)
-            else:
-                state = loaded[0]
-            self.live.rebuild(state, shelf)
+            self.live.load(store, Shelf)  # the settled jobs on the shelf, never all held at once
             # The memory from its snapshot and the events after it, at the jobs' position.
             self.capacity = load_capacity(store, self.state.position)
             self._caught_up_once = True

@@ -59,7 +59,7 @@ def test_a_reconciler_starting_from_a_snapshot_shelves_the_ended_jobs_as_it_read
     try:
         save_snapshot(store, load_state(store))
         # The start reads the snapshot job by job (load_state_apart), not whole.
-        monkeypatch.setattr("reconciler.loop.load_state", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read whole")))
+        monkeypatch.setattr("ledger.shelf.load_state", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read whole")))
         fresh = build(harness.settings("fresh-reconciler"))
         try:
             fresh.catch_up()

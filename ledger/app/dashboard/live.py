@@ -49,14 +49,11 @@ from ledger.fanout import cursor_name
 from ledger.fold import JobState, LedgerState
 from ledger.replay import (
     InChunk,
-    LazyState,
     fold_into,
     fold_rows,
-    load_state,
-    load_state_apart,
     no_cyclic_gc,
 )
-from ledger.shelf import LiveJobs, PackedJobs, settled
+from ledger.shelf import LiveJobs, PackedJobs
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store, store_errors
 from ledger.usage import Rollup, UsageFold, to_us
@@ -193,22 +190,15 @@ class LiveLedger:
         self._store = open_store(store_url, create=False)  # the tail's own connection
         started = time.perf_counter()
         with store_errors(store_url):
-            # The settled jobs go to the shelf as the snapshot is read, never all held at once.
-            shelf = CardedShelf()
-            loaded = load_state_apart(self._store, settled, shelf.put)
-            if loaded is None:  # no usable snapshot: the events folded, then shelved
-                shelf, state = CardedShelf(), load_state(self._store)
-                lazy = LazyState.of(state)
-            else:
-                state, lazy = loaded
-            self.jobs = LiveJobs(shelf)
-            self.jobs.rebuild(state, shelf)
+            # The settled jobs on the shelf, never all held at once, each with its card.
+            self.jobs = LiveJobs(CardedShelf())
+            lazy = self.jobs.load(self._store, CardedShelf)
             self.capacity = load_capacity(self._store, self.state.position)
             # The TPUs' holders from the snapshot's index (one made from the states took ~1 s
             # more); their checks up to the jobs' position, the tail's after it.
             self.health = tpu_health_of_rows(self._store.stream_rows(
                 health_streams(lazy.holders(), lazy.releasing), TpuHealth.TYPES, self.state.position))
-            del lazy, loaded
+            del lazy
         self.position = self._loaded_at = self.state.position
         self.usage_ready = threading.Event()  # set once usage is folded up to the tail
         self.usage_read = 0  # the seq usage is folded up to while it catches up (its progress)
