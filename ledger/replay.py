@@ -89,8 +89,14 @@ class InChunk(NamedTuple):
     start: int
     end: int
 
-    def text(self) -> bytes:
-        return lz4.block.decompress(self.chunk)[self.start:self.end]
+    def plain(self) -> bytes:
+        """The whole chunk, decompressed."""
+        return lz4.block.decompress(self.chunk)
+
+    def text(self, plain: bytes | None = None) -> bytes:
+        """The job's piece; `plain`: the chunk already decompressed (`plain()`), for a reader
+        that walks the chunk's jobs in turn."""
+        return (self.plain() if plain is None else plain)[self.start:self.end]
 
 
 class JobIndex(NamedTuple):

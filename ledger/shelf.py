@@ -111,8 +111,8 @@ class PackedJobs:
                 yield job_id, lz4.block.decompress(packed, dict=self._dict)
                 continue
             if packed.chunk is not chunk:
-                chunk, plain = packed.chunk, lz4.block.decompress(packed.chunk)
-            yield job_id, plain[packed.start:packed.end]
+                chunk, plain = packed.chunk, packed.plain()
+            yield job_id, packed.text(plain)
 
     def copy(self) -> PackedJobs:
         """What is shelved now, for another thread: later puts and takes do not change it
