@@ -7,6 +7,7 @@ pure admission (`reconciler.admission.explain`), so the explanation is the decis
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -27,10 +28,17 @@ from ledger.fold import JobState, evolve, initial
 from ledger.replay import load_lazy, load_state
 from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
-from ledger.store import Reader, SnapshotReader, Store, open_store
-from ledger.usage import POLICY_STREAM, to_us
+from ledger.store import Reader, SnapshotReader, Store, open_store, store_errors
+from ledger.usage import POLICY_STREAM, UsageFold, to_us
 from ledger.usage.fairtree import fair_tree
-from ledger.usage.snapshot import load_for_admission, load_usage, save_usage, usage_due
+from ledger.usage.share import ShareMeter
+from ledger.usage.snapshot import (
+    load_for_admission,
+    load_usage,
+    maybe_save_usage,
+    save_usage,
+    usage_due,
+)
 from reconciler import admission, placement
 
 log = logging.getLogger("tpu_ledger.policy")
@@ -124,9 +132,19 @@ def recent_usage(store: SnapshotReader, policy: Policy | None, now: datetime | N
     if not admission.active(policy):
         return admission.NO_USAGE
     assert policy is not None
-    meter, fold = load_for_admission(store, policy.fair_share.half_life_hours)  # the live jobs' part suffices
     us = to_us(now or datetime.now(UTC))
+    # The live jobs' part suffices; without a usable one (after an upgrade of the usage
+    # snapshot's code), the whole fold is made from the first event: saved for the next reader.
+    meter, fold = load_for_admission(store, policy.fair_share.half_life_hours,
+                                     keep_whole=lambda meter, fold: _keep_usage(store, meter, fold, us))
     return admission.usage_at(meter, fold.open_intervals(us, held=True), us)
+
+
+def _keep_usage(store: SnapshotReader, meter: ShareMeter, fold: UsageFold, now_us: int) -> None:
+    """Save a usage snapshot of a whole fold a reader made, when one is due; a read-only
+    ledger still answers (as `ledger usage` does)."""
+    with contextlib.suppress(LedgerError), store_errors():
+        maybe_save_usage(store, meter, fold, now=now_us)
 
 
 def refresh_capacity_snapshot(store: SnapshotReader) -> bool:

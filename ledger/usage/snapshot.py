@@ -19,6 +19,7 @@ import hashlib
 import operator
 import pickle
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -322,14 +323,16 @@ def usage_start(store: SnapshotReader, half_life_hours: float, at_most: int, use
 ADMISSION_TAIL_MAX = 4 * SNAPSHOT_EVERY
 
 
-def load_for_admission(store: SnapshotReader, half_life_hours: float) -> Kept:
+def load_for_admission(store: SnapshotReader, half_life_hours: float,
+                       keep_whole: Callable[[ShareMeter, UsageFold], object] | None = None) -> Kept:
     """The fair-share meter and a usage fold of the jobs with something open, at the head:
     what fair share reads (the meter, and the intervals that hold chips now:
     `fold.open_intervals(now, held=True)`), from a snapshot's admission part plus the events
     after it. The fold leaves the ended jobs out, so it answers nothing else (no figures,
     no report; `load_usage` gives the whole). It is `load_usage`'s answer when no snapshot
     is usable, when the events after it are many, or when one of them touches a job left
-    out (a finished job run again), whose state then matters."""
+    out (a finished job run again), whose state then matters; `keep_whole` is then given
+    that whole fold (a reader saves it, so that the next one starts from it)."""
     head = store.head()
     with no_cyclic_gc():
         found = checked_snapshot(store, snapshot_name(half_life_hours), code_version(), head,
@@ -341,7 +344,10 @@ def load_for_admission(store: SnapshotReader, half_life_hours: float) -> Kept:
                 fold.apply_rows(rows)
                 fold.position = head
                 return meter, fold
-    return load_usage(store, half_life_hours)
+    whole = load_usage(store, half_life_hours)
+    if keep_whole is not None:
+        keep_whole(*whole)
+    return whole
 
 
 def _decoded_admission(snap: Snapshot) -> tuple[ShareMeter, UsageFold, frozenset[str]] | None:

@@ -24,9 +24,10 @@ from ledger.app.queueview import (
 from ledger.events import NewEvent, actor, parse_time
 from ledger.events.data import PolicyChanged
 from ledger.fold import replay
-from ledger.replay import load_state, save_snapshot
+from ledger.replay import SNAPSHOT_EVERY, load_state, save_snapshot
 from ledger.spec.policy import sharing_blocks
 from ledger.store import open_store
+from ledger.usage.snapshot import load_for_admission, usable
 from tests.admission.lab import POLICY, ZONE, policy, spec
 
 GIT = {"spec_hash": "ab" * 32, "commit": "c0ffee", "path": "jobs/a/b.yaml"}
@@ -247,5 +248,28 @@ def test_queue_reads_only_the_live_jobs_and_answers_as_with_every_job(tmp_path: 
         rows = queue_rows(store, rules, now=now)
         assert rows == queue_rows(store, rules, every, now=now)
         assert [(r["job"], r["wait"]) for r in rows][-1] == ("alice/b", "quota")
+    finally:
+        store.close()
+
+
+def test_queue_keeps_the_whole_usage_fold_it_had_to_make(tmp_path: Path):
+    """After an upgrade of the usage snapshot's code no snapshot is usable: the first `ledger
+    queue` folds usage from the first event, and saves it so that the next reader (another
+    queue, inspect) starts from it instead of folding it all again."""
+    url, policy_file = lab(tmp_path)
+    store = open_store(url)
+    try:
+        store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
+        half_life = policy().fair_share.half_life_hours
+        assert usable(store, half_life, store.head()) is None
+        folded_whole: list[int] = []
+        load_for_admission(store, half_life, keep_whole=lambda meter, fold: folded_whole.append(fold.position))
+        assert folded_whole == [store.head()]  # nothing to start from: the whole fold
+        before = [(r["job"], r["wait"], r["reason"]) for r in json.loads(run(url, "queue", "--policy", policy_file, "--json").output)]
+        assert usable(store, half_life, store.head())[1].position == store.head()
+        load_for_admission(store, half_life, keep_whole=lambda meter, fold: folded_whole.append(fold.position))
+        assert folded_whole == [store.head()]  # the saved snapshot's admission part sufficed
+        after = json.loads(run(url, "queue", "--policy", policy_file, "--json").output)
+        assert [(r["job"], r["wait"], r["reason"]) for r in after] == before
     finally:
         store.close()
