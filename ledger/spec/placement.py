@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ledger import defaults, tpu_types
 
 # The fields a fallback may override (besides its own gcsfuse and args).
@@ -83,12 +85,16 @@ def failover_rules(spec: dict) -> dict[str, Any]:
 
 _CHOICES: dict[int, tuple[dict, tuple[Choice, ...]]] = {}
 _INTERNED: dict[tuple[Choice, ...], tuple[Choice, ...]] = {}
+_BY_BLOCK: dict[bytes, tuple[Choice, ...]] = {}  # a `tpu` block's JSON -> its choices
+_block_key = msgspec.json.Encoder().encode
 
 
 def placements(spec: dict) -> tuple[Choice, ...]:
     """Every choice of a normalised spec, in order ((): a shared TPU, or no TPU request).
     Cached by the spec object (a job's spec is replaced, never edited, by the fold), so a
-    planner pass over many jobs builds each list once."""
+    planner pass over many jobs builds each list once; and by the `tpu` block's text, so a
+    reader that has just decoded 10,000 jobs (each spec its own object) builds each list of
+    alike jobs once too."""
     found = _CHOICES.get(id(spec))
     if found is not None and found[0] is spec:
         return found[1]
@@ -96,10 +102,20 @@ def placements(spec: dict) -> tuple[Choice, ...]:
     if not isinstance(tpu, dict) or tpu.get("shared") or not tpu.get("accelerator"):
         choices: tuple[Choice, ...] = ()
     else:
-        rows = [tpu, *(f for f in tpu.get("fallbacks") or () if isinstance(f, dict))]
-        made = tuple(_choice(i, row, tpu) for i, row in enumerate(rows))
-        # One object for equal lists: a planner pass over many alike jobs decides each list once.
-        choices = _INTERNED.setdefault(made, made) if len(_INTERNED) < 65536 else made
+        try:
+            key: bytes | None = _block_key(tpu)
+        except (TypeError, msgspec.EncodeError):  # not JSON (a spec made by hand): built each time
+            key = None
+        known = _BY_BLOCK.get(key) if key is not None else None
+        if known is not None:
+            choices = known
+        else:
+            rows = [tpu, *(f for f in tpu.get("fallbacks") or () if isinstance(f, dict))]
+            made = tuple(_choice(i, row, tpu) for i, row in enumerate(rows))
+            # One object for equal lists: a planner pass over many alike jobs decides each list once.
+            choices = _INTERNED.setdefault(made, made) if len(_INTERNED) < 65536 else made
+            if key is not None and len(_BY_BLOCK) < 65536:
+                _BY_BLOCK[key] = choices
     if len(_CHOICES) >= 65536:
         _CHOICES.clear()
     _CHOICES[id(spec)] = (spec, choices)

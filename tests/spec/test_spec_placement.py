@@ -3,6 +3,9 @@ once, read through ledger.spec.placement."""
 
 from __future__ import annotations
 
+import json
+
+from ledger.spec import placement as spec_placement
 from ledger.spec.model import spec_hash
 from ledger.spec.normalize import validate_text
 from ledger.spec.placement import failover, placed_spec, placements
@@ -107,3 +110,22 @@ def test_shared_tpus_have_no_fallbacks(config):
 def test_a_fallback_gcsfuse_needs_the_jobs_section(config):
     result = check(HEAD + "  fallbacks: [{zone: us-west4-a, accelerator: v5litepod-32, gcsfuse: {bucket_name: b-west}}]\n" + TAIL, config)
     assert [m.pointer for m in result.errors] == ["/tpu/fallbacks/0/gcsfuse"]
+
+
+def test_alike_tpu_blocks_share_one_list_of_choices(config, monkeypatch):
+    """Jobs decoded one by one (each spec its own dict) whose `tpu` blocks are alike get one
+    list of choices, built once; a block that differs gets its own; a block that is not JSON
+    (a spec made by hand) is still read."""
+    spec = check(HEAD + FALLBACKS + TAIL, config).spec
+    placements(spec)
+    built = []
+    make = spec_placement._choice
+    monkeypatch.setattr(spec_placement, "_choice", lambda *a: built.append(a) or make(*a))
+    copy = json.loads(json.dumps(spec))
+    assert copy is not spec and placements(copy) is placements(spec)
+    assert built == []  # known by its block's text: nothing built again
+    other = json.loads(json.dumps(spec))
+    other["tpu"]["zone"] = "us-east5-a"
+    assert placements(other)[0].zone == "us-east5-a" and placements(spec)[0].zone == "us-central2-b"
+    odd = {**spec, "tpu": {**spec["tpu"], "labels": {1, 2}}}  # a set: no JSON for it
+    assert placements(odd) == placements(spec)
