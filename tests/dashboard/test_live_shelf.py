@@ -38,6 +38,12 @@ def test_settled_jobs_are_shelved_listed_as_before_and_brought_back(tmp_path: Pa
         again = load_state(store, use_snapshot=False).jobs["bo/old"]
         assert "bo/old" in live.state.jobs and "bo/old" not in live.jobs.shelf and "bo/old" not in live.jobs.shelf.cards
         assert views.job_state(live, "bo/old") == job_json(again) and again.state != full["bo/old"].state
+        # The jobs page's listing is made once per position: a visit after the event lists the
+        # job as it is now, with the states' counts of now.
+        page = views.jobs_page(live, views.JobQuery.parse({"per_page": "500", "q": "bo/old"}))
+        assert [r["state"] for r in page["rows"]] == [again.state]
+        now = load_state(store, use_snapshot=False).jobs
+        assert page["states"] == sorted({(s, sum(j.state == s for j in now.values())) for s in {j.state for j in now.values()}})
     finally:
         live.close()
         store.close()
