@@ -498,8 +498,7 @@ _ONE = msgspec.json.Decoder(JobState)
 _FIELDS = tuple(f.name for f in dataclasses.fields(JobState))
 
 
-def _job_id(job: _OwnedAndStated) -> str:
-    return job.id
+_job_id: Callable[[_OwnedAndStated], str] = operator.attrgetter("id")  # a sort key of 118,956 jobs: no Python call each
 
 
 class LazyState:
