@@ -11,12 +11,16 @@ import urllib.parse
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from ledger.app.cli import cli
 from ledger.errors import StoreError
 from ledger.events import NewEvent, actor
+from ledger.replay import SNAPSHOT_EVERY
 from ledger.store import open_store
 from ledger.store.postgres import READER_ROLE, split_url
 from ledger.verify import verify_store
+from tests.admission.lab import POLICY
 from tests.dashboard.conftest import serve
 
 
@@ -61,3 +65,18 @@ def test_the_dashboard_runs_on_the_reader_role(reader_url: str):
         response = conn.getresponse()
         assert response.status == 200 and "alice/bert" in response.read().decode()
         conn.close()
+
+
+def test_a_queue_on_the_reader_role_answers_without_saving_usage(reader_url: str, pg_url: str, tmp_path):
+    """`ledger queue` folds usage from the first event when no usage snapshot is usable and
+    saves it for the next reader: on the read-only role the save is refused, and the queue
+    still answers (no traceback, nothing saved)."""
+    with contextlib.closing(open_store(pg_url)) as store:
+        store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    result = CliRunner().invoke(cli, ["--store", reader_url, "queue", "--policy", str(policy), "--json"])
+    assert result.exit_code == 0, result.output
+    assert [row["job"] for row in json.loads(result.output)] == ["alice/bert"]
+    with contextlib.closing(open_store(pg_url)) as store:
+        assert not [s for s in store.list_snapshots() if s.name.startswith("usage/")]
