@@ -207,6 +207,34 @@ def card_of(job: JobState) -> JobCard:
                    job.attempt, job.restarts, job.submitted_seq, job.queued_reason)
 
 
+class Listing(NamedTuple):
+    """Cards in id order, with what the jobs page's filters offer: jobs per state, the owners
+    and the accelerators (`of`). A lab's settled jobs keep theirs from one event to the next
+    (their shelf changes when jobs settle), the live ones' is made at each: `merged`."""
+
+    cards: list[JobCard]
+    states: dict[str, int]
+    owners: frozenset[str]
+    accelerators: frozenset[str]
+
+    @classmethod
+    def of(cls, cards: Iterable[JobCard]) -> Listing:
+        chosen = sorted(cards, key=SORTS["id"])
+        states: dict[str, int] = {}
+        for c in chosen:
+            states[c.state] = states.get(c.state, 0) + 1
+        return cls(chosen, states, frozenset(c.owner for c in chosen), frozenset(c.accelerator for c in chosen))
+
+    def merged(self, other: Listing) -> Listing:
+        """Both, in id order (two sorted runs: one merge, not a sort of them all)."""
+        cards = self.cards + other.cards
+        cards.sort(key=SORTS["id"])
+        states = dict(self.states)
+        for state, n in other.states.items():
+            states[state] = states.get(state, 0) + n
+        return Listing(cards, states, self.owners | other.owners, self.accelerators | other.accelerators)
+
+
 # How `select_jobs` can order jobs: name -> key. Ties are broken by id, so a page is stable.
 SORTS: dict[str, Callable[[JobCard], Any]] = {
     "id": operator.attrgetter("id"),

@@ -44,6 +44,16 @@ def test_settled_jobs_are_shelved_listed_as_before_and_brought_back(tmp_path: Pa
         assert [r["state"] for r in page["rows"]] == [again.state]
         now = load_state(store, use_snapshot=False).jobs
         assert page["states"] == sorted({(s, sum(j.state == s for j in now.values())) for s in {j.state for j in now.values()}})
+
+        # It ends again and settles back onto the shelf: the shelf's kept listing is made anew.
+        after = live.position
+        store.append("bo/old", [NewEvent("cancel_requested", {}, time=at(4)), NewEvent("cancelled", {}, time=at(3))])
+        live.fold(list(store.fold_rows(after)))
+        now = load_state(store, use_snapshot=False).jobs
+        assert "bo/old" in live.jobs.shelf and now["bo/old"].state == "cancelled"
+        page = views.jobs_page(live, views.JobQuery.parse({"per_page": "500"}))
+        assert page["jobs"] == [job_json(now[i]) for i in sorted(now)]
+        assert page["states"] == sorted({(s, sum(j.state == s for j in now.values())) for s in {j.state for j in now.values()}})
     finally:
         live.close()
         store.close()

@@ -40,7 +40,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.app.queueview import half_life_of
-from ledger.app.readmodels import JobCard, TpuHealth, card_of, health_streams, tpu_health_of_rows
+from ledger.app.readmodels import (
+    JobCard,
+    Listing,
+    TpuHealth,
+    card_of,
+    health_streams,
+    tpu_health_of_rows,
+)
 from ledger.capacity import CapacityMemory
 from ledger.capacity_snapshot import load_capacity
 from ledger.errors import LedgerError
@@ -149,19 +156,29 @@ class VerifyRun:
 
 
 class CardedShelf(PackedJobs):
-    """The dashboard's settled jobs, packed (their snapshot pieces), each with its card."""
+    """The dashboard's settled jobs, packed (their snapshot pieces), each with its card, and
+    their listing (`listing`) kept until a job settles or comes back."""
 
     def __init__(self) -> None:
         super().__init__()
         self.cards: dict[str, JobCard] = {}
+        self._listing: Listing | None = None
 
     def put(self, job: JobState, where: InChunk | None = None) -> None:
         super().put(job, where)
         self.cards[job.id] = card_of(job)
+        self._listing = None
 
     def take(self, job_id: str) -> JobState | None:
         self.cards.pop(job_id, None)
+        self._listing = None
         return super().take(job_id)
+
+    def listing(self) -> Listing:
+        """The settled jobs' cards in id order, counted (readmodels.Listing)."""
+        if self._listing is None:
+            self._listing = Listing.of(self.cards.values())
+        return self._listing
 
 
 class LiveLedger:
@@ -265,6 +282,11 @@ class LiveLedger:
         """Every job's card (`card_of`), the settled ones' as kept: what the jobs page lists.
         Under the lock."""
         return [*map(card_of, self.jobs.state.jobs.values()), *self.jobs.shelf.cards.values()]
+
+    def listing(self) -> Listing:
+        """Every job's card in id order, counted (readmodels.Listing): the settled jobs' as
+        their shelf keeps it, the live jobs' made now. Under the lock."""
+        return self.jobs.shelf.listing().merged(Listing.of(map(card_of, self.jobs.state.jobs.values())))
 
     def fold(self, rows: list[tuple]) -> None:
         """Fold new (seq, stream, version, type, time, data) rows and announce them."""

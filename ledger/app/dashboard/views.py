@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import Any, ClassVar
 from urllib.parse import quote, urlencode
 
@@ -166,7 +165,10 @@ def jobs_page(live: LiveLedger, query: JobQuery) -> dict[str, Any]:
     """One page of jobs, plus what the filters can choose from. `jobs` is `ledger list
     --json`'s shape for the page's jobs; `rows` the table's cells."""
     with live.lock:
-        cards, counts, owners, accelerators = live.cached("jobs", live.position, lambda: _listing(live.cards()))
+        # Made once per position: visits between two events share it (at 118,956 jobs ~15 ms a
+        # visit then, ~40 ms for the first after an event: the settled jobs' part is kept).
+        listing = live.cached("jobs", live.position, live.listing)
+        cards = listing.cards
         chosen = select_jobs(cards, owner=query.owner, state=query.state, accelerator=query.accelerator,
                              text=query.text, sort=query.sort, descending=query.descending)
         pages = max(1, -(-len(chosen) // query.per_page))
@@ -176,25 +178,9 @@ def jobs_page(live: LiveLedger, query: JobQuery) -> dict[str, Any]:
             "position": live.position, "total": len(chosen), "all": len(cards), "page": page, "pages": pages,
             "per_page": query.per_page, "offset": (page - 1) * query.per_page,
             "jobs": [job_json(live.jobs.find(c.id)) for c in shown], "rows": [_summary_row(c) for c in shown],
-            "states": sorted((s, n) for s, n in counts.items() if s), "owners": sorted(owners),
-            "accelerators": sorted(a for a in accelerators if a),
+            "states": sorted((s, n) for s, n in listing.states.items() if s), "owners": sorted(listing.owners),
+            "accelerators": sorted(a for a in listing.accelerators if a),
         }
-
-
-def _listing(cards: list[JobCard]) -> tuple[list[JobCard], dict[str, int], set[str], set[str]]:
-    """Every job's card, and what the jobs page's filters offer (jobs per state, the owners,
-    the accelerators): made once per position, for every visit and filter at it (at 118,956
-    jobs, 10,200 cards made anew and a walk over all of them at each visit). Read only. In id
-    order, as every listing is: sorting them again per visit then finds them sorted."""
-    cards.sort(key=attrgetter("id"))
-    counts: dict[str, int] = {}
-    owners: set[str] = set()
-    accelerators: set[str] = set()
-    for c in cards:
-        counts[c.state] = counts.get(c.state, 0) + 1
-        owners.add(c.owner)
-        accelerators.add(c.accelerator)
-    return cards, counts, owners, accelerators
 
 
 def require_job(live: LiveLedger, job_id: str) -> None:
