@@ -278,11 +278,6 @@ class LiveLedger:
         """Every job the ledger knows, settled ones included."""
         return len(self.jobs)
 
-    def cards(self) -> list[JobCard]:
-        """Every job's card (`card_of`), the settled ones' as kept: what the jobs page lists.
-        Under the lock."""
-        return [*map(card_of, self.jobs.state.jobs.values()), *self.jobs.shelf.cards.values()]
-
     def listing(self) -> Listing:
         """Every job's card in id order, counted (readmodels.Listing): the settled jobs' as
         their shelf keeps it, the live jobs' made now. Under the lock."""
