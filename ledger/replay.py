@@ -629,15 +629,16 @@ class LazyState:
 
     def pieces(self) -> Iterator[tuple[str, memoryview, InChunk]]:
         """Every job's id, piece and where it lies as the snapshot holds them (not the jobs
-        folded since), a chunk at a time in the chunks' order; nothing is kept, for a reader
-        that takes each job once."""
+        folded since), a chunk at a time in the chunks' order (`_chunk`: only the chunk at hand
+        is kept), for a reader that takes each job once."""
         text = memoryview(b"")
-        chunks, starts, ends = self._chunks, self._c.starts, self._c.ends
+        starts, ends = self._c.starts, self._c.ends
         for i, job_id in enumerate(self._c.ids):
+            n = i // _CHUNK
             if i % _CHUNK == 0:
-                text = memoryview(lz4.block.decompress(chunks[i // _CHUNK]))
+                text = memoryview(self._chunk(n))
             start, end = starts[i], ends[i]
-            yield job_id, text[start:end], InChunk(chunks[i // _CHUNK], start, end)
+            yield job_id, text[start:end], InChunk(self._chunks[n], start, end)
 
     def update(self, jobs: dict[str, JobState]) -> None:
         """Jobs folded past the snapshot: they replace what it says of them."""
