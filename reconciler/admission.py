@@ -44,13 +44,17 @@ one job past its user and team quotas; the lab's chips still bound it).
 
 from __future__ import annotations
 
+import operator
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from ledger import fold
 from ledger.events import data as ev
 from ledger.fold import TERMINAL, JobState
+from ledger.spec.placement import Choice
 from ledger.spec.policy import Policy, Quota
 from ledger.usage.fairtree import FairTree, fair_tree
 from ledger.usage.fold import Interval
@@ -240,13 +244,14 @@ class _Pass:
             return False
         return self.held.get((COHORT, family), 0) + chips <= self.nominal[family]
 
-    def keep(self, job: JobState, need: Need) -> None:
+    def keep(self, job: JobState, need: Need, count: int = 1) -> None:
         """A job held back by chips (not by its week, nor too big): what it needs is kept in
         each of its user's and teams' quotas from every lower class, so that no lower class
         takes chips it waits for. Counted per owner here, spread over the scopes by `flush`
-        before the first job of a lower class is looked at."""
+        before the first job of a lower class is looked at. `count`: alike jobs held back
+        together (a run, from `job` on), each keeping what it needs."""
         key = (job.owner, need.family, self.class_of(job.priority))
-        self._keeping[key] = self._keeping.get(key, 0) + need.chips
+        self._keeping[key] = self._keeping.get(key, 0) + need.chips * count
         self._first.setdefault(key, job.id)
 
     def flush(self) -> None:
@@ -288,14 +293,14 @@ class _Pass:
 
 def admit(
     jobs: Mapping[str, JobState], policy: Policy, usage: Usage = NO_USAGE, *, busy: Iterable[str] = (),
-    asks: Mapping[str, int] | None = None,
+    asks: Mapping[str, Choice] | None = None,
 ) -> Decision:
     """Decide one pass (see the module's docstring). `busy`: jobs with an action in flight;
     `asks`: the placement choice each waiting job would try (reconciler.placement), charged
     for its chips (else its first choice)."""
     asks = asks or {}
     p = _Pass(jobs, policy, usage, set(busy))
-    waiting: list[JobState] = []
+    by_owner: defaultdict[str, list[JobState]] = defaultdict(list)  # the jobs that wait, by owner
     running: list[JobState] = []
     needs: dict[str, Need | None] = {}
     unsettled: set[str] = set()  # families with a waiting job's action in flight: no preemption now
@@ -309,7 +314,7 @@ def admit(
                 p.add(p.held, job.owner, need)  # what it asks for may be under way
                 unsettled.add(need.family)
             elif not job.pending_action:
-                waiting.append(job)
+                by_owner[job.owner].append(job)
             continue
         if holds and need is not None:
             p.add(p.held, job.owner, need)
@@ -319,59 +324,68 @@ def admit(
                 p.given.setdefault(need.family, []).append(job)
             elif job.state == fold.RUNNING and not job.cancel_requested:
                 running.append(job)
-    tree = fair_tree(policy, usage.decayed, {j.owner for j in waiting})
-    rank, last = tree.rank, len(tree.rank)
-    waiting.sort(key=lambda j: (-j.priority, rank.get(j.owner, last), j.submitted_seq, j.id))
+    tree = fair_tree(policy, usage.decayed, by_owner)
+    segments = _in_order(by_owner, tree.rank)
     p.weekly()
-    decision = Decision(order=[j.id for j in waiting], held=dict(p.held), tree=tree)
+    decision = Decision(order=[j.id for segment in segments for j in segment], held=dict(p.held), tree=tree)
     head: dict[str, str] = {}  # family -> the first job that found the lab's (or the cohort's) chips short
     behind: dict[tuple[Any, ...], Wait] = {}
     taken: set[str] = {v.id for vs in p.given.values() for v in vs}
-    blocked: list[JobState] = []  # held back by their own quotas: their reason is settled at the end
-    current = None  # the class being looked at: jobs come by priority, so by class
-    priority, cls = None, 0  # a class is looked up once per priority (jobs come by priority)
-    for job in waiting:
-        need = needs[job.id]
-        if need is None or need.chips == 0:
-            decision.admitted.add(job.id)  # nothing to count: an unknown type fails at provisioning
-            continue
-        if job.priority != priority:
-            priority, cls = job.priority, p.class_of(job.priority)
+    # Held back by their own quotas (runs of alike jobs, with their need and class): their
+    # reason is settled at the end.
+    blocked: list[tuple[list[JobState], Need, int]] = []
+    current = None  # the class being looked at: segments come by priority, so by class
+
+    def alike(job: JobState) -> tuple[Need | None, str]:
+        return needs[job.id], job.admitted_by
+
+    for segment in segments:
+        cls = p.class_of(segment[0].priority)
         if cls != current:
             p.flush()  # what the higher classes wait for is kept from this one
             current = cls
-        wait = p.own(job, need, cls)
-        if wait is not None:
-            decision.waits[job.id] = wait
-            if wait.unit != WEEK and wait.detail != TOO_BIG and not job.admitted_by:
-                blocked.append(job)  # held back by chips: what admissions after it take may move its blocker
-                p.keep(job, need)
-            continue
-        if need.family in head:  # nothing more of this family is admitted: no backfill past the head
-            key = (job.owner, need, head[need.family])  # nothing of the family is held anew: one Wait serves alike
-            if (wait := behind.get(key)) is None:
-                wait = behind[key] = p.capacity(need, p.short(job, need), behind=head[need.family])
-            decision.waits[job.id] = wait
-            continue
-        shorts = p.short(job, need)
-        if not shorts:
-            decision.admitted.add(job.id)
-            p.add(p.held, job.owner, need)
-            continue
-        head[need.family] = job.id
-        wait = p.capacity(need, shorts)
-        if need.family not in unsettled:  # counted held may be a mere record in flight: decide next pass
-            wait = _make_room(job, need, wait, shorts, p, taken, decision)
-        decision.waits[job.id] = wait
+        # A run: consecutive jobs of one owner and class with the same need and operator's
+        # admission. What holds one back holds the rest back alike as long as nothing is
+        # admitted in between (nothing else `own`, `short` or the line look at moves), so
+        # a run is decided job by job only until its first wait.
+        for (need, _), grouped in groupby(segment, alike):
+            run = list(grouped)
+            if need is None or need.chips == 0:
+                decision.admitted.update(j.id for j in run)  # nothing to count: an unknown type fails at provisioning
+                continue
+            family = need.family
+            for i, job in enumerate(run):
+                wait = p.own(job, need, cls)
+                if wait is None and family not in head:
+                    shorts = p.short(job, need)
+                    if not shorts:
+                        decision.admitted.add(job.id)
+                        p.add(p.held, job.owner, need)
+                        continue
+                    head[family] = job.id
+                    wait = p.capacity(need, shorts)
+                    if family not in unsettled:  # counted held may be a mere record in flight: decide next pass
+                        wait = _make_room(job, need, wait, shorts, p, taken, decision)
+                    decision.waits[job.id] = wait
+                    continue
+                rest = run[i:]
+                if wait is not None:
+                    if wait.unit != WEEK and wait.detail != TOO_BIG and not job.admitted_by:
+                        blocked.append((rest, need, cls))  # held back by chips: what admissions after it take may move its blocker
+                        p.keep(job, need, len(rest))
+                else:  # nothing more of this family is admitted: no backfill past the head
+                    key = (job.owner, need, head[family])  # nothing of the family is held anew: one Wait serves alike
+                    if (wait := behind.get(key)) is None:
+                        wait = behind[key] = p.capacity(need, p.short(job, need), behind=head[family])
+                decision.waits.update(dict.fromkeys([j.id for j in rest], wait))
+                break
     # What this pass admitted counts now: a job held back by chips gets its first blocker as
     # things stand after the pass (the same a next pass would find: one reason, kept). Its
     # week and its size do not move within a pass, nor do the chips kept for higher classes.
     p.flush()
-    for job in blocked:
-        need = needs[job.id]
-        assert need is not None
-        if (wait := p.own(job, need, p.class_of(job.priority))) is not None:
-            decision.waits[job.id] = wait
+    for rest, need, cls in blocked:
+        if (wait := p.own(rest[0], need, cls)) is not None:
+            decision.waits.update(dict.fromkeys([j.id for j in rest], wait))
     spent: dict[tuple[Any, ...], Wait | None] = {}
     for job in running:
         key = (job.owner, needs[job.id], bool(job.admitted_by))
@@ -380,6 +394,29 @@ def admit(
         if (wait := spent[key]) is not None:
             decision.spent[job.id] = wait
     return decision
+
+
+_BY_SUBMISSION = operator.attrgetter("submitted_seq", "id")
+_BY_PRIORITY = operator.attrgetter("priority")
+
+
+def _in_order(by_owner: Mapping[str, list[JobState]], rank: Mapping[str, int]) -> list[list[JobState]]:
+    """The waiting jobs in admission order (higher priority first, then the fair tree's rank,
+    then submission order, then the id), as segments of one owner and one priority. The fair
+    tree ranks each owner it is given once, so sorting each owner's jobs and then the
+    segments gives the order one sort of every job by a 4-tuple gives, for less: no tuple
+    made per job, and each owner's jobs come as a segment whose runs are decided together."""
+    segments: list[tuple[int, int, list[JobState]]] = []
+    for owner, mine in by_owner.items():
+        mine.sort(key=_BY_SUBMISSION)
+        mine.sort(key=_BY_PRIORITY, reverse=True)  # a stable sort: submission order within a priority
+        at = rank[owner]
+        segments.extend((-priority, at, list(jobs)) for priority, jobs in groupby(mine, _BY_PRIORITY))
+    segments.sort(key=_SEGMENT_KEY)
+    return [jobs for _, _, jobs in segments]
+
+
+_SEGMENT_KEY = operator.itemgetter(0, 1)
 
 
 def _spent(job: JobState, need: Need | None, p: _Pass) -> Wait | None:
@@ -498,7 +535,7 @@ def stopped_for_quota(job: JobState, spent: Wait) -> ev.Preempted:
 
 
 def explain(jobs: Mapping[str, JobState], policy: Policy | None, usage: Usage = NO_USAGE,
-            asks: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+            asks: Mapping[str, Choice] | None = None) -> list[dict[str, Any]]:
     """Every waiting job in admission order, with why it waits: the rows of `ledger queue`
     (and the reason line of `ledger inspect`). Without a sharing policy every waiting job
     is admitted, in the planner's order, and waits only for what the planner recorded

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from ledger.fold import JobState
 from ledger.placement import takes
+from ledger.spec.placement import Choice
 from ledger.tpu_types import Chips as Need
 
 
-def need_of(job: JobState, choice: int | None = None) -> Need | None:
+def need_of(job: JobState, choice: Choice | None = None) -> Need | None:
     """The chips of which family the job holds (what was placed: its type times its slices),
-    or else those its next attempt asks for (choice `choice` of its placements, as the
-    placement step picked it; the first by default); None when its type is unknown. The
+    or else those its next attempt asks for (`choice`, one of its placements, as the
+    placement step picked it; its first by default); None when its type is unknown. The
     count itself is ledger.placement's, the one every reader asks (made once per type and
     slices, in ledger.tpu_types)."""
-    found = takes(job, choice)
+    # The choice carries what it takes: no second look-up of the job's placements (every
+    # pass asks this of every waiting job).
+    found = choice.takes if choice is not None and job.tpu is None else takes(job)
     return found.need if found is not None else None
 
 

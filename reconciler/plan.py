@@ -70,7 +70,7 @@ def plan(
     actions: list[Action] = []
     # Where each waiting job would go now (reconciler.placement); admission charges that.
     placing = placement.place_waiting(jobs, memory or CapacityMemory(), int(observed.now * 1_000_000), busy)
-    asks = {jid: got.choice.index for jid, got in placing.items() if isinstance(got, placement.Try)}
+    asks = {jid: got.choice for jid, got in placing.items() if isinstance(got, placement.Try)}
     gate = admission.admit(jobs, config.policy, usage, busy=busy, asks=asks) if admission.active(config.policy) else None  # type: ignore[arg-type]
     for job in jobs.values():
         if job.state in fold.TERMINAL and job.tpu is None or job.id in busy:  # job.terminal, without a call per job

@@ -178,7 +178,7 @@ def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, 
         jobs = admission_jobs(store)
     memory = load_capacity(store) if memory is None else memory
     placing = placement.place_waiting(jobs, memory, to_us(now or datetime.now(UTC)))
-    asks = {jid: got.choice.index for jid, got in placing.items() if isinstance(got, placement.Try)}
+    asks = {jid: got.choice for jid, got in placing.items() if isinstance(got, placement.Try)}
     rows = admission.explain(jobs, policy, recent_usage(store, policy, now) if usage is None else usage, asks=asks)
     for row in rows:
         got = placing.get(row["job"])

@@ -206,3 +206,50 @@ def test_a_job_that_would_not_come_back_is_never_a_victim():
     assert admit(lab.jobs, policy()).preempt == {}
     lab.jobs["carol/low"].spec["recovery"] = {"on_preempted": "reapply", "max_restarts": 1}
     assert admit(lab.jobs, policy()).preempt == {"carol/low": "gina/urgent"}
+
+
+RUNS = """\
+teams:
+  "@lab/nlp": [alice, bob]
+quotas:
+  lab: {chips: {v4: 128}}
+  teams:
+    "@lab/nlp": {chips: {v4: 60}}
+  users:
+    alice: {chips: {v4: 16}}
+  default_user: {chips: {v4: 128}}
+priorities:
+  classes: {low: 100, normal: 500, urgent: 900}
+"""
+
+
+def test_alike_jobs_held_back_together_each_keep_their_chips_from_a_lower_class():
+    # alice's two urgent jobs are alike (one owner, class and need): admission decides them
+    # as a run, and each keeps its 8 chips in the team's quota, 16 in all.
+    lab = Lab()
+    lab.running("alice/a", "v4-32")  # 16: alice's own quota is full
+    lab.waiting("alice/u1", "v4-16", priority=900)
+    lab.waiting("alice/u2", "v4-16", priority=900)
+    lab.waiting("bob/low", "v4-64", priority=100)  # 32: the team holds 16; 16 + 32 + 16 kept > 60
+    d = admit(lab.jobs, policy(RUNS))
+    assert {j: (d.waits[j].scope, d.waits[j].detail) for j in ("alice/u1", "alice/u2")} == \
+        {"alice/u1": ("user alice", ""), "alice/u2": ("user alice", "")}
+    low = d.waits["bob/low"]
+    assert (low.scope, low.detail, low.kept_for) == ("team @lab/nlp", admission.KEPT, "alice/u1")
+    assert not d.admitted
+
+
+def test_every_job_of_a_held_back_run_gets_its_blocker_as_the_pass_left_things():
+    # bob fills the team; alice's two normal jobs wait on it. An operator admits a later job
+    # of hers past her own quota, so after the pass each of the two is over her user quota
+    # first: the reason a next pass would give both, not the team's of the moment they were looked at.
+    lab = Lab()
+    lab.running("bob/full", "v4-128")  # 64 of the team's 60
+    lab.waiting("alice/n1", "v4-16")
+    lab.waiting("alice/n2", "v4-16")
+    lab.waiting("alice/late", "v4-32", priority=100)
+    lab.event("alice/late", "admitted", {"reason": "deadline", "by": "sam"})
+    d = admit(lab.jobs, policy(RUNS))
+    assert d.admitted == {"alice/late"}
+    assert [d.waits[j].scope for j in ("alice/n1", "alice/n2")] == ["user alice", "user alice"]
+    assert d.order == ["alice/n1", "alice/n2", "alice/late"]

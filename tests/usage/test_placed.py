@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ledger.fold import JobState, initial, replay
 from ledger.placement import footprint, slice_nodes, takes
+from ledger.spec.placement import choice
 from ledger.usage import UsageFold, summarize, to_us
 from reconciler.admission import need_of
 
@@ -32,9 +33,9 @@ def test_each_type_and_slices_is_one_object_with_its_need_the_one_cache_of_types
 def test_a_waiting_job_takes_the_choice_it_asks_for_and_a_holding_one_what_was_placed():
     job = JobState(id="alice/j", spec=SPEC)
     assert (takes(job).chips, takes(job, 1).chips, takes(job, 1).family) == (16, 32, "v5litepod")
-    assert need_of(job).chips == 16 and need_of(job, 1).chips == 32
+    assert need_of(job).chips == 16 and need_of(job, choice(SPEC, 1)).chips == 32
     holding = JobState(id="alice/j", spec=SPEC, tpu=PLACED)
-    assert need_of(holding).chips == 32 and need_of(holding, 0).chips == 32  # what it holds, whatever it asks
+    assert need_of(holding).chips == 32 and need_of(holding, choice(SPEC, 0)).chips == 32  # what it holds, whatever it asks
 
 
 def test_usage_charges_the_placed_type_pricing_and_slices():
