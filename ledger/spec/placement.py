@@ -14,7 +14,7 @@ and `ledger tpus` load no spec checker); `placement_check.py` validates the bloc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -23,6 +23,8 @@ from ledger import defaults, tpu_types
 # The fields a fallback may override (besides its own gcsfuse and args).
 FIELDS = ("allocation_mode", "accelerator", "zone", "version", "pricing", "reservation", "slices")
 QUEUED = "queued-resources"
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +65,21 @@ def failover(spec: dict) -> dict[str, Any]:
     if found is not None and found[0] is spec:
         return found[1]
     rules = failover_rules(spec)
-    if len(_RULES) >= 65536:
-        _RULES.clear()
-    _RULES[id(spec)] = (spec, rules)
+    _keep(_RULES, id(spec), (spec, rules))
     return rules
+
+
+# The most entries each cache of this module holds: full, it starts over, so that no stream
+# of distinct specs grows it without bound, and the blocks read lately are the ones it knows.
+MOST_CACHED = 65_536
+
+
+def _keep(cache: dict[K, V], key: K, value: V) -> V:
+    """`value` kept under `key`, the cache emptied first when it is full."""
+    if len(cache) >= MOST_CACHED:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 _RULES: dict[int, tuple[dict, dict[str, Any]]] = {}
@@ -113,12 +126,11 @@ def placements(spec: dict) -> tuple[Choice, ...]:
             rows = [tpu, *(f for f in tpu.get("fallbacks") or () if isinstance(f, dict))]
             made = tuple(_choice(i, row, tpu) for i, row in enumerate(rows))
             # One object for equal lists: a planner pass over many alike jobs decides each list once.
-            choices = _INTERNED.setdefault(made, made) if len(_INTERNED) < 65536 else made
-            if key is not None and len(_BY_BLOCK) < 65536:
-                _BY_BLOCK[key] = choices
-    if len(_CHOICES) >= 65536:
-        _CHOICES.clear()
-    _CHOICES[id(spec)] = (spec, choices)
+            interned = _INTERNED.get(made)
+            choices = interned if interned is not None else _keep(_INTERNED, made, made)
+            if key is not None:
+                _keep(_BY_BLOCK, key, choices)
+    _keep(_CHOICES, id(spec), (spec, choices))
     return choices
 
 

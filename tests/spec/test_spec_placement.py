@@ -129,3 +129,23 @@ def test_alike_tpu_blocks_share_one_list_of_choices(config, monkeypatch):
     assert placements(other)[0].zone == "us-east5-a" and placements(spec)[0].zone == "us-central2-b"
     odd = {**spec, "tpu": {**spec["tpu"], "labels": {1, 2}}}  # a set: no JSON for it
     assert placements(odd) == placements(spec)
+
+
+def test_a_full_cache_of_choices_starts_over_and_still_learns_new_blocks(config, monkeypatch):
+    """Past MOST_CACHED distinct `tpu` blocks (a lab's history, or a member's stream of odd
+    specs) the block cache starts over: a new block is still learnt, and the cache never
+    holds more than its bound."""
+    monkeypatch.setattr(spec_placement, "MOST_CACHED", 3)
+    monkeypatch.setattr(spec_placement, "_BY_BLOCK", {})
+    spec = check(HEAD + FALLBACKS + TAIL, config).spec
+    for zone in ("us-east5-a", "us-east5-b", "us-east5-c", "us-central2-b"):
+        other = json.loads(json.dumps(spec))
+        other["tpu"]["zone"] = zone
+        placements(other)
+        assert len(spec_placement._BY_BLOCK) <= 3
+    built = []
+    make = spec_placement._choice
+    monkeypatch.setattr(spec_placement, "_choice", lambda *a: built.append(a) or make(*a))
+    again = json.loads(json.dumps(spec))
+    again["tpu"]["zone"] = "us-central2-b"  # the last block read: known, though the cache was full before it
+    assert placements(again)[0].zone == "us-central2-b" and built == []
