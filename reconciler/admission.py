@@ -398,6 +398,7 @@ def admit(
 
 _BY_SUBMISSION = operator.attrgetter("submitted_seq", "id")
 _BY_PRIORITY = operator.attrgetter("priority")
+_SEGMENT_KEY = operator.itemgetter(0, 1)  # (-priority, rank): unique per segment
 
 
 def _in_order(by_owner: Mapping[str, list[JobState]], rank: Mapping[str, int]) -> list[list[JobState]]:
@@ -414,9 +415,6 @@ def _in_order(by_owner: Mapping[str, list[JobState]], rank: Mapping[str, int]) -
         segments.extend((-priority, at, list(jobs)) for priority, jobs in groupby(mine, _BY_PRIORITY))
     segments.sort(key=_SEGMENT_KEY)
     return [jobs for _, _, jobs in segments]
-
-
-_SEGMENT_KEY = operator.itemgetter(0, 1)
 
 
 def _spent(job: JobState, need: Need | None, p: _Pass) -> Wait | None:
