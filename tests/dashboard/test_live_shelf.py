@@ -57,3 +57,28 @@ def test_settled_jobs_are_shelved_listed_as_before_and_brought_back(tmp_path: Pa
     finally:
         live.close()
         store.close()
+
+
+def test_a_live_jobs_card_is_made_again_only_when_an_event_moved_it(tmp_path: Path) -> None:
+    """The jobs page's listing keeps each live job's card while its last event is the same:
+    an event for one live job (its state edited in place by the fold) lists it as it is
+    now, and the others' cards are the ones made before."""
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path)
+    for job_id, type_, data, ago in live_events():
+        store.append(job_id, [NewEvent(type_, data, time=at(ago))])
+    live = LiveLedger(f"sqlite:///{path}")
+    try:
+        before = {c.id: c for c in live.listing().cards}
+        assert before["ana/waiting"].state == "pending"
+        after = live.position
+        store.append("ana/waiting", [NewEvent("queued", {"reason": "waiting for the lab's v4 chips"}, time=at(5))])
+        live.fold(list(store.fold_rows(after)))
+        now = {c.id: c for c in live.listing().cards}
+        fresh = load_state(store, use_snapshot=False).jobs
+        assert list(now.values()) == [card_of(fresh[i]) for i in sorted(fresh)]
+        assert now["ana/waiting"].state == "queued" and now["ana/waiting"] != before["ana/waiting"]
+        assert now["ana/running"] is before["ana/running"] and now["cy/holding"] is before["cy/holding"]
+    finally:
+        live.close()
+        store.close()

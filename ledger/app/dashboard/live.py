@@ -203,6 +203,7 @@ class LiveLedger:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pages: dict[str, tuple[Any, Any]] = {}  # page -> (key, answer): `cached`
+        self._live_cards: dict[str, tuple[int, JobCard]] = {}  # live job -> (its last event's seq, its card): `listing`
         self._cache_lock = threading.Lock()
         self._store = open_store(store_url, create=False)  # the tail's own connection
         started = time.perf_counter()
@@ -280,8 +281,16 @@ class LiveLedger:
 
     def listing(self) -> Listing:
         """Every job's card in id order, counted (readmodels.Listing): the settled jobs' as
-        their shelf keeps it, the live jobs' made now. Under the lock."""
-        return self.jobs.shelf.listing().merged(Listing.of(map(card_of, self.jobs.state.jobs.values())))
+        their shelf keeps it, the live jobs' kept from the last listing while their last
+        event is the same (a job's state is its stream's fold: same last event, same card;
+        the fold edits a live job's state in place, so the object itself tells nothing), made
+        anew for the jobs an event moved. Under the lock."""
+        kept, now = self._live_cards, {}
+        for job in self.jobs.state.jobs.values():
+            known = kept.get(job.id)
+            now[job.id] = known if known is not None and known[0] == job.position else (job.position, card_of(job))
+        self._live_cards = now  # only the live jobs': one that settled leaves it
+        return self.jobs.shelf.listing().merged(Listing.of(card for _, card in now.values()))
 
     def fold(self, rows: list[tuple]) -> None:
         """Fold new (seq, stream, version, type, time, data) rows and announce them."""
