@@ -56,6 +56,10 @@ def test_wrong_expected_version_is_a_conflict_and_stores_nothing(store):
         store.append("alice/a", [ev(), ev()], expected_version=0)
     assert (info.value.stream, info.value.expected, info.value.actual) == ("alice/a", 0, 1)
     assert store.head() == 1 and store.stream_version("alice/a") == 1
+    with pytest.raises(ConflictError):  # one event: the call on the connection's kept cursor
+        store.append("alice/a", [ev()], expected_version=0)
+    assert store.append("alice/a", [ev()], expected_version=1).version == 2  # that cursor serves the next one
+    assert store.head() == 2
 
 
 def test_a_retried_append_returns_the_original_positions(store):

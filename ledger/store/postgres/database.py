@@ -50,6 +50,9 @@ class PgDatabase:
         self.channel = f"{self.schema}_appended"
         self.lock = threading.RLock()
         self.conn = self.connect()
+        # One cursor kept for the hot call, a single append: `conn.execute` makes a cursor at
+        # each call (~20 us of CPU and ~50 us of wall time an append, measured at stop 48).
+        self.cursor = self.conn.cursor()
         # {s}: the schema; {channel}: the NOTIFY channel as a literal (the append functions
         # and move_head notify it).
         self._names = {"s": sql.Identifier(self.schema).as_string(self.conn),

@@ -114,7 +114,7 @@ class PostgresRecorder(AppendOne):
         with db.lock:
             try:
                 if len(ids) == len(streams) == 1:  # one event on one stream: the common case, the cheap call
-                    dup, seq, version = db.conn.execute(db.q["append_one"], (  # type: ignore[misc]
+                    dup, seq, version = db.cursor.execute(db.q["append_one"], (  # type: ignore[misc]
                         streams[0], expected[0], ids[0], types[0], times[0], actors[0], causations[0], datas[0],
                         pres[0], posts[0], keyed[0] is not None), prepare=True).fetchone()
                     return [AppendResult((seq,), version, dup)]
