@@ -161,33 +161,52 @@ def _shared(value: Any, strings: dict[str, str], seen: dict[bytes, Any]) -> Any:
     JSON text: a state holds JSON values only), so the pickle writes each once and loading makes
     each once. 10k jobs' states repeat most of their content (dict keys, states, failure
     records, the same TPU): 15 MB -> 5 MB, and loading 3x faster. Sharing is safe because
-    states never edit a field in place (fold._clone copies `times`, the one exception)."""
+    states never edit a field in place (fold._clone copies `times`, the one exception).
+    Leaves are shared where they lie, not by a call each (a snapshot of 118,956 jobs makes
+    ~60 a job: 2.5 -> 2.0 s)."""
     kind = type(value)
     if kind is str:
         return strings.setdefault(value, value)
-    if kind is dict or kind is list:
-        key = _key(value)
-        found = seen.get(key)
-        if found is not None:
-            return found
-        if kind is dict:
-            out: Any = {_shared(k, strings, seen): _shared(v, strings, seen) for k, v in value.items()}
-        else:
-            out = [_shared(v, strings, seen) for v in value]
-        seen[key] = out
-        return out
-    return value
+    if kind is not dict and kind is not list:
+        return value
+    key = _key(value)
+    found = seen.get(key)
+    if found is not None:
+        return found
+    keep = strings.setdefault
+    out: Any
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            inner = type(v)
+            out[keep(k, k) if type(k) is str else k] = keep(v, v) if inner is str else \
+                _shared(v, strings, seen) if inner is dict or inner is list else v
+    else:
+        out = [keep(v, v) if type(v) is str else _shared(v, strings, seen) for v in value]
+    seen[key] = out
+    return out
+
+
+# A job's fields in order: a row of the snapshot's rows part holds them so.
+_FIELDS = tuple(f.name for f in dataclasses.fields(JobState))
+_FIELDS_OF = operator.attrgetter(*_FIELDS)
+_TIMES_AT = _FIELDS.index("times")
 
 
 def _shared_fields(job: JobState, strings: dict[str, str], seen: dict[bytes, Any]) -> tuple:
-    """The job's fields in order, values shared (`_shared`) but its own `times`."""
-    return tuple(_shared(getattr(job, n), strings, seen) if n != "times" else _own_times(job.times, strings)
-                 for n in _FIELDS)
-
-
-def _own_times(times: dict[str, str], strings: dict[str, str]) -> dict[str, str]:
-    """`times` is the field a transition edits in place: each job keeps a dict of its own."""
-    return {strings.setdefault(k, k): strings.setdefault(v, v) for k, v in times.items()}
+    """The job's fields in order, values shared (`_shared`) but its own `times`: the field a
+    transition edits in place, so each job keeps a dict of its own."""
+    values = list(_FIELDS_OF(job))
+    keep = strings.setdefault
+    for at, value in enumerate(values):
+        kind = type(value)
+        if kind is str:
+            values[at] = keep(value, value)
+        elif at == _TIMES_AT:
+            values[at] = {keep(k, k): keep(v, v) for k, v in value.items()}
+        elif kind is dict or kind is list:
+            values[at] = _shared(value, strings, seen)
+    return tuple(values)
 
 
 _UINT32 = next(t for t in "IL" if array(t).itemsize == 4)
@@ -495,7 +514,6 @@ def _digest(data: bytes) -> str:
 # msgspec builds the dataclass as it parses (half the time of JobState(**dict)), and refuses
 # a piece whose value has not the field's type.
 _ONE = msgspec.json.Decoder(JobState)
-_FIELDS = tuple(f.name for f in dataclasses.fields(JobState))
 
 
 _job_id: Callable[[_OwnedAndStated], str] = operator.attrgetter("id")  # a sort key of 118,956 jobs: no Python call each
