@@ -460,6 +460,16 @@ def lines_decoder(names: Collection[str]) -> msgspec.json.Decoder:
     """A decoder of a list of jobs' pieces into structs of only the JobState fields `names`,
     with JobState's own types and defaults. A table of every job reads a few fields; the
     spec and the rest are then skipped, not built: 118,956 jobs decode in 0.3 s, not 3.1 s."""
+    return msgspec.json.Decoder(list[_fields_struct(names)])  # type: ignore[index]
+
+
+def fields_decoder(names: Collection[str]) -> msgspec.json.Decoder:
+    """`lines_decoder`'s, of one job's piece."""
+    return msgspec.json.Decoder(_fields_struct(names))
+
+
+def _fields_struct(names: Collection[str]) -> type[msgspec.Struct]:
+    """A struct of only the JobState fields `names`, with JobState's own types and defaults."""
     hints = typing.get_type_hints(JobState)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for f in dataclasses.fields(JobState):
@@ -473,7 +483,7 @@ def lines_decoder(names: Collection[str]) -> msgspec.json.Decoder:
             fields.append((f.name, hints[f.name]))
     if len(fields) != len(set(names)):
         raise ValueError(f"not fields of a job's state: {sorted(set(names) - {f[0] for f in fields})}")
-    return msgspec.json.Decoder(list[msgspec.defstruct("JobLine", fields)])  # type: ignore[index]
+    return msgspec.defstruct("JobFields", fields)
 
 
 def _encode_state(position: int, by_id: Iterable[tuple[JobState, bytes | None]]) -> Encoded:
@@ -1042,16 +1052,21 @@ def load_state(store: SnapshotReader, until: int | None = None, use_snapshot: bo
     return state
 
 
-def load_state_apart(store: SnapshotReader, apart: Callable[[JobState], bool],
-                     put: Callable[[JobState, InChunk], None]) -> tuple[LedgerState, LazyState] | None:
+def load_state_apart(store: SnapshotReader, apart: Callable[[Any], bool], put: Callable[[Any, InChunk], None],
+                     reads: Collection[str] | None = None) -> tuple[LedgerState, LazyState] | None:
     """`load_state`'s state at the head, less the snapshot's jobs that `apart` picks and the
     events after it do not touch: each of those goes to `put` with where its piece
     (`job_text`) lies instead. Read from the pieces a job at a time, so the whole state is
     never held at once (the reconciler keeps its settled jobs apart: reconciler.shelf).
+    `apart` and `put` are given each such job as a JobState or, when they read only the
+    fields `reads`, as a struct of those (`fields_decoder`: the rest of its piece, its spec
+    most of it, is skipped, not built; the reconciler's start at 118,956 jobs decodes its
+    108,756 settled ones in ~0.1 s instead of ~0.4).
     With it, the snapshot's index at the head (`load_lazy`'s: the dashboard picks the TPUs'
     holders from it without reading the snapshot again). None when there is no usable
     snapshot, or its pieces do not decode: then `load_state` it is (and what went to `put`
     is to be dropped)."""
+    looks = job_from_text if reads is None else fields_decoder(reads).decode
     head = store.head()
     with no_cyclic_gc():
         lazy = checked_snapshot(store, SNAPSHOT_NAME, code_version(), head, _with_parts(store, decode_lazy), _position)
@@ -1064,12 +1079,16 @@ def load_state_apart(store: SnapshotReader, apart: Callable[[JobState], bool],
         seen: dict[bytes, Any] = {}
         try:
             for job_id, text, where in lazy.pieces():
-                job = job_from_text(text)
-                if job_id in touched or not apart(job):
-                    # shared as a snapshot's rows are: the pass walks these (unshared, 10,200 jobs took it 40% longer)
-                    state.jobs[job_id] = JobState(*_shared_fields(job, strings, seen))
+                if job_id in touched:
+                    job = job_from_text(text)
                 else:
-                    put(job, where)
+                    seen_as = looks(text)
+                    if apart(seen_as):
+                        put(seen_as, where)
+                        continue
+                    job = seen_as if reads is None else job_from_text(text)
+                # shared as a snapshot's rows are: the pass walks these (unshared, 10,200 jobs took it 40% longer)
+                state.jobs[job_id] = JobState(*_shared_fields(job, strings, seen))
         except (msgspec.DecodeError, lz4.block.LZ4BlockError, ValueError) as exc:  # msgspec's ValidationError too
             log.warning("the snapshot at seq %s does not decode job by job (%s): loading it whole", lazy.position, exc)
             return None

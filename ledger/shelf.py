@@ -16,7 +16,7 @@ suits what it does with them next.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import lz4.block
 import msgspec
@@ -42,6 +42,9 @@ def settled(job: JobState) -> bool:
     return job.state in TERMINAL and job.tpu is None and not job.pending_action
 
 
+SETTLED_READS = ("state", "tpu", "pending_action")  # the fields `settled` reads
+
+
 def compact_text(job: JobState) -> bytes:
     """A job as compact JSON (its fields in declaration order), which `job_from_text` reads as
     it reads a snapshot's piece: ~4 us a job where the piece's indented, key-sorted text
@@ -55,6 +58,11 @@ class PackedJobs:
     (any text `job_from_text` reads): the snapshot piece `job_text` by default, which a
     snapshot can then take as it is. A job put from a snapshot stays in the snapshot's
     compressed chunk (`InChunk`), shared with the chunk's other jobs."""
+
+    # The fields `put` reads of a job given with its piece (`where`), or None for the whole
+    # job: a start from a snapshot then decodes a settled job's piece as those fields alone
+    # (`LiveJobs.load`, ledger.replay.load_state_apart's `reads`).
+    PUT_READS: ClassVar[tuple[str, ...] | None] = ("id", "state")
 
     def __init__(self, encode: Callable[[JobState], bytes] = job_text) -> None:
         self._encode = encode
@@ -176,7 +184,8 @@ class LiveJobs(Generic[ShelfT]):
         after. Returns the index of every job at the head (the snapshot's, or one of the
         folded states): the dashboard picks the TPUs' holders from it."""
         shelf = empty()
-        loaded = load_state_apart(store, settled, shelf.put)
+        reads = None if shelf.PUT_READS is None else (*SETTLED_READS, *shelf.PUT_READS)
+        loaded = load_state_apart(store, settled, shelf.put, reads)
         if loaded is None:  # what went to the first shelf is dropped
             shelf, state = empty(), load_state(store)
             index = LazyState.of(state)

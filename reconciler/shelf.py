@@ -22,6 +22,8 @@ class Shelf(PackedJobs):
     """Settled jobs by id (ledger.shelf.PackedJobs, their snapshot pieces, and how many end
     in each state), their labels' owners and the TPUs they released lately."""
 
+    PUT_READS = ("id", "state", "released", "commit", "submitted_seq")  # naming.job_label reads the last two
+
     def __init__(self) -> None:
         super().__init__()
         self._owners: dict[str, str] = {}  # job label hash (naming.job_hash) -> job id

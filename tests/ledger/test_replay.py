@@ -102,6 +102,16 @@ def assert_apart_is(store, full: fold.LedgerState, snapshot_at: int) -> None:
     assert not kept.jobs.keys() & apart.keys() and {**kept.jobs, **apart} == full.jobs
     touched = {e.stream for e in store.read_all(after=snapshot_at)}
     assert not touched & apart.keys() and all(j.terminal for j in apart.values())
+    # Told what `apart` and `put` read, it gives them those fields alone: the same jobs go apart.
+    brief: dict[str, tuple[str, int]] = {}
+
+    def put_fields(job, where) -> None:
+        assert not isinstance(job, fold.JobState) and where.text() == job_text(full.jobs[job.id])
+        brief[job.id] = (job.state, job.attempt)
+
+    loaded = load_state_apart(store, lambda job: job.state in fold.TERMINAL, put_fields, reads=("id", "state", "attempt"))
+    assert loaded is not None and loaded[0].jobs == kept.jobs
+    assert brief == {i: (j.state, j.attempt) for i, j in apart.items()}
 
 
 def assert_lazy_is(lazy, full: fold.LedgerState) -> None:

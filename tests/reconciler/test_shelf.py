@@ -1,17 +1,29 @@
 """The shelf of settled jobs (reconciler.shelf): a job comes back as it went in, the
-orphan collector's answers hold, a frozen shelf does not move, and a snapshot saved from the
-state and the shelf is the snapshot of every job. Pure: no server."""
+orphan collector's answers hold, a frozen shelf does not move, a snapshot saved from the
+state and the shelf is the snapshot of every job, and a start from a snapshot shelves what a
+start decoding every job whole does. No server (one test on a SQLite file)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from ledger.events import NewEvent
 from ledger.fold import LedgerState
-from ledger.replay import decode_lazy, decode_state, encode_state, job_text
+from ledger.replay import (
+    decode_lazy,
+    decode_state,
+    encode_state,
+    job_text,
+    load_state,
+    save_snapshot,
+)
 from ledger.shelf import settled
+from ledger.store.sqlite import SQLiteStore
 from reconciler import naming
+from reconciler.live import LiveJobs
 from reconciler.shelf import Shelf
 from tests.reconciler.test_live import at, folded
+from tests.reconciler.test_live import events as live_events
 
 
 def test_a_shelved_job_comes_back_as_it_went_in():
@@ -93,3 +105,34 @@ def test_jobs_shelved_where_a_snapshot_keeps_them_come_back_as_they_went_in():
     assert shelf.take("zz/old-149") == jobs["zz/old-149"] and "zz/old-149" not in shelf
     frozen = shelf.frozen()
     assert [j for j, _ in frozen.pieces()] == [jobs[i] for i in on_shelf if i != "zz/old-149"]
+
+
+def test_a_start_from_a_snapshot_reads_of_a_settled_job_only_what_the_shelf_keeps(tmp_path) -> None:
+    """The reconciler's start (LiveJobs.load) decodes a settled job's piece as the fields
+    `settled` and the shelf read (Shelf.PUT_READS), not whole: it keeps the same live jobs,
+    and a shelf with the same jobs, texts, states, labels' owners and releases, as a start
+    that decodes every job whole. A real SQLite file, a snapshot and a tail of events after it."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    try:
+        for job_id, type_, data, ago in live_events():
+            store.append(job_id, [NewEvent(type_, data, time=at(ago))])
+        save_snapshot(store, load_state(store))
+        store.append("ana/waiting", [NewEvent("queued", {"reason": "capacity"}, time=at(5))])
+        store.append("bo/just", [NewEvent("rerun", {"rule": "manual", "attempt": 2, "restarts": 0}, time=at(4))])
+        brief, whole = LiveJobs(), LiveJobs()
+        brief.load(store, Shelf)
+
+        class WholeShelf(Shelf):
+            PUT_READS = None
+
+        whole.load(store, WholeShelf)
+        full = load_state(store, use_snapshot=False).jobs
+        assert brief.jobs == whole.jobs == {i: j for i, j in full.items() if not settled(j)}
+        assert sorted(brief.shelf.ids()) == sorted(whole.shelf.ids()) == ["bo/old", "cy/cancelled"]
+        assert list(brief.shelf.texts()) == list(whole.shelf.texts())
+        assert brief.shelf.states == whole.shelf.states == {"finished": 1, "cancelled": 1}
+        old = full["bo/old"]
+        assert brief.shelf.job_of_label(naming.job_label(old)) == "bo/old"
+        assert brief.shelf.released_since(at(3600)) == whole.shelf.released_since(at(3600)) == ["tl-bo-old"]
+    finally:
+        store.close()

@@ -159,6 +159,8 @@ class CardedShelf(PackedJobs):
     """The dashboard's settled jobs, packed (their snapshot pieces), each with its card, and
     their listing (`listing`) kept until a job settles or comes back."""
 
+    PUT_READS = None  # its card (card_of) reads most of the job
+
     def __init__(self) -> None:
         super().__init__()
         self.cards: dict[str, JobCard] = {}
