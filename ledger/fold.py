@@ -100,7 +100,7 @@ class JobState:
     pending_action: dict[str, Any] | None = None  # an intent whose outcome is not recorded yet
     recovery: dict[str, Any] | None = None  # the decided rule while recovering
     run_spec_hash: str = ""  # the spec the running attempt was started with
-    queued_count: int = 0  # consecutive `queued` events: the retry backoff grows with it
+    queued_count: int = 0  # consecutive failed tries (`queued`, not held back): the retry backoff grows with it
     submitted_seq: int = 0  # queue order among equals in a shared-TPU pool
     priority: int = 0
     admitted_by: str = ""  # an operator let this submission past its quotas (`ledger admit`)
@@ -233,8 +233,8 @@ def _queued(j: JobState, d: Mapping[str, Any]) -> None:
     if j.state != CANCELLING:
         j.state = QUEUED
     j.queued_reason = d.get("reason", "")
-    if not d.get("wait"):  # held back by admission is no failed try: no retry backoff grows
-        j.queued_count += 1
+    if not (d.get("wait") or d.get("paced")):  # held back by admission or by the lab's capacity
+        j.queued_count += 1  # is no failed try: no retry backoff grows
 
 
 def _provisioning(j: JobState, d: Mapping[str, Any]) -> None:

@@ -277,7 +277,7 @@ def _acquire(
             return None if job.queued_reason == reason else _record(job, ev.Queued(reason=reason))
         return _record(job, ev.Provisioning(attempt=max(job.attempt, 1), tpu=ev.tpu(want)))
     if isinstance(placing, placement.Hold):  # every choice out of capacity, or its probe not due
-        return None if job.queued_reason == placing.reason else _record(job, ev.Queued(reason=placing.reason))
+        return None if job.queued_reason == placing.reason else _record(job, ev.Queued(reason=placing.reason, paced=True))
     chosen = placing.choice if isinstance(placing, placement.Try) else None
     want = tpu_request(job, chosen)
     refusal = obs.refused.get(want["zone"])

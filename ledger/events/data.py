@@ -295,6 +295,9 @@ class Queued(EventData):
     # in the create's operation): its answer, and the placement it was about.
     api: Opt[ApiStatus] = UNSET
     placement: Opt[Placement] = UNSET
+    # Held back by the lab's capacity memory (every choice out of capacity, or its probe not
+    # due: reconciler.placement.Hold), no try of its own: its retry backoff does not grow.
+    paced: Opt[bool] = UNSET
 
 
 class Provisioning(EventData):

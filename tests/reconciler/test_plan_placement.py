@@ -39,6 +39,11 @@ def obs(*nodes: NodeObs, queued=()) -> Observed:
     return Observed(now=NOW, zones=frozenset({CENTRAL, WEST}), nodes={n.name: n for n in nodes}, queued={q.name: q for q in queued})
 
 
+def recorded(action) -> list[tuple[str, dict]]:
+    """What a `record` action appends, as (type, data) the fold reads."""
+    return [(d.event_type, d.to_builtins()) for d in action.params["events"]]
+
+
 def stockout(mem: CapacityMemory, job_id: str, zone: str, accelerator: str, pricing: str, index: int, t: float) -> None:
     mem.apply(job_id, "queued", at(t), {"api": {"code": "RESOURCE_EXHAUSTED", "kind": "stockout", "message": "no capacity"},
                                         "placement": {"zone": zone, "accelerator": accelerator, "pricing": pricing, "index": index}})
@@ -180,3 +185,28 @@ def test_an_orphaned_multislice_queued_resource_is_collected_whole_once():
     actions = [a for a in plan({}, obs(*slices)) if a.kind == "collect_orphan"]
     assert [a.params["tpu"] for a in actions] == [
         {"name": "tl-gone", "zone": WEST, "kind": "queued_resource", "shared": False}]
+
+
+def test_waiting_while_the_lab_is_out_of_capacity_grows_no_retry_backoff_of_its_own():
+    """Chaos found it (seed 61): a job whose creates failed three times (INTERNAL: nothing the
+    capacity memory paces), held between them by the memory while other jobs' creates found no
+    capacity, waited 300 s to try again: each hold had counted as a failed try of its own
+    (10 s doubled five times, the cap). Only its own failed creates count: 40 s after the third."""
+    j = job("alice/a", spec())
+    mem = CapacityMemory()
+    stockout(mem, "bob/b", CENTRAL, "v4-32", "spot", 0, NOW - 1)
+    hold = recorded(plan({j.id: j}, obs(), memory=mem)[0])
+    assert [t for t, _ in hold] == ["queued"] and hold[0][1]["reason"].startswith("waiting for capacity")
+    tpu = tpu_request(j)
+    failed = {"reason": f"TPU {tpu['name']} was not created (INTERNAL: the TPU could not be created); retrying"}
+    for _ in range(3):
+        j = evolve(j, *hold[0], time=at(NOW - 100), seq=j.position + 1, version=j.version + 1)
+        j = evolve(j, "provisioning", {"attempt": 1, "tpu": tpu}, time=at(NOW - 100), seq=j.position + 1, version=j.version + 1)
+        j = evolve(j, "released", {"tpu": tpu, "reason": "the create failed", "existed": False}, time=at(NOW - 100),
+                   seq=j.position + 1, version=j.version + 1)
+        j = evolve(j, "queued", failed, time=at(NOW - 100), seq=j.position + 1, version=j.version + 1)
+    assert j.state == "queued" and j.queued_count == 3
+    config = PlanConfig(queued_retry_s=10, queued_retry_max_s=300)
+    assert plan({j.id: j}, Observed(now=NOW - 100 + 39, zones=frozenset({CENTRAL})), config=config) == []
+    again = plan({j.id: j}, Observed(now=NOW - 100 + 41, zones=frozenset({CENTRAL})), config=config)
+    assert [a.kind for a in again] == ["provision"]
