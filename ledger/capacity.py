@@ -24,12 +24,19 @@ from typing import Any
 import msgspec
 
 from ledger import defaults
+from ledger.failures import CAPACITY
 
 Key = tuple[str, str, str]  # (zone, accelerator, pricing)
-CAPACITY_KINDS = frozenset({"stockout", "quota"})
 _TYPES = frozenset({"queued", "provisioning", "submitted", "spec_updated", "resumed", "rerun",
                     "finished", "cancelled", "failed"})
 _US = 1_000_000
+
+
+def is_stockout(data: Mapping[str, Any]) -> bool:
+    """Is this `queued` event's data a create refused for capacity (a stockout, or a zone's
+    quota) at a placement: one the memory counts, and paces the job by."""
+    api, where = data.get("api"), data.get("placement")
+    return isinstance(api, Mapping) and api.get("kind") in CAPACITY and isinstance(where, Mapping)
 
 
 @dataclass(slots=True)
@@ -111,9 +118,8 @@ class CapacityMemory:
 
     def _event(self, job: str, type_: str, time: str, d: Mapping[str, Any]) -> None:
         if type_ == "queued":
-            api, where = d.get("api"), d.get("placement")
-            if isinstance(api, Mapping) and api.get("kind") in CAPACITY_KINDS and isinstance(where, Mapping):
-                self._stockout(job, _us(time), api, where)
+            if is_stockout(d):
+                self._stockout(job, _us(time), d["api"], d["placement"])
         elif type_ == "provisioning":
             tpu = d.get("tpu")
             if isinstance(tpu, Mapping) and not tpu.get("shared"):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledger import capacity
+
 # Job states. Terminal ones never change again (a resubmission is a new `submitted`).
 PENDING = "pending"
 REJECTED = "rejected"
@@ -100,7 +102,7 @@ class JobState:
     pending_action: dict[str, Any] | None = None  # an intent whose outcome is not recorded yet
     recovery: dict[str, Any] | None = None  # the decided rule while recovering
     run_spec_hash: str = ""  # the spec the running attempt was started with
-    queued_count: int = 0  # consecutive failed tries (`queued`, not held back): the retry backoff grows with it
+    queued_count: int = 0  # failed tries since its last TPU the capacity memory does not pace: its retry backoff
     submitted_seq: int = 0  # queue order among equals in a shared-TPU pool
     priority: int = 0
     admitted_by: str = ""  # an operator let this submission past its quotas (`ledger admit`)
@@ -233,8 +235,10 @@ def _queued(j: JobState, d: Mapping[str, Any]) -> None:
     if j.state != CANCELLING:
         j.state = QUEUED
     j.queued_reason = d.get("reason", "")
-    if not (d.get("wait") or d.get("paced")):  # held back by admission or by the lab's capacity
-        j.queued_count += 1  # is no failed try: no retry backoff grows
+    # Held back by admission or by the lab's capacity memory, or refused for capacity (which
+    # the memory counts and paces the job by), is no failed try of its own: no backoff grows.
+    if not (d.get("wait") or d.get("paced") or capacity.is_stockout(d)):
+        j.queued_count += 1
 
 
 def _provisioning(j: JobState, d: Mapping[str, Any]) -> None:
@@ -518,5 +522,8 @@ def replay(events: Iterable[Any], start: LedgerState | None = None) -> LedgerSta
 
 
 def code_version() -> str:
-    """Identifies the fold's code: a snapshot made by other code is ignored, never trusted."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    """Identifies the fold's code: a snapshot made by other code is ignored, never trusted.
+    The code is this module and the one its transitions ask (`capacity.is_stockout`)."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(Path(capacity.__file__).read_bytes())
+    return digest.hexdigest()[:16]

@@ -188,10 +188,12 @@ def test_an_orphaned_multislice_queued_resource_is_collected_whole_once():
 
 
 def test_waiting_while_the_lab_is_out_of_capacity_grows_no_retry_backoff_of_its_own():
-    """Chaos found it (seed 61): a job whose creates failed three times (INTERNAL: nothing the
-    capacity memory paces), held between them by the memory while other jobs' creates found no
-    capacity, waited 300 s to try again: each hold had counted as a failed try of its own
-    (10 s doubled five times, the cap). Only its own failed creates count: 40 s after the third."""
+    """Chaos found it (seeds 61 and 64): a job whose creates failed three times (INTERNAL:
+    nothing the capacity memory paces), held between them by the memory while other jobs'
+    creates found no capacity, waited 300 s to try again: each hold had counted as a failed try
+    of its own (10 s doubled five times, the cap), and so did each of its own stockouts, which
+    the memory counts and paces it by. Only the failures the memory does not pace count: the
+    job tries again 40 s after the third."""
     j = job("alice/a", spec())
     mem = CapacityMemory()
     stockout(mem, "bob/b", CENTRAL, "v4-32", "spot", 0, NOW - 1)
@@ -199,7 +201,10 @@ def test_waiting_while_the_lab_is_out_of_capacity_grows_no_retry_backoff_of_its_
     assert [t for t, _ in hold] == ["queued"] and hold[0][1]["reason"].startswith("waiting for capacity")
     tpu = tpu_request(j)
     failed = {"reason": f"TPU {tpu['name']} was not created (INTERNAL: the TPU could not be created); retrying"}
+    no_capacity = {"reason": "no capacity for v4-32 in us-central2-b", "placement": {"zone": CENTRAL, "accelerator": "v4-32",
+                   "pricing": "spot", "index": 0}, "api": {"code": "RESOURCE_EXHAUSTED", "kind": "stockout", "message": "none"}}
     for _ in range(3):
+        j = evolve(j, "queued", no_capacity, time=at(NOW - 100), seq=j.position + 1, version=j.version + 1)
         j = evolve(j, *hold[0], time=at(NOW - 100), seq=j.position + 1, version=j.version + 1)
         j = evolve(j, "provisioning", {"attempt": 1, "tpu": tpu}, time=at(NOW - 100), seq=j.position + 1, version=j.version + 1)
         j = evolve(j, "released", {"tpu": tpu, "reason": "the create failed", "existed": False}, time=at(NOW - 100),
