@@ -1060,8 +1060,8 @@ def load_state_apart(store: SnapshotReader, apart: Callable[[Any], bool], put: C
     never held at once (the reconciler keeps its settled jobs apart: reconciler.shelf).
     `apart` and `put` are given each such job as a JobState or, when they read only the
     fields `reads`, as a struct of those (`fields_decoder`: the rest of its piece, its spec
-    most of it, is skipped, not built; the reconciler's start at 118,956 jobs decodes its
-    108,756 settled ones in ~0.1 s instead of ~0.4).
+    most of it, is skipped, not built: 118,956 jobs' pieces decode in 0.18 s instead of 0.95;
+    the reconciler's first pass at that size, 108,756 of them settled, 1.62 -> 1.38 s CPU).
     With it, the snapshot's index at the head (`load_lazy`'s: the dashboard picks the TPUs'
     holders from it without reading the snapshot again). None when there is no usable
     snapshot, or its pieces do not decode: then `load_state` it is (and what went to `put`
