@@ -23,7 +23,7 @@ from ledger.errors import UsageError
 from ledger.events import actor
 from ledger.fold import JobState
 from ledger.placement import slice_nodes
-from ledger.replay import load_state
+from ledger.replay import LazyState, load_lazy
 from reconciler.doctor import Doctor, Report, clean, context
 from reconciler.keys import ensure_key
 from reconciler.model import NodeObs
@@ -34,20 +34,21 @@ REPAIRS = {"kill": "kill it", "rm_lock": "remove the lockfile", "remount": "remo
 STYLE = {"ok": "green", "warn": "yellow", "fix": "bold yellow", "fail": "bold red"}
 
 
-def _target(jobs: dict[str, JobState], name: str) -> tuple[JobState | None, dict[str, Any] | None]:
-    """(the job, the TPU): JOB itself, or the job holding TPU `name`, or the last one that held it."""
-    if name in jobs:
-        job = jobs[name]
+def _target(jobs: LazyState, name: str) -> tuple[JobState | None, dict[str, Any] | None]:
+    """(the job, the TPU): JOB itself, or the job holding TPU `name`, or the last one that
+    held it or asks for it. Found by the ledger's index (`load_lazy`): only the jobs it
+    names are decoded, not a lab's every job."""
+    if jobs.holds(name):
+        job = jobs.job(name)
         if not job.tpu or not job.hosts:
             raise UsageError(f"job {name} holds no TPU now ({job.state})",
                              hint="doctor the TPU by name instead: `ledger doctor TPU --zone ZONE`")
         return job, job.tpu
-    holders = [j for j in jobs.values() if j.tpu and j.tpu.get("name") == name]
-    live = [j for j in holders if not j.terminal and j.hosts]
+    holders = sorted(jobs.holders())
+    live = [j for j in jobs.jobs(x.id for x in holders if x.held == name and not x.terminal) if j.hosts]
     if live:
         return live[0], live[0].tpu
-    named = [j for j in jobs.values() if any(r and r[0] == name for r in j.released)
-             or (j.spec.get("tpu") or {}).get("name") == name]
+    named = jobs.jobs(sorted(jobs.releasing({name}) | {x.id for x in holders if name in (x.held, x.wants_shared)}))
     last = max(named, key=lambda j: j.position, default=None)
     return None, ({"name": name, "zone": ((last.spec.get("tpu") or {}).get("zone") if last else None),
                    "shared": bool((last.spec.get("tpu") or {}).get("shared")) if last else False,
@@ -140,7 +141,7 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
     """
     store = store_from(ctx)
     try:
-        jobs = load_state(store).jobs  # snapshot + tail, as `ledger list`
+        jobs = load_lazy(store)  # the snapshot's index + the tail, as `ledger tpus`
         job, tpu = _target(jobs, target)
         settings = Settings(store_url=store.url, project=project or defaults.PROJECT, tpu_endpoint=tpu_endpoint, ssh_user=ssh_user, host_root=host_root)
         if ssh_key:
@@ -158,7 +159,8 @@ def doctor_cmd(ctx: click.Context, target: str, workers: tuple[int, ...], slice_
                 raise UsageError(f"no worker {sorted(missing)} on {tpu and tpu.get('name')}: it has {len(hosts)}")
             hosts = [h for h in hosts if h.worker in set(workers)]
         places = _places(hosts)
-        record_on = job or (jobs.get(tpu.get("last_job") or "") if tpu else None)
+        last_job = tpu.get("last_job") if tpu else None
+        record_on = job or (jobs.job(last_job) if last_job else None)
         if fix and record_on is None:
             raise UsageError(f"no job of this ledger used {target}: there is no stream to record repairs on",
                              hint="repair by hand, or doctor the job that holds it")
