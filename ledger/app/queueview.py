@@ -25,7 +25,7 @@ from ledger.errors import ConflictError, LedgerError
 from ledger.events import Event, NewEvent, actor, format_time, parse_time
 from ledger.events.data import PolicyApplied
 from ledger.fold import JobState, evolve, initial
-from ledger.replay import load_lazy, load_state
+from ledger.replay import load_lazy
 from ledger.spec.model import spec_hash
 from ledger.spec.policy import Policy, load_policy, sharing_blocks, sharing_policy
 from ledger.store import Reader, SnapshotReader, Store, open_store, store_errors
@@ -315,15 +315,15 @@ def would_start(store: Reader | None) -> Callable[[Mapping[str, dict[str, Any]],
         return None
 
     def answer(new: Mapping[str, dict[str, Any]], policy: Policy) -> Mapping[str, str]:
-        state = load_state(store)
-        jobs = dict(state.jobs)
+        position = store.head()  # the new jobs' submissions come after every event admission_jobs reads
+        jobs = admission_jobs(store)  # as `ledger queue`: the ended jobs change no admission
         when = format_time(datetime.now(UTC))
         for i, (job_id, spec) in enumerate(sorted(new.items()), start=1):
             old = jobs.get(job_id)
             if old is not None and not old.terminal:
                 continue  # a live job of that id: the change is an update, not a new place in line
             jobs[job_id] = evolve(initial(job_id), "submitted", {"spec": spec, "spec_hash": "0" * 8, "commit": "plan"},
-                                  time=when, seq=state.position + i)
+                                  time=when, seq=position + i)
         rows = {r["job"]: r for r in admission.explain(jobs, policy, recent_usage(store, policy))}
         out = {}
         for job_id in new:
