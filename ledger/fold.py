@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -523,7 +524,9 @@ def replay(events: Iterable[Any], start: LedgerState | None = None) -> LedgerSta
 
 def code_version() -> str:
     """Identifies the fold's code: a snapshot made by other code is ignored, never trusted.
-    The code is this module and the one its transitions ask (`capacity.is_stockout`)."""
+    The code is this module and what its transitions ask of another (`capacity.is_stockout`
+    and the kinds it counts), not the rest of that module."""
     digest = hashlib.sha256(Path(__file__).read_bytes())
-    digest.update(Path(capacity.__file__).read_bytes())
+    digest.update(inspect.getsource(capacity.is_stockout).encode())
+    digest.update(repr(sorted(capacity.CAPACITY)).encode())
     return digest.hexdigest()[:16]
