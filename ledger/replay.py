@@ -1039,17 +1039,33 @@ def _position(state: Any) -> int:
     return state.position
 
 
-def load_state(store: SnapshotReader, until: int | None = None, use_snapshot: bool = True) -> LedgerState:
-    """Every job's state at `until` (a seq; None = head)."""
+def load_state(store: SnapshotReader, until: int | None = None, use_snapshot: bool = True,
+               progress: Callable[[int], None] | None = None) -> LedgerState:
+    """Every job's state at `until` (a seq; None = head). `progress` is given the seq folded
+    up to every PROGRESS_EVERY events (a fold from before the oldest snapshot kept is long:
+    4-8 s at 1M events)."""
     head = store.head()
     target = head if until is None else min(until, head)
     state = LedgerState()
     with no_cyclic_gc():
         if use_snapshot:
             state = usable_snapshot(store, target) or state
-        fold_into(state, fold_rows(store, state.position, target))
+        rows = fold_rows(store, state.position, target)
+        fold_into(state, rows if progress is None else _reporting(rows, progress))
     state.position = target
     return state
+
+
+# How often a long walk of the events says how far it got (load_state's, verify's `progress`).
+PROGRESS_EVERY = 20_000
+
+
+def _reporting(rows: Iterable[tuple], progress: Callable[[int], None]) -> Iterator[tuple]:
+    """`rows` as they are, `progress` given each PROGRESS_EVERY-th one's seq."""
+    for count, row in enumerate(rows, 1):
+        if count % PROGRESS_EVERY == 0:
+            progress(row[0])
+        yield row
 
 
 def load_state_apart(store: SnapshotReader, apart: Callable[[Any], bool], put: Callable[[Any, InChunk], None],

@@ -25,6 +25,7 @@ from ledger.events.schema import RowChecker
 from ledger.fold import JobState, LedgerState
 from ledger.replay import (
     PIECES,
+    PROGRESS_EVERY,
     ROWS,
     SNAPSHOT_NAME,
     SnapshotPartError,
@@ -43,7 +44,6 @@ from ledger.usage import UsageFold
 from ledger.usage import snapshot as usage_snapshot
 from ledger.usage.share import ShareMeter
 
-PROGRESS_EVERY = 20_000
 SINK_CHUNK = 20_000  # rows a walk's sink is given at once
 
 

@@ -338,6 +338,36 @@ def test_verify_shows_progress_on_big_ledgers(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "300 event(s)" in result.output
 
 
+def test_a_long_replay_shows_how_far_it_got_on_a_terminal_and_nothing_elsewhere(tmp_path, monkeypatch):
+    """`ledger replay --until` before the oldest snapshot kept folds every event up to there
+    (seconds at a lab's 1M events): it reports each PROGRESS_EVERY events, and the bar is drawn
+    on a terminal only; in a pipe or a log standard error stays empty, the table the same."""
+    import ledger.replay as replay_module
+    from ledger.app.commands.common import ProgressBar
+
+    path = tmp_path / "big.db"
+    store = SQLiteStore(path)
+    store.append_many([(f"u/j{i}", [NewEvent("note", {"text": str(k)}) for k in range(10)], None) for i in range(30)])
+    reports: list[int] = []
+    monkeypatch.setattr(replay_module, "PROGRESS_EVERY", 50)
+    state = replay_module.load_state(store, until=280, progress=reports.append)
+    assert reports == [50, 100, 150, 200, 250] and state == replay_module.load_state(store, until=280)
+    store.close()
+    args = ["--store", f"sqlite:///{path}", "replay", "--until", "280"]
+    shown = CliRunner().invoke(cli, args)
+    assert shown.exit_code == 0 and shown.stderr == "" and "ledger at seq 280: 28 job(s)" in shown.stdout
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    with ProgressBar("replaying", 280) as bar:
+        bar(200)
+    assert "replaying" in screen.getvalue() and "200/280" in screen.getvalue()
+
+
 def test_foreign_sqlite_file_is_refused_not_written(tmp_path):
     foreign = tmp_path / "app.db"
     db = sqlite3.connect(foreign)

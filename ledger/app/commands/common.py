@@ -54,6 +54,49 @@ def console():
     return Console(highlight=False, soft_wrap=True)
 
 
+class ProgressBar:
+    """A progress bar on standard error for long work, drawn from its first report on: work
+    that ends before reporting (a read from a recent snapshot) shows none, and neither does
+    standard error that is not a terminal (a log, a pipe). Call it with how far the work got
+    (and a new description when the stage changes); it is erased at the end."""
+
+    def __init__(self, description: str, total: int) -> None:
+        self.description, self.total = description, total
+        self._bar: Any = None
+        self._task: Any = None
+        self._off = False
+
+    def __call__(self, completed: int, description: str | None = None) -> None:
+        if self._off:
+            return
+        if self._bar is None:
+            from rich.console import Console  # start-up time, as `console`
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            screen = Console(file=sys.stderr)
+            if not screen.is_terminal:
+                self._off = True
+                return
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                 console=screen, transient=True)
+            self._task = self._bar.add_task(description or self.description, total=self.total, completed=completed)
+            self._bar.start()
+        self._bar.update(self._task, completed=completed, description=description or self.description)
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
 # Above this many rows a table is written as plain columns: rich measures and renders every
 # cell (about 0.6 ms a row of seven cells: `ledger list` of 118,956 jobs took 75 s and 2 GB).
 RICH_TABLE_ROWS = 500

@@ -6,7 +6,7 @@ import contextlib
 
 import click
 
-from ledger.app.commands.common import print_json, print_table, store_from
+from ledger.app.commands.common import ProgressBar, print_json, print_table, store_from
 from ledger.app.queueview import refresh_capacity_snapshot, refresh_usage_snapshot
 from ledger.app.readmodels import job_json, last_change
 from ledger.errors import LedgerError
@@ -40,7 +40,10 @@ def replay_cmd(ctx: click.Context, until: str | None, no_snapshot: bool, as_json
     """
     store = store_from(ctx)
     position = resolve_until(store, until)
-    state = load_state(store, until=position, use_snapshot=not no_snapshot)
+    # A fold from before the oldest snapshot kept (or --no-snapshot) walks every event up to
+    # there: seconds at a lab's 1M events, shown as it goes.
+    with ProgressBar("replaying", store.head() if position is None else position) as bar:
+        state = load_state(store, until=position, use_snapshot=not no_snapshot, progress=None if as_json else bar)
     if position is None and not no_snapshot:
         # A read at the head keeps the next one fast; a read-only ledger still answers.
         with contextlib.suppress(LedgerError), store_errors(store.url):

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
 
 from ledger.app.commands.checkpoint import (
     allowed_signers_option,
@@ -21,7 +12,7 @@ from ledger.app.commands.checkpoint import (
     checkpoint_repo_option,
     verify_checkpoints,
 )
-from ledger.app.commands.common import print_json, store_from
+from ledger.app.commands.common import ProgressBar, print_json, store_from
 from ledger.errors import LedgerError
 from ledger.replay import load_state, save_snapshot
 from ledger.verify import verify_ledger
@@ -71,14 +62,10 @@ def verify_cmd(ctx: click.Context, as_json: bool, rebuild_snapshots: bool, check
     store = store_from(ctx)
     total = store.head()
     if total >= PROGRESS_FROM and not as_json:
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            console=Console(file=sys.stderr), transient=True,
-        ) as bar:
-            task = bar.add_task("verifying", total=total)
+        with ProgressBar("verifying", total) as bar:
 
             def walked(n: int) -> None:  # at its end the snapshots made at the head are compared (seconds at 1M)
-                bar.update(task, completed=n, description="verifying" if n < total else "checking the snapshots")
+                bar(n, "verifying" if n < total else "checking the snapshots")
 
             report, verdicts = verify_ledger(store, progress=walked)
     else:
