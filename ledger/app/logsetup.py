@@ -9,7 +9,7 @@ is about: passed as `extra={"job": ..., "attempt": ...}` or set around an action
 
 Our own loggers (`tpu_ledger.*`, `ledger.*`, `reconciler.*`) log at the chosen
 level; libraries (gRPC, paramiko, urllib3, uvicorn, ...) at WARNING and above, or DEBUG when
-asked for it.
+asked for it; paramiko's transport thread at DEBUG only (what it logs, the caller reports).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ledger import logcontext
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
 OURS = ("tpu_ledger", "ledger", "reconciler")  # not "emulator": its SSH hosts log every connection
+PARAMIKO = "paramiko.transport"
 
 # What every LogRecord has: anything else on a record came from `extra` and is logged.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -116,3 +117,7 @@ def setup(log_format: str = "text", level: str = "info", component: str = "ledge
     root.setLevel(chosen if chosen == logging.DEBUG else max(chosen, logging.WARNING))
     for name in OURS:
         logging.getLogger(name).setLevel(chosen)
+    # paramiko's transport thread logs, at ERROR and with a traceback, each failure it also
+    # raises in the thread that connects (a host reset while it reads the banner): ours says
+    # that one in a line (host unreachable, the action failed). Its records show at DEBUG only.
+    logging.getLogger(PARAMIKO).setLevel(logging.DEBUG if chosen == logging.DEBUG else logging.CRITICAL + 1)

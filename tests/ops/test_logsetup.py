@@ -93,3 +93,19 @@ def test_a_crash_in_native_code_leaves_the_python_stack_in_the_log(tmp_path):
     assert done.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in done.stderr
     assert "in crash_here" in done.stderr
+
+
+def test_paramikos_transport_thread_logs_only_when_debugging():
+    """Chaos found it: a host reset while paramiko read its SSH banner put a 20-line
+    traceback from paramiko's own thread into the reconciler's log, beside the line the
+    reconciler writes for the same failure. That thread's logger shows records at DEBUG only."""
+    transport = logging.getLogger(logsetup.PARAMIKO)
+    try:
+        logsetup.setup(level="info", component="reconcile")
+        assert not transport.isEnabledFor(logging.ERROR) and not transport.isEnabledFor(logging.CRITICAL)
+        assert logging.getLogger("reconciler.loop").isEnabledFor(logging.INFO)
+        assert logging.getLogger("paramiko").isEnabledFor(logging.WARNING)  # paramiko's other loggers as every library's
+        logsetup.setup(level="debug", component="reconcile")
+        assert transport.isEnabledFor(logging.DEBUG)
+    finally:
+        logsetup.setup()
