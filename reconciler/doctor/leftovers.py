@@ -14,8 +14,13 @@ from reconciler.doctor.owners import kill, owner
 def _probe(paths: Paths, ctx: Context) -> str:
     if not ctx.job_id or ctx.attempt <= 1 and not ctx.started:
         return ""  # a job's first attempt has no earlier one to leave anything behind
+    # A process of the job started from this host: its work directory under this host's home
+    # (the start script's LEDGER_WORKDIR). On a TPU VM that is every process of the job; on
+    # the emulator, whose hosts share one machine's /proc, it leaves alone another host's
+    # process of a job of the same id (another ledger's, or another test's: such a kill was seen).
     lines = [
         f"for f in $($S grep -lzxF -- {probe.q('LEDGER_JOB_ID=' + ctx.job_id)} /proc/[0-9]*/environ); do "
+        "$S grep -qzF -- \"LEDGER_WORKDIR=$HOME/\" \"$f\" || continue; "
         "p=${f#/proc/}; p=${p%/environ}; printf 'mine\\t%s\\n' \"$p\"; P+=\" $p\"; done",
     ]
     pgids = sorted({g for per in ctx.started.values() for g in per})

@@ -17,7 +17,7 @@ from ledger.events import NewEvent, actor
 from ledger.fold import replay
 from ledger.store import open_store
 from reconciler.doctor import CHECKS, Context, Doctor, Gate, devices
-from tests.doctor.conftest import Pod
+from tests.doctor.conftest import Pod, make_pod
 from tests.emulator.conftest import pid_alive
 
 ZONE = "us-central2-b"
@@ -228,3 +228,30 @@ def test_a_multislice_tpu_no_job_holds_is_doctored_slice_by_slice(pod: Pod):
     assert {(f["slice"], f["worker"]) for f in answer["findings"]} == {(0, 0), (1, 0)}
     _, one = doctor(pod, url, "tl-ms", "--zone", ZONE, "--slice", "1")
     assert {(f["slice"], f["worker"]) for f in one["findings"]} == {(1, 0)}
+
+
+def test_an_earlier_attempts_leftover_is_this_hosts_not_another_hosts_on_the_same_machine(pod: Pod):
+    """A clean-clone CI run found it: two tests ran `ledger demo` at once, and one demo's
+    start of attempt 2 killed the other's attempt 1 (the same job id) on another emulated
+    host: the emulator's hosts share one machine's /proc. A leftover is a process of the job
+    started from this host (its LEDGER_WORKDIR under this host's home), as on a TPU VM."""
+    other = make_pod(pod.tmp, pod.emu, accel="v4-8", node_id="pod2", key_path=pod.tmp / f"id_{pod.node}")
+    try:
+        control = ControlClient(pod.emu.control_url)
+
+        def job_env(p: Pod) -> dict[str, str]:
+            home = p.sh(0, "echo -n $HOME")
+            return {"LEDGER_JOB_ID": "alice/train", "LEDGER_ATTEMPT": "1", "LEDGER_WORKER_ID": "0",
+                    "LEDGER_WORKDIR": f"{home}/.tpu-ledger/jobs/alice/train/worker-0/work"}
+
+        mine = control.stale_process(pod.node, 0, env=job_env(pod))
+        theirs = control.stale_process(other.node, 0, env=job_env(other))
+        report = pod.examine(Context(job_id="alice/train", attempt=2, spec={}))
+        found = [f for f in report.findings if f.check == "leftovers"]
+        assert [(f.worker, f.status) for f in found if f.status != "ok"] == [(0, "fix")]
+        assert f"pid {mine} " in found[0].message and all(f"pid {theirs} " not in f.message for f in found)
+        pod.doctor.repair(report, pod.hosts)
+        assert not pid_alive(mine) and pid_alive(theirs)
+    finally:
+        other.doctor.close()
+        other.runner.close()
