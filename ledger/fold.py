@@ -7,6 +7,7 @@ kept in `job.anomalies` for `ledger verify` to report, and replay goes on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -522,6 +523,7 @@ def replay(events: Iterable[Any], start: LedgerState | None = None) -> LedgerSta
     return state
 
 
+@functools.cache  # the code does not change under a running process: read once, not at each load and turn
 def code_version() -> str:
     """Identifies the fold's code: a snapshot made by other code is ignored, never trusted.
     The code is this module and what its transitions ask of another (`capacity.is_stockout`
