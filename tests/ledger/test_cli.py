@@ -157,6 +157,11 @@ def test_plain_columns_are_aligned_and_carry_no_control_character():
     empty_last = io.StringIO()
     write_columns(empty_last, None, ("tpu", "health"), [("t-1", ""), ("t-22", "fixed")])
     assert empty_last.getvalue() == "tpu   health\nt-1\nt-22  fixed\n"  # no trailing spaces
+    wide_right = io.StringIO()
+    write_columns(wide_right, None, ("who", "chips"), [("長い", "8"), ("a", "長")], right=(1,))
+    assert wide_right.getvalue() == "who   chips\n長い      8\na        長\n"
+    with pytest.raises(ValueError, match="2 cells"):
+        write_columns(io.StringIO(), None, ("n", "x"), [("1",)])
 
 
 def test_a_long_table_on_a_terminal_is_plain_columns_too(monkeypatch, capsys):
