@@ -1,6 +1,6 @@
 """The lab-wide capacity memory (ledger.capacity) from a checked snapshot plus the events after it.
 
-The third kind of snapshot beside the job states' (ledger.replay) and usage's
+The third kind of snapshot beside the job states' (ledger.snapshots) and usage's
 (ledger.usage.snapshot). The memory is small (a row per stocked-out place, the rounds of the
 jobs still trying), but folding it means reading the whole ledger, and most events are of a
 type it reads: at 1M events that fold took ~1.9 s of `ledger queue` and of every reconciler
@@ -23,7 +23,8 @@ from typing import Any
 
 from ledger import capacity
 from ledger.capacity import CapacityMemory, Stockouts, Tally
-from ledger.replay import SNAPSHOT_EVERY, checked_snapshot, load_plain, snapshot_due, tied_snapshot
+from ledger.replay import SNAPSHOT_EVERY, checked_snapshot, snapshot_due, tied_snapshot
+from ledger.snapshots.plain import load_plain
 from ledger.store.base import Snapshot, SnapshotReader
 
 SNAPSHOT_NAME = "capacity"

@@ -22,15 +22,10 @@ import lz4.block
 import msgspec
 
 from ledger.fold import TERMINAL, JobState, LedgerState
-from ledger.replay import (
-    InChunk,
-    LazyState,
-    job_from_text,
-    job_text,
-    load_state,
-    load_state_apart,
-    no_cyclic_gc,
-)
+from ledger.replay import load_state, load_state_apart
+from ledger.snapshots.jobs import InChunk, job_from_text, job_text
+from ledger.snapshots.lazy import LazyState
+from ledger.snapshots.plain import no_cyclic_gc
 from ledger.store.base import SnapshotReader
 
 _COMPACT = msgspec.json.Encoder().encode

@@ -23,21 +23,12 @@ from ledger.events import GENESIS_HASH, sealed_hash
 from ledger.events.data import OverrideSignature
 from ledger.events.schema import RowChecker
 from ledger.fold import JobState, LedgerState
-from ledger.replay import (
-    PIECES,
-    PROGRESS_EVERY,
-    ROWS,
-    SNAPSHOT_NAME,
-    SnapshotPartError,
-    fold_into,
-    no_cyclic_gc,
-    part_name,
-    parts_among,
-    snapshot_problem,
-    state_difference,
-)
-from ledger.replay import code_version as snapshot_code
+from ledger.replay import PROGRESS_EVERY, SNAPSHOT_NAME, fold_into, parts_among, snapshot_problem
 from ledger.shelf import JobsWithShelf, PackedJobs, compact_text, settled, shelve, unshelve
+from ledger.snapshots.jobs import PIECES, ROWS, SnapshotPartError, part_name
+from ledger.snapshots.jobs import code_version as snapshot_code
+from ledger.snapshots.lazy import state_difference
+from ledger.snapshots.plain import no_cyclic_gc
 from ledger.store import open_store
 from ledger.store.base import Reader, Snapshot, SnapshotReader
 from ledger.usage import UsageFold

@@ -26,12 +26,7 @@ from ledger.failures import from_status, kind_of, status, summary
 from ledger.fold import JobState, LedgerState
 from ledger.observers import Observers
 from ledger.placement import slice_nodes
-from ledger.replay import (
-    fold_into,
-    fold_rows,
-    save_snapshot,
-    state_due,
-)
+from ledger.replay import fold_into, fold_rows, save_snapshot, state_due
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store
 from ledger.usage import UsageFold

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ledger.fold import JobState
-from ledger.replay import InChunk, job_from_text
 from ledger.shelf import PackedJobs
+from ledger.snapshots.jobs import InChunk, job_from_text
 from reconciler import naming
 
 

@@ -15,7 +15,7 @@ import msgspec
 from ledger.defaults import RELEASE_REFUSED_RETRY_S
 from ledger.fold import JobState
 from ledger.placement import accelerator_of, held, slice_nodes
-from ledger.replay import JobIndex, choose
+from ledger.snapshots.columns import JobIndex, choose
 from ledger.usage import CATEGORIES, UsageReport
 
 
@@ -132,7 +132,7 @@ def health_streams(holders: Iterable[JobIndex], releasing: Callable[[set[str]], 
     gets a new name); a shared TPU in the stream of any job that held it, so every job that
     asks for it, or released it lately (`releasing`: the ids of the jobs whose latest
     releases, `JobState.released`, name one of the TPUs), is read. Chosen from the index of
-    the jobs that hold a TPU or ask for a shared one (`replay.LazyState.holders`): no job's
+    the jobs that hold a TPU or ask for a shared one (`snapshots.lazy.LazyState.holders`): no job's
     state is decoded for it."""
     holders = list(holders)
     streams: set[str] = set()
@@ -152,7 +152,7 @@ def health_streams(holders: Iterable[JobIndex], releasing: Callable[[set[str]], 
 
 def tpu_jobs(jobs: Iterable[JobIndex]) -> list[str]:
     """The jobs `tpu_rows` shows a row of: those holding a TPU, and live ones waiting for a
-    shared one (in id order). Chosen from the index (`replay.LazyState.holders` gives all
+    shared one (in id order). Chosen from the index (`snapshots.lazy.LazyState.holders` gives all
     such jobs and a few more), so only these are decoded."""
     return sorted(j.id for j in jobs if j.held is not None or (not j.terminal and j.wants_shared is not None))
 

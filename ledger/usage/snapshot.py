@@ -1,6 +1,6 @@
 """The usage fold and its fair-share meter from a checked snapshot plus the events after it.
 
-The second kind of snapshot beside the job states' (ledger.replay): the accounting fold
+The second kind of snapshot beside the job states' (ledger.snapshots): the accounting fold
 (`UsageFold`, whole ledger, one account per submission, the ledger's own prices) and the
 `ShareMeter` it feeds, saved at a position. It is checked exactly as a job-state snapshot
 is (`replay.checked_snapshot`: its own hash, the event it names in the chain, this code's
@@ -23,14 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ledger.replay import (
-    SNAPSHOT_EVERY,
-    checked_snapshot,
-    load_plain,
-    no_cyclic_gc,
-    snapshot_due,
-    tied_snapshot,
-)
+from ledger.replay import SNAPSHOT_EVERY, checked_snapshot, snapshot_due, tied_snapshot
+from ledger.snapshots.plain import load_plain, no_cyclic_gc
 from ledger.store.base import Snapshot, SnapshotReader
 from ledger.usage import fold as usage_fold
 from ledger.usage import prices, share

@@ -83,7 +83,8 @@ def test_the_health_page_names_the_snapshot_replay_starts_from(tmp_path):
     """This code's newest job-state snapshot (its manifest, fetched alone: listing every
     snapshot fetched each whole at every visit, ~150 MB at 118,956 jobs)."""
     from ledger.app.dashboard import views
-    from ledger.replay import code_version, save_snapshot
+    from ledger.replay import save_snapshot
+    from ledger.snapshots.jobs import code_version
     from ledger.store.base import Snapshot
 
     url = _ledger(tmp_path / "ledger.db")

@@ -19,14 +19,8 @@ from ledger.app.cli import cli
 from ledger.app.commands.common import RICH_TABLE_ROWS, print_table, write_columns
 from ledger.app.readmodels import job_json
 from ledger.events import NewEvent, actor
-from ledger.replay import (
-    code_version,
-    encode_state,
-    lines_decoder,
-    load_lazy,
-    load_state,
-    save_snapshot,
-)
+from ledger.replay import load_lazy, load_state, save_snapshot
+from ledger.snapshots.jobs import code_version, encode_state, lines_decoder
 from ledger.store.base import Snapshot
 from ledger.store.sqlite import SQLiteStore
 
@@ -124,7 +118,7 @@ def test_list_and_replay_to_a_pipe_write_a_line_a_job(ledger_file):
 
 
 def test_a_jobs_lines_are_its_states_fields(ledger_file):
-    """`ledger list`'s table decodes a few fields of each job (replay.lines_decoder): the
+    """`ledger list`'s table decodes a few fields of each job (snapshots.jobs.lines_decoder): the
     same values as the whole state has, JobState's defaults for what a piece leaves out."""
     names = ("id", "owner", "state", "attempt", "restarts", "tpu", "times", "last_error")
     store = SQLiteStore(ledger_file)

@@ -13,22 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import fold, jsontext
-from ledger import replay as replay_module
 from ledger.errors import UsageError
 from ledger.events.schema import validate_event
 from ledger.replay import (
-    PIECES,
-    ROWS,
-    Encoded,
-    JobIndex,
-    SnapshotPartError,
-    code_version,
-    decode_lazy,
-    decode_state,
-    encode_state,
     fold_into,
     fold_rows,
-    job_text,
     load_lazy,
     load_state,
     load_state_apart,
@@ -36,6 +25,18 @@ from ledger.replay import (
     resolve_until,
     save_snapshot,
 )
+from ledger.snapshots.columns import JobIndex, Names, codes_below
+from ledger.snapshots.jobs import (
+    PIECES,
+    ROWS,
+    Encoded,
+    SnapshotPartError,
+    code_version,
+    encode_state,
+    job_text,
+)
+from ledger.snapshots.lazy import LazyState, decode_lazy, decode_state
+from ledger.snapshots.plain import load_plain
 from ledger.store.base import Snapshot
 from ledger.verify import verify_snapshots
 from tests.ledger.strategies import event_batches
@@ -411,7 +412,7 @@ def test_a_lazy_read_decodes_only_the_jobs_the_tail_touches(store_factory, monke
     store.append("alice/j07", [fold_event("provisioning", attempt=1, tpu={"name": "t-7"})])
     store.append("alice/new", [fold_event("submitted", **plain_spec)])
     decoded: list[str] = []
-    real_job = replay_module.LazyState.job
+    real_job = LazyState.job
 
     def job(self, job_id):
         decoded.append(job_id)
@@ -420,8 +421,8 @@ def test_a_lazy_read_decodes_only_the_jobs_the_tail_touches(store_factory, monke
     def whole_index(self):
         raise AssertionError("load_lazy made every job's index")
 
-    monkeypatch.setattr(replay_module.LazyState, "job", job)
-    monkeypatch.setattr(replay_module.LazyState, "index", property(whole_index))
+    monkeypatch.setattr(LazyState, "job", job)
+    monkeypatch.setattr(LazyState, "index", property(whole_index))
     lazy = load_lazy(store)
     assert decoded == ["alice/j07"]  # the one snapshot job the tail touches; the new job is folded from nothing
     assert lazy.holds("alice/new") and lazy.holds("alice/j39") and not lazy.holds("alice/nobody")
@@ -437,7 +438,7 @@ def test_releases_out_of_place_order_are_refused(store_factory):
     encoded = encode_state(load_state(two_jobs(store_factory)))
     position, names, columns, digests = pickle.loads(encoded.manifest[4:])
     for by in ((0, 1), (1, 0)):
-        manifest = b"TLS4" + pickle.dumps((position, names, (*columns[:9], *replay_module._Names.packed(["t-1", "t-2"]), _codes(*by)), digests), protocol=5)
+        manifest = b"TLS4" + pickle.dumps((position, names, (*columns[:9], *Names.packed(["t-1", "t-2"]), _codes(*by)), digests), protocol=5)
         lazy = decode_lazy(manifest, encoded.parts.get)
         assert (lazy is not None) == (by == (0, 1))
     assert lazy is None
@@ -447,14 +448,14 @@ def test_releases_out_of_place_order_are_refused(store_factory):
 def test_codes_are_checked_below_their_count_as_max_would(codes, n):
     """The manifest's owner and state codes are checked at C speed (`_codes_below`): it says
     what max() over them says, for a lab's few values and for more than 256."""
-    assert replay_module._codes_below(_codes(*codes), n) == (not codes or max(codes) < n)
+    assert codes_below(_codes(*codes), n) == (not codes or max(codes) < n)
 
 
 @given(names=st.lists(st.text(st.characters(blacklist_characters="\0")), max_size=20))
 def test_names_kept_as_one_text_read_back_as_a_list(names):
     """A snapshot's ids and releases are one text and the places they start (`_Names`):
     read back by place, by slice and whole they are the list they were."""
-    kept = replay_module._Names.unpacked(*replay_module._Names.packed(names))
+    kept = Names.unpacked(*Names.packed(names))
     assert kept is not None and len(kept) == len(names) and list(kept) == names
     assert [kept[i] for i in range(len(names))] == names == kept[:] and kept[1:3] == names[1:3]
     if names:
@@ -465,11 +466,11 @@ def test_names_kept_as_one_text_read_back_as_a_list(names):
 
 def test_names_holding_a_nul_are_refused_and_a_bad_packing_is_not_read():
     with pytest.raises(ValueError, match="NUL"):
-        replay_module._Names.packed(["a/b", "c\0d"])
-    text, starts = replay_module._Names.packed(["a/b", "c/d"])
-    assert replay_module._Names.unpacked(text, starts) is not None
+        Names.packed(["a/b", "c\0d"])
+    text, starts = Names.packed(["a/b", "c/d"])
+    assert Names.unpacked(text, starts) is not None
     for bad in ((text[:-1], starts), (text, starts[:-4]), (text, starts + b"\0"), (b"a/b", starts), (text, _codes(1, 4, 8))):
-        assert replay_module._Names.unpacked(*bad) is None
+        assert Names.unpacked(*bad) is None
 
 
 def test_ids_out_of_order_are_caught_by_verify_s_decoding(store_factory):
@@ -481,18 +482,18 @@ def test_ids_out_of_order_are_caught_by_verify_s_decoding(store_factory):
 
     encoded = encode_state(load_state(two_jobs(store_factory)))
     lazy = decode_lazy(encoded.manifest, encoded.parts.get)
-    rows = replay_module.load_plain(lz4.block.decompress(encoded.parts[ROWS]))
+    rows = load_plain(lz4.block.decompress(encoded.parts[ROWS]))
     backwards = lz4.block.compress(pickle.dumps(rows[::-1], protocol=5))
-    lie = replay_module.LazyState(lazy.position, lazy._c._replace(ids=list(lazy._c.ids)[::-1]), lazy._chunks, lambda: backwards)
+    lie = LazyState(lazy.position, lazy._c._replace(ids=list(lazy._c.ids)[::-1]), lazy._chunks, lambda: backwards)
     assert list(lie.decoded().jobs) == ["bob/b", "alice/a"]  # what a reader without the check takes
     with pytest.raises(ValueError, match="not in order"):
         lie.decoded(check=True)
 
 
 def test_names_read_by_place_many_times_are_split_once_and_read_the_same(monkeypatch):
-    monkeypatch.setattr(replay_module._Names, "_SPLIT_AFTER", 3)
+    monkeypatch.setattr(Names, "_SPLIT_AFTER", 3)
     names = [f"u/j{i:02d}" for i in range(10)]
-    kept = replay_module._Names.unpacked(*replay_module._Names.packed(names))
+    kept = Names.unpacked(*Names.packed(names))
     assert [kept[i] for i in range(10)] == names and kept._list == names  # split after the third
     assert kept[-1] == "u/j09" and kept[2:4] == names[2:4] and list(kept) == names
 
@@ -519,7 +520,7 @@ def test_the_collector_is_off_while_any_thread_folds_and_back_on_when_the_last_l
     import gc
     import threading
 
-    from ledger.replay import no_cyclic_gc
+    from ledger.snapshots.plain import no_cyclic_gc
 
     assert gc.isenabled()
     inside, leave = threading.Event(), threading.Event()

@@ -13,16 +13,9 @@ from ledger.app.wiring import build
 from ledger.capacity import CapacityMemory
 from ledger.events import NewEvent
 from ledger.fold import CANCELLED, FAILED_FINAL, FINISHED, RUNNING
-from ledger.replay import (
-    SNAPSHOT_EVERY,
-    SNAPSHOT_NAME,
-    code_version,
-    decode_state,
-    encode_state,
-    load_state,
-    save_snapshot,
-    stored_parts,
-)
+from ledger.replay import SNAPSHOT_EVERY, SNAPSHOT_NAME, load_state, save_snapshot, stored_parts
+from ledger.snapshots.jobs import code_version, encode_state
+from ledger.snapshots.lazy import decode_state
 from ledger.store import open_store
 from ledger.usage import UsageFold
 from ledger.usage.share import ShareMeter

@@ -9,15 +9,10 @@ import dataclasses
 
 from ledger.events import NewEvent
 from ledger.fold import LedgerState
-from ledger.replay import (
-    decode_lazy,
-    decode_state,
-    encode_state,
-    job_text,
-    load_state,
-    save_snapshot,
-)
+from ledger.replay import load_state, save_snapshot
 from ledger.shelf import settled
+from ledger.snapshots.jobs import encode_state, job_text
+from ledger.snapshots.lazy import decode_lazy, decode_state
 from ledger.store.sqlite import SQLiteStore
 from reconciler import naming
 from reconciler.live import LiveJobs

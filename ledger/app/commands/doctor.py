@@ -23,7 +23,8 @@ from ledger.errors import UsageError
 from ledger.events import actor
 from ledger.fold import JobState
 from ledger.placement import slice_nodes
-from ledger.replay import LazyState, load_lazy
+from ledger.replay import load_lazy
+from ledger.snapshots.lazy import LazyState
 from reconciler.doctor import Doctor, Report, clean, context
 from reconciler.keys import ensure_key
 from reconciler.model import NodeObs

@@ -8,7 +8,8 @@ from ledger.app.commands.common import console, print_json_items, store_from
 from ledger.app.commands.replay import print_jobs
 from ledger.app.readmodels import release_refused, release_refused_line
 from ledger.fold import BLOCKED, LIVE, TERMINAL
-from ledger.replay import lines_decoder, load_lazy
+from ledger.replay import load_lazy
+from ledger.snapshots.jobs import lines_decoder
 
 # What the table reads of each job (replay.job_row, readmodels.last_change) and the lines
 # after it (the blocked ones' error, release_refused): the rest of a state is not decoded.

@@ -18,7 +18,8 @@ from ledger.app.queueview import half_life_of
 from ledger.app.readmodels import usage_json
 from ledger.errors import LedgerError, UsageError
 from ledger.events import format_time
-from ledger.replay import fold_rows, no_cyclic_gc, resolve_until
+from ledger.replay import fold_rows, resolve_until
+from ledger.snapshots.plain import no_cyclic_gc
 from ledger.spec.layout import POLICY_PATH
 from ledger.store import Store, store_errors
 from ledger.usage import (

@@ -54,13 +54,10 @@ from ledger.errors import LedgerError
 from ledger.events import format_time
 from ledger.fanout import cursor_name
 from ledger.fold import JobState, LedgerState
-from ledger.replay import (
-    InChunk,
-    fold_into,
-    fold_rows,
-    no_cyclic_gc,
-)
+from ledger.replay import fold_into, fold_rows
 from ledger.shelf import LiveJobs, PackedJobs
+from ledger.snapshots.jobs import InChunk
+from ledger.snapshots.plain import no_cyclic_gc
 from ledger.spec.policy import Policy
 from ledger.store import Store, open_store, store_errors
 from ledger.usage import Rollup, UsageFold, to_us

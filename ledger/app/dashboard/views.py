@@ -34,7 +34,8 @@ from ledger.app.readmodels import (
 from ledger.describe import actor_text, summarize
 from ledger.events import Event, format_time
 from ledger.fold import LIVE, TERMINAL
-from ledger.replay import SNAPSHOT_NAME, code_version
+from ledger.replay import SNAPSHOT_NAME
+from ledger.snapshots.jobs import code_version
 from ledger.store import Store
 from ledger.usage import GROUPINGS, from_us
 from reconciler import admission
