@@ -1,4 +1,4 @@
-"""What a smaller events row, or indexes left to the trigger, would buy a batched append
+"""What a smaller events row, indexes left to the trigger, or larger pages would buy a batched append
 (issue 33's store decision): the SQL alone (rows made beforehand, 100 a statement, 10,000 a
 transaction, WAL, synchronous=FULL, the insert trigger on) into our table as it is and into
 variants of it, taking turns run by run:
@@ -12,7 +12,9 @@ variants of it, taking turns run by run:
   UNIQUE: the insert trigger already refuses a stored id and any version but the stream's
   next, so the unique indexes' own probe on every insert would be the trigger's alone;
 - `no-trigger`: the table as it is without its insert trigger (a floor, not a candidate:
-  nothing would keep the ledger append-only).
+  nothing would keep the ledger append-only);
+- `page-8k`, `page-16k`: the table as it is in a file of 8 or 16 KiB pages (SQLite's
+  default, and ours, is 4 KiB): fewer, larger pages for the table and its two indexes.
 
     python bench/row_formats.py                 # 200k events, 2k jobs, 3 rounds
 
@@ -41,7 +43,8 @@ from workload import workload  # noqa: E402
 SCHEMA = (ROOT / "ledger/store/sqlite/schema.sql").read_text()
 TRIGGERS = (ROOT / "ledger/store/sqlite/triggers.sql").read_text()
 ZERO_HASH = "'" + "0" * 64 + "'"
-VARIANTS = ("text", "blob-hashes", "blob-id", "no-prev-hash", "plain-indexes", "no-trigger")
+VARIANTS = ("text", "blob-hashes", "blob-id", "no-prev-hash", "plain-indexes", "no-trigger", "page-8k", "page-16k")
+PAGE_SIZES = {"page-8k": 8192, "page-16k": 16384}  # the others: 4,096
 PER_STATEMENT, PER_TRANSACTION = 100, 10_000
 
 
@@ -59,6 +62,8 @@ def variant(name: str, rows: list[tuple]) -> tuple[str, str, list[tuple]]:
         return schema, triggers, rows
     if name == "no-trigger":
         return schema, "", rows
+    if name in PAGE_SIZES:
+        return schema, triggers, rows
     if name != "text":
         schema = swap(swap(schema, "prev_hash TEXT NOT NULL", "prev_hash BLOB NOT NULL"), "hash TEXT NOT NULL,", "hash BLOB NOT NULL,")
         triggers = swap(triggers, ZERO_HASH, "zeroblob(32)")
@@ -73,9 +78,10 @@ def variant(name: str, rows: list[tuple]) -> tuple[str, str, list[tuple]]:
     return schema, triggers, rows
 
 
-def insert_all(path: Path, schema: str, triggers: str, rows: list[tuple]) -> tuple[float, float, int]:
+def insert_all(path: Path, schema: str, triggers: str, rows: list[tuple], page_size: int = 4096) -> tuple[float, float, int]:
     """CPU µs and wall µs a row, and the file's size in bytes."""
     db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"PRAGMA page_size = {page_size}")  # before WAL: a WAL file's page size is fixed
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = FULL")
     db.execute("PRAGMA cache_size = -65536")
@@ -107,7 +113,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for name in VARIANTS if r % 2 == 0 else reversed(VARIANTS):
-                found[name].append(insert_all(Path(tmp) / f"{name}-{r}.db", *made[name]))
+                found[name].append(insert_all(Path(tmp) / f"{name}-{r}.db", *made[name], PAGE_SIZES.get(name, 4096)))
                 print(f"round {r + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
     base = statistics.median(x[0] for x in found["text"])
     print(f"{len(rows):,} rows, {PER_STATEMENT} a statement, {PER_TRANSACTION:,} a transaction, trigger on; medians of {args.rounds}:")
