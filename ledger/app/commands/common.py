@@ -145,7 +145,7 @@ def write_columns(out: Any, title: str | None, columns: Sequence[str], rows: Seq
         raise ValueError(f"a row has not the {len(columns)} cells of columns {tuple(columns)}")
     cells = [_column(column, i in right, i < len(columns) - 1 or i in right) for i, column in enumerate(zip(*table, strict=True))]
     # Padded column by column, then one format a row: the work per cell is done in C (118,956
-    # rows of `ledger list`: 0.65-0.77 -> 0.34-0.39 s, bench/lab_scale.py --only reads)
+    # rows of `ledger list`: 0.89-1.03 -> 0.39-0.54 s CPU, docs/benchmarks.md stop 50)
     line = "  ".join(["{}"] * len(columns))
     lines = [] if title is None else [title.translate(_CONTROL)]
     lines += [line.format(*row).rstrip(" ") for row in zip(*cells, strict=True)]
