@@ -156,6 +156,19 @@ def refresh_capacity_snapshot(store: SnapshotReader) -> bool:
     return True
 
 
+def capacity_memory(store: SnapshotReader) -> CapacityMemory:
+    """The capacity memory at the head for a reader (`ledger queue`, `inspect`). One it had
+    to fold far past every usable snapshot (after an upgrade of the memory's code, none is)
+    is saved for the next reader, as `recent_usage` keeps a whole usage fold: at 1M events
+    every `ledger queue` folded the whole ledger for it (5.4 s) until a reconciler saved one.
+    A read-only ledger still answers."""
+    memory = load_capacity(store)
+    with contextlib.suppress(LedgerError), store_errors():
+        if capacity_due(store, memory.position):
+            save_capacity(store, memory)
+    return memory
+
+
 def admission_jobs(store: SnapshotReader) -> dict[str, JobState]:
     """The jobs admission reads, at the head: those not ended or still holding a TPU, decoded
     from the snapshot one by one (LazyState.unended_or_holding). The ended ones change no
@@ -176,7 +189,7 @@ def queue_rows(store: SnapshotReader, policy: Policy | None, jobs: Mapping[str, 
     which (`choice`) and why (`placement`)."""
     if jobs is None:
         jobs = admission_jobs(store)
-    memory = load_capacity(store) if memory is None else memory
+    memory = capacity_memory(store) if memory is None else memory
     placing = placement.place_waiting(jobs, memory, to_us(now or datetime.now(UTC)))
     asks = {jid: got.choice for jid, got in placing.items() if isinstance(got, placement.Try)}
     rows = admission.explain(jobs, policy, recent_usage(store, policy, now) if usage is None else usage, asks=asks)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ledger import capacity_snapshot
 from ledger.app.cli import cli
 from ledger.app.queueview import (
     LedgerPolicy,
@@ -269,6 +270,26 @@ def test_queue_keeps_the_whole_usage_fold_it_had_to_make(tmp_path: Path):
         assert usable(store, half_life, store.head())[1].position == store.head()
         load_for_admission(store, half_life, keep_whole=lambda meter, fold: folded_whole.append(fold.position))
         assert folded_whole == [store.head()]  # the saved snapshot's admission part sufficed
+        after = json.loads(run(url, "queue", "--policy", policy_file, "--json").output)
+        assert [(r["job"], r["wait"], r["reason"]) for r in after] == before
+    finally:
+        store.close()
+
+
+def test_queue_keeps_the_capacity_memory_it_had_to_fold(tmp_path: Path):
+    """With no usable capacity snapshot (after an upgrade of its code) the first `ledger
+    queue` folds the capacity memory from the first event and saves it, so the next reader
+    starts from it; the answers are the same."""
+    url, policy_file = lab(tmp_path)
+    store = open_store(url)
+    try:
+        store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
+        code = capacity_snapshot.code_version()
+        assert store.load_snapshot(capacity_snapshot.SNAPSHOT_NAME, code, at_most=store.head()) is None
+        before = [(r["job"], r["wait"], r["reason"]) for r in json.loads(run(url, "queue", "--policy", policy_file, "--json").output)]
+        saved = store.load_snapshot(capacity_snapshot.SNAPSHOT_NAME, code, at_most=store.head())
+        assert saved is not None and saved.position == store.head()
+        assert not capacity_snapshot.capacity_due(store, store.head())  # the next reader starts from it
         after = json.loads(run(url, "queue", "--policy", policy_file, "--json").output)
         assert [(r["job"], r["wait"], r["reason"]) for r in after] == before
     finally:

@@ -68,9 +68,9 @@ def test_the_dashboard_runs_on_the_reader_role(reader_url: str):
 
 
 def test_a_queue_on_the_reader_role_answers_without_saving_usage(reader_url: str, pg_url: str, tmp_path):
-    """`ledger queue` folds usage from the first event when no usage snapshot is usable and
-    saves it for the next reader: on the read-only role the save is refused, and the queue
-    still answers (no traceback, nothing saved)."""
+    """`ledger queue` folds usage and the capacity memory from the first event when no
+    snapshot of them is usable and saves them for the next reader: on the read-only role the
+    saves are refused, and the queue still answers (no traceback, nothing saved)."""
     with contextlib.closing(open_store(pg_url)) as store:
         store.append("alice/notes", [NewEvent("note", {"text": str(i)}) for i in range(SNAPSHOT_EVERY)])
     policy = tmp_path / "policy.yaml"
@@ -79,4 +79,4 @@ def test_a_queue_on_the_reader_role_answers_without_saving_usage(reader_url: str
     assert result.exit_code == 0, result.output
     assert [row["job"] for row in json.loads(result.output)] == ["alice/bert"]
     with contextlib.closing(open_store(pg_url)) as store:
-        assert not [s for s in store.list_snapshots() if s.name.startswith("usage/")]
+        assert not [s for s in store.list_snapshots() if s.name.startswith("usage/") or s.name == "capacity"]
