@@ -315,7 +315,6 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-
 def decode_lazy(blob: bytes, parts: Parts) -> LazyState | None:
     """The snapshot's columns and pieces (its rows fetched only if decoded whole); None when
     it is not a snapshot this code can read (it is then ignored). SnapshotPartError when a
@@ -325,7 +324,6 @@ def decode_lazy(blob: bytes, parts: Parts) -> LazyState | None:
     if m is None or chunks is None:
         return None
     return LazyState(m.position, m.columns, chunks, lambda: m.part(parts, ROWS))
-
 
 
 def decode_state(blob: bytes, parts: Parts, check: bool = False) -> LedgerState | None:

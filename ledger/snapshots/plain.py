@@ -22,7 +22,6 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"snapshot refers to {module}.{name}; snapshots hold plain data only")
 
 
-
 def load_plain(data: bytes, start: int = 0) -> Any:
     """Unpickle plain containers only (every snapshot kind's decoder uses this), from `start`
     on (past a magic: a slice would copy the whole blob first); raises
