@@ -214,7 +214,16 @@ class PostgresRecorder(AppendOne):
         statement = self._db.q[query]
 
         def fetch(after: int, size: int) -> list[tuple]:
-            return self._db.execute(statement, (after, until, size))
+            # The page's rows by their seqs (after + 1 .. after + size), not "the next `size`
+            # after": seqs have no gaps (the growth trigger), and a planner without statistics
+            # (a ledger just migrated or restored, before autovacuum's ANALYZE) guesses an
+            # open range small and sorts all of it for every page: quadratic in the ledger.
+            upper = min(until, after + size)
+            rows = self._db.execute(statement, (after, upper, size))
+            if len(rows) < size and upper < until:
+                # The head, unless a gap broke that rule: what follows, asked the open way.
+                rows += self._db.execute(statement, (rows[-1][0] if rows else after, until, size - len(rows)))
+            return rows
 
         size = PAGE if left < 0 else min(PAGE, left)
         rows = fetch(after, size)
