@@ -225,10 +225,6 @@ class Reader(Protocol):
         all the fold needs. Replay reads this."""
         ...
 
-    def count_since(self, after: int) -> int:
-        """How many events have seq > after (progress bars)."""
-        ...
-
     def stream_rows(self, streams: Collection[str], types: Collection[str], until: int) -> list[tuple]:
         """fold_rows' rows of `streams`' events of `types` with seq <= until, in seq order:
         one indexed query for a few streams (`ledger tpus` reads its TPUs' health so)."""

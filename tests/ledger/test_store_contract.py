@@ -335,7 +335,6 @@ def test_fold_and_raw_rows_agree_with_read_all(store_factory):
         assert r[5] == dumps(e.actor) and r[8] == dumps(e.data)
         assert row_hash(r[9], body_text(*r[:10])) == e.hash
     assert list(store.fold_rows(1, 2)) == [(2, "alice/a", 2, "note", events[1].time, dumps(events[1].data))]
-    assert store.count_since(1) == 2
 
 
 def test_stream_rows_are_those_streams_events_of_those_types_up_to_a_seq(store_factory):

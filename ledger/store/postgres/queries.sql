@@ -60,9 +60,6 @@ WHERE seq > %s AND seq <= %s ORDER BY seq LIMIT %s;
 SELECT seq, stream, version, type, time, data FROM {s}.events
 WHERE stream = ANY(%s) AND type = ANY(%s) AND seq <= %s ORDER BY seq;
 
--- name: count_since
-SELECT count(*) FROM {s}.events WHERE seq > %s;
-
 -- name: stream
 SELECT seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash
 FROM {s}.events WHERE stream = %s AND version > %s ORDER BY version;

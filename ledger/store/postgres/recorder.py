@@ -189,9 +189,6 @@ class PostgresRecorder(AppendOne):
     def position_at_time(self, iso_time: str) -> int:
         return self._one("at_time", (iso_time,))[0] or 0  # type: ignore[index]
 
-    def count_since(self, after: int) -> int:
-        return self._one("count_since", (after,))[0]  # type: ignore[index]
-
     def stream_rows(self, streams: Collection[str], types: Collection[str], until: int) -> list[tuple]:
         return self._db.execute(self._db.q["stream_rows"], (sorted(streams), sorted(types), until))
 

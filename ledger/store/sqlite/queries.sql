@@ -66,9 +66,6 @@ SELECT seq, stream, version, type, time, data FROM events
 WHERE stream IN (SELECT value FROM json_each(?1)) AND type IN (SELECT value FROM json_each(?2)) AND seq <= ?3
 ORDER BY seq;
 
--- name: count_since
-SELECT COUNT(*) FROM events WHERE seq > ?;
-
 -- == snapshots ============================================================================
 -- name: save_snapshot
 INSERT INTO snapshots (name, code_version, position, event_hash, state, hash) VALUES (?, ?, ?, ?, ?, ?)

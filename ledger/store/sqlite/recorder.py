@@ -328,9 +328,6 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
         row = self._db.execute(self._q["at_time"], (iso_time,)).fetchone()
         return row[0] or 0
 
-    def count_since(self, after: int) -> int:
-        return self._db.execute(self._q["count_since"], (after,)).fetchone()[0]
-
     def stream_rows(self, streams: Collection[str], types: Collection[str], until: int) -> list[tuple]:
         return self._db.execute(self._q["stream_rows"], (json.dumps(sorted(streams)), json.dumps(sorted(types)), until)).fetchall()
 
