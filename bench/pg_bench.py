@@ -199,12 +199,16 @@ def es_replay(url: str, schema: str) -> tuple[float, float, int]:
 
 
 # -- the run -------------------------------------------------------------------------------
-def run(events: int, jobs: int, runs: int, url: str | None, with_es: bool, progress, vacuumed: bool = False) -> dict:
+STATISTICS_SAID = {"auto": "as autovacuum left them", "vacuum": "after VACUUM (ANALYZE)", "none": "none"}
+
+
+def run(events: int, jobs: int, runs: int, url: str | None, with_es: bool, progress, statistics: str = "auto") -> dict:
     scratch = Scratch(url)
     load_before = os.getloadavg()
     try:
-        res = _run(scratch, events, jobs, runs, with_es, progress, vacuumed)
-        res["vacuumed"] = vacuumed
+        res = _run(scratch, events, jobs, runs, with_es, progress, statistics)
+        res["vacuumed"] = statistics == "vacuum"
+        res["statistics"] = statistics
     finally:
         scratch.drop()
     # The machine may be shared: the 1-minute load average at the start and the end.
@@ -212,19 +216,29 @@ def run(events: int, jobs: int, runs: int, url: str | None, with_es: bool, progr
     return res
 
 
-def vacuum(url: str, schema: str) -> None:
-    """VACUUM (ANALYZE) every table of `schema`: the state autovacuum leaves a ledger in after a
-    while. Without it, the first read of a freshly filled table also sets every row's hint bits
-    (writes on the server), which a ledger pays once, not at every replay."""
+def _each_table(url: str, schema: str, statement: str) -> None:
     with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
         tables = [r[0] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s AND table_type = 'BASE TABLE'",
             (schema,))]
         for table in tables:
-            conn.execute(psycopg.sql.SQL("VACUUM (ANALYZE) {}").format(psycopg.sql.Identifier(schema, table)))
+            conn.execute(psycopg.sql.SQL(statement).format(psycopg.sql.Identifier(schema, table)))
 
 
-def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, progress, vacuumed: bool = False) -> dict:
+def vacuum(url: str, schema: str) -> None:
+    """VACUUM (ANALYZE) every table of `schema`: the state autovacuum leaves a ledger in after a
+    while (statistics for the planner, the visibility map, hint bits set)."""
+    _each_table(url, schema, "VACUUM (ANALYZE) {}")
+
+
+def no_autovacuum(url: str, schema: str) -> None:
+    """Autovacuum off on every table of `schema` before it is filled: its replays meet a
+    table the planner has no statistics for, as a ledger just migrated or restored does
+    until autovacuum's first ANALYZE."""
+    _each_table(url, schema, "ALTER TABLE {} SET (autovacuum_enabled = false)")
+
+
+def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, progress, statistics: str) -> dict:
     progress(f"generating {events} events over {jobs} jobs")
     data = list(workload(events, jobs))
     total = sum(len(e) for _, e in data)
@@ -237,6 +251,9 @@ def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, pro
 
     progress("tpu-ledger: batched fill")
     main = scratch.schema("ours")
+    if statistics == "none":
+        PostgresStore(scratch.store_url(main)).close()  # the tables, to turn autovacuum off on
+        no_autovacuum(scratch.url, main)
     wall, cpu = ours_fill(scratch.store_url(main), data)
     ours["batched_append_per_s"] = total / wall
     ours["batched_append_cpu_s"] = cpu
@@ -253,7 +270,7 @@ def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, pro
         ours[f"{label}_per_s"] = median(rates)
         ours[f"{label}_cpu_s"] = median(cpus)
 
-    if vacuumed:
+    if statistics == "vacuum":
         progress("tpu-ledger: VACUUM (ANALYZE)")
         vacuum(scratch.url, main)
     for label, fn in (("replay", ours_replay), ("fold_rows", ours_rows), ("scan", ours_scan)):
@@ -271,6 +288,9 @@ def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, pro
     if with_es:
         progress("eventsourcing: batched fill")
         es_main = scratch.schema("es")
+        if statistics == "none":
+            es_recorder(scratch.url, es_main).datastore.close()
+            no_autovacuum(scratch.url, es_main)
         wall, cpu = es_fill(scratch.url, es_main, data)
         es["batched_append_per_s"] = total / wall
         es["batched_append_cpu_s"] = cpu
@@ -284,7 +304,7 @@ def _run(scratch: Scratch, events: int, jobs: int, runs: int, with_es: bool, pro
                 cpus.append(cpu)
             es[f"{label}_per_s"] = median(rates)
             es[f"{label}_cpu_s"] = median(cpus)
-        if vacuumed:
+        if statistics == "vacuum":
             progress("eventsourcing: VACUUM (ANALYZE)")
             vacuum(scratch.url, es_main)
         walls, cpus = [], []
@@ -310,6 +330,7 @@ def print_table(res: dict) -> None:
 
     t = Table(title=f"PostgreSQL ledger, {res['events']} events / {res['jobs']} jobs, median of {res['runs']} "
                     f"({res['server']}, synchronous_commit={res['settings']['synchronous_commit']}, "
+                    f"statistics {STATISTICS_SAID[res['statistics']]}, "
                     f"load {res['load'][0]:.2f} -> {res['load'][1]:.2f})")
     t.add_column("measure")
     t.add_column("tpu-ledger", justify="right")
@@ -345,7 +366,10 @@ def main() -> None:
     parser.add_argument("--no-eventsourcing", action="store_true", help="skip the eventsourcing side")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--vacuum", action="store_true", help="VACUUM (ANALYZE) each side's filled tables before its "
-                        "replays (the steady state autovacuum keeps a live ledger in; default: replays of the fresh fill)")
+                        "replays (the steady state autovacuum keeps a live ledger in; default: replays of the fresh fill, "
+                        "which autovacuum may or may not have analyzed by then)")
+    parser.add_argument("--no-statistics", action="store_true", help="autovacuum off on each side's tables before the "
+                        "fill: replays meet a table the planner has no statistics for (a ledger just migrated or restored)")
     args = parser.parse_args()
     jobs = args.jobs or max(1, args.events // 100)
 
@@ -353,7 +377,10 @@ def main() -> None:
         print(f"  {msg} (load {os.getloadavg()[0]:.2f}, {time.strftime('%H:%M:%S', time.gmtime())} UTC)",
               file=sys.stderr, flush=True)
 
-    res = run(args.events, jobs, args.runs, args.url, not args.no_eventsourcing, progress, args.vacuum)
+    if args.vacuum and args.no_statistics:
+        parser.error("--vacuum and --no-statistics are opposites: choose one")
+    statistics = "vacuum" if args.vacuum else "none" if args.no_statistics else "auto"
+    res = run(args.events, jobs, args.runs, args.url, not args.no_eventsourcing, progress, statistics)
     if args.json:
         print(json.dumps(res, indent=2, sort_keys=True))
     else:
