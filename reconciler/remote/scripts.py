@@ -259,13 +259,15 @@ def watch_script(job_id: str, worker: int, attempt: int, offset: int, slice_: in
             "t=$!",
             'flock -s "$a/alive" true &',
             "f=$!",
-            # the reconciler closed the channel (its stdin ends): nothing stays behind
-            "cat <&3 >/dev/null &",
+            # the reconciler closed the channel (its stdin ends): stop waiting, nothing stays behind
+            '{ cat <&3 >/dev/null 2>&1; kill "$f" 2>/dev/null; } &',
             "c=$!",
             'echo "LEDGER-WATCH watching" >&2',
-            'wait -n "$f" "$c" 2>/dev/null || true',
-            'if ! kill -0 "$f" 2>/dev/null; then echo "LEDGER-WATCH ended" >&2; fi',
-            'kill "$t" "$f" "$c" 2>/dev/null',
+            # `wait PID`, not `wait -n`: bash's `wait -n` never returns for a child that exited
+            # before it was called (the attempt ended just as this watcher started), and the
+            # end went unheard until the next probe.
+            'if wait "$f"; then echo "LEDGER-WATCH ended" >&2; fi',
+            'kill "$t" "$c" 2>/dev/null',
             "exit 0",
         ]
     )

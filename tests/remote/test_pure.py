@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import signal
 import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +162,86 @@ def test_known_hosts_answers_from_the_file_as_it_is_now(tmp_path):
     assert known.lookup("[a]:1") == {kind: two} and known.lookup("[b]:2") == {}
     path.unlink()
     assert known.lookup("[a]:1") == {}
+
+
+
+def _watch(home: Path) -> subprocess.Popen:
+    """The watcher script of o/j's attempt 1 on worker 0, run by a local bash under HOME=home,
+    its stdin held open (the channel) until the test closes it."""
+    return subprocess.Popen(["bash", "-c", scripts.watch_script("o/j", 0, 1, 0)], env={"HOME": str(home), "PATH": os.defpath},
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.fixture
+def attempt(tmp_path) -> Iterator[tuple[Path, Callable[[], subprocess.Popen]]]:
+    """An attempt's directory with its `alive` lock file, and a way to hold that lock (as its
+    wrapper does) in a session of its own: hold() takes it, the callable it returns lets go
+    (kills the holder's group); whatever is held at the end is let go."""
+    att = tmp_path / layout.attempt_rel("o/j", 0, 1)
+    att.mkdir(parents=True)
+    (att / "alive").touch()
+    (att / "output.log").touch()
+    holders: list[subprocess.Popen] = []
+
+    def hold() -> subprocess.Popen:
+        holder = subprocess.Popen(["flock", "-o", str(att / "alive"), "sh", "-c", "echo held; exec sleep 300"],
+                                  stdout=subprocess.PIPE, start_new_session=True)
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"  # the lock is taken
+        holders.append(holder)
+        return holder
+
+    yield tmp_path, hold
+    for holder in holders:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+
+def test_the_watcher_hears_an_attempt_that_ended_before_it_began_waiting(attempt):
+    """The wrapper was gone (killed: no exit code) when the watcher started: its lock was free,
+    and the watcher says the attempt ended. Its stderr starts full, so its "watching" line
+    blocks until the test reads: the lock's check ends meanwhile, as it did on a loaded host.
+    (Under bash's `wait -n`, which never returns for a child that exited before it was called,
+    the watcher then said nothing until its stdin ended: the end went unheard.)"""
+    home, _ = attempt
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 4096)
+    os.set_blocking(write_end, True)  # the watcher's writes wait, as on a full channel
+    proc = subprocess.Popen(["bash", "-c", scripts.watch_script("o/j", 0, 1, 0)], env={"HOME": str(home), "PATH": os.defpath},
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=write_end)
+    os.close(write_end)
+    time.sleep(0.5)  # the lock's check has ended; the watcher waits to write "watching"
+    got = bytearray()
+    with os.fdopen(read_end, "rb") as err:
+        reader = threading.Thread(target=lambda: got.extend(err.read()), daemon=True)
+        reader.start()
+        try:
+            assert proc.wait(timeout=10) == 0  # stdin stays open: only the end can stop it
+        finally:
+            proc.stdin.close()
+            reader.join(10)
+    assert bytes(got).lstrip(b"x").splitlines() == [b"LEDGER-WATCH watching", b"LEDGER-WATCH ended"]
+
+
+def test_the_watcher_hears_the_end_of_the_lock_holder_and_not_before(attempt):
+    home, hold = attempt
+    holder = hold()
+    proc = _watch(home)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=1)
+    os.killpg(holder.pid, signal.SIGKILL)  # the wrapper and its command die
+    assert proc.wait(timeout=10) == 0
+    assert proc.stderr.read().splitlines() == [b"LEDGER-WATCH watching", b"LEDGER-WATCH ended"]
+    proc.stdin.close()
+
+
+def test_the_watcher_stops_without_an_end_when_its_stdin_ends(attempt):
+    home, hold = attempt
+    hold()
+    proc = _watch(home)
+    proc.stdin.close()  # the reconciler let go of the channel
+    assert proc.wait(timeout=10) == 0
+    assert proc.stderr.read().splitlines() == [b"LEDGER-WATCH watching"]
