@@ -22,6 +22,7 @@ import select
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ log = logging.getLogger("tpu_ledger.remote")
 
 Key = tuple[str, int, int]  # (job id, attempt, host id)
 BUFFER_MAX = 8 << 20  # bytes held per watcher between passes; beyond it, flow control holds the host
+SWEEP_EVERY = 1.0  # seconds: the longest a wake-up lost by paramiko's pipe goes unnoticed (`_sweep`)
 
 
 @dataclass
@@ -191,24 +193,49 @@ class Watchers:
             w.chan.close()
 
     def _serve(self) -> None:
+        swept = time.monotonic()
         while True:
             with self._lock:
                 if self._stopped:
                     return
             try:
-                events = self._sel.select(timeout=30)
+                events = self._sel.select(timeout=SWEEP_EVERY)
             except (OSError, ValueError):
                 return
-            for key, _ in events:
-                if key.data is None:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_r, 4096)
-                    with self._lock:
-                        pending, self._pending = self._pending, []
-                    for fn in pending:
-                        fn()
-                    continue
-                self._read(key.data)
+            try:
+                for key, _ in events:
+                    if key.data is None:
+                        self._run_pending()
+                    else:
+                        self._read(key.data)
+                if time.monotonic() - swept >= SWEEP_EVERY:
+                    swept = time.monotonic()
+                    self._sweep()
+            except Exception:  # a bug here must not leave every other watcher deaf
+                log.exception("ssh watchers: a turn of the selector failed")
+
+    def _run_pending(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._wake_r, 4096)
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for fn in pending:
+            fn()
+
+    def _sweep(self) -> None:
+        """Read every registered watch with input pending. A channel's descriptor is
+        paramiko's pipe, set and cleared by two threads with no lock between its stdout and
+        stderr halves (paramiko/paramiko#1235, open upstream): a set racing a clear can leave
+        data or the end pending with the pipe empty, and the selector deaf to that channel
+        until its next input, which after an end never comes. The sweep bounds such a loss
+        to SWEEP_EVERY (a watch the selector did wake for is read again: nothing new)."""
+        for key in list(self._sel.get_map().values()):
+            w = key.data
+            if w is None:
+                continue
+            chan = w.chan
+            if chan.closed or chan.eof_received or chan.recv_ready() or chan.recv_stderr_ready():
+                self._read(w)
 
     def _read(self, w: _Watch) -> None:
         chan = w.chan

@@ -112,6 +112,25 @@ def test_the_end_of_the_process_is_heard_at_once(pod, runner_for, wait_for):
     assert st[1].state == "gone" and st[0].state == "running"
 
 
+def test_an_end_whose_wake_up_paramiko_lost_is_heard_within_a_sweep(pod, runner_for, wait_for):
+    """paramiko's channel descriptor is a pipe two threads set and clear without one lock
+    (paramiko/paramiko#1235): a lost set leaves the selector deaf to that channel. Here every
+    set is lost on purpose, after the watcher is armed: the periodic sweep still hears the end."""
+    r = runner_for(pod)
+    changed = threading.Event()
+    r.on_change(lambda job_id: changed.set())
+    hosts = pod.hosts[:1]
+    pids = r.start(JOB, 1, hosts, spec("sleep 300"), extra_args=[], resume=False)
+    wait_for(lambda: r.probe(JOB, 1, hosts)[0].state == "running" and len(r.watchers) == 1)
+    [watch] = r.watchers._watches.values()
+    # in the selector (its pipe made), everything that came read
+    wait_for(lambda: watch.fd is not None and not watch.chan.recv_stderr_ready() and not watch.chan.recv_ready())
+    deaf = watch.chan._pipe
+    deaf.set = deaf.set_forever = lambda: None  # every wake-up from now on is lost
+    os.killpg(pids[0], signal.SIGKILL)
+    assert changed.wait(10)  # within a sweep (SWEEP_EVERY), not never
+
+
 def test_a_dropped_connection_is_heard_and_comes_back_after_sshd_restarts(pod, runner_for, wait_for):
     r = runner_for(pod, backoff=0.05)
     changed = threading.Event()
