@@ -220,7 +220,10 @@ class Watchers:
         with self._lock:
             pending, self._pending = self._pending, []
         for fn in pending:
-            fn()
+            try:
+                fn()
+            except Exception:  # one failed registration or release must not drop the rest
+                log.exception("ssh watchers: a queued step failed")
 
     def _sweep(self) -> None:
         """Read every registered watch with input pending. A channel's descriptor is
