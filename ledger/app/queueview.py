@@ -299,26 +299,42 @@ class PolicyFile(_Stream):
         return self.policy
 
     def _reload(self) -> bool:
+        """Whether the file changed into another good policy (now `self.policy`). A file
+        caught mid-write is not read as a policy: empty (an editor or `>` truncates it
+        first; read so, it was a policy without a single quota, applied and recorded for a
+        pass), or, once a policy is in force, changed while it was read (read again at the
+        next call)."""
+        key = self._key()
+        if key is None or key == self.key:
+            return False
+        if key[1] == 0 and self.policy is not None:
+            self.key = key
+            log.warning("policy %s is empty; keeping the last one read (to lift every rule, write {})", self.path)
+            return False
+        try:
+            policy = load_policy(self.path)
+        except LedgerError as exc:
+            if self.policy is None:
+                raise  # at start: refuse to run with a broken policy
+            self.key = key
+            log.warning("policy %s not applied: %s; keeping the last good one", self.path, exc)
+            return False
+        if self.policy is not None and self._key() != key:
+            return False  # rewritten while read: the next call reads what it became
+        self.key = key
+        self.policy = policy
+        return True
+
+    def _key(self) -> tuple[int, int] | None:
+        """The file's (mtime, size); None when it cannot be read and a policy is in force."""
         try:
             st = os.stat(self.path)
         except OSError as exc:
             if self.policy is None:
                 raise LedgerError(f"cannot read policy {self.path}: {exc.strerror}", hint="pass --policy PATH") from exc
             log.warning("policy %s: %s; keeping the last one read", self.path, exc.strerror)
-            return False
-        key = (st.st_mtime_ns, st.st_size)
-        if key == self.key:
-            return False
-        self.key = key
-        try:
-            policy = load_policy(self.path)
-        except LedgerError as exc:
-            if self.policy is None:
-                raise  # at start: refuse to run with a broken policy
-            log.warning("policy %s not applied: %s; keeping the last good one", self.path, exc)
-            return False
-        self.policy = policy
-        return True
+            return None
+        return st.st_mtime_ns, st.st_size
 
 
 def would_start(store: Reader | None) -> Callable[[Mapping[str, dict[str, Any]], Policy], Mapping[str, str]] | None:

@@ -183,7 +183,7 @@ def test_the_reconcilers_policy_is_recorded_once_and_queue_explains_by_it(tmp_pa
     assert run(url, "verify").exit_code == 0
 
 
-def test_the_policy_file_is_followed_recorded_per_change_and_a_broken_edit_kept_out(tmp_path: Path):
+def test_the_policy_file_is_followed_recorded_per_change_and_a_broken_or_empty_edit_kept_out(tmp_path: Path):
     url, path = lab(tmp_path)
     source = PolicyFile(Path(path), url, "r1")
     first = source()
@@ -203,6 +203,13 @@ def test_the_policy_file_is_followed_recorded_per_change_and_a_broken_edit_kept_
     assert second is not None and second.quotas.users["alice"].chips["v4"] == 128 and recorded() == 2
     Path(path).write_text(POLICY + "quotas: [broken\n")
     assert source() is second and recorded() == 2  # the last good one stays in force
+    Path(path).write_text("")  # truncated by a rewrite, caught before the write
+    assert source() is second and recorded() == 2  # not a policy without a single quota
+    Path(path).write_text(POLICY)
+    third = source()
+    assert third is not None and third.quotas.users["alice"].chips["v4"] == 64 and recorded() == 3
+    Path(path).write_text("{}\n")  # every rule lifted, on purpose
+    assert source().quotas.users == {} and recorded() == 4
 
 
 def test_the_watchers_policy_in_git_is_the_one_in_force_by_default(tmp_path: Path):
