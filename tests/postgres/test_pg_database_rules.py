@@ -242,21 +242,23 @@ def test_a_paged_read_asks_for_each_page_by_its_seqs(pg, monkeypatch):
     """Each page is asked as the seqs it holds (after + 1 .. after + PAGE), never as "the next
     PAGE rows after": a server without statistics (a ledger just migrated, before autovacuum's
     ANALYZE) plans an open range as a scan of all of it and a sort, for every page (a replay
-    of 1M such events read in 12 s, not 3). Only the head's page asks the open way."""
+    of 1M such events read in 12 s, not 3). Only a short page of an open read asks the open
+    way, once, at the head."""
     monkeypatch.setattr(recorder, "PAGE", 2)
     pg.append("b/b", [NewEvent("note", {"text": str(i)}) for i in range(6)])  # seq 4..9
     asked: list[tuple] = []
     execute = pg._db.execute
     monkeypatch.setattr(pg._db, "execute", lambda q, params=None: asked.append(params) or execute(q, params))
     assert [r[0] for r in pg.fold_rows()] == list(range(1, 10))
-    bounded = [(after, upper) for after, upper, size in asked if upper - after <= size]
-    assert bounded == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
-    assert [params[0] for params in asked if params[:2] not in bounded] == [9]  # the head: nothing after it
+    *pages, head = [(after, upper) for after, upper, size in asked]
+    assert pages == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)] and head == (9, recorder._NO_LIMIT)  # the open ask at the head
+    asked.clear()
+    assert [r[0] for r in pg.fold_rows(5, 9)] == [6, 7, 8, 9] and [a[:2] for a in asked] == [(5, 7), (7, 9)]  # one ask a page
 
 
-def test_a_paged_read_still_returns_the_rows_past_a_gap_in_seq(pg, monkeypatch):
+def test_a_paged_read_reads_past_a_gap_in_seq_and_verify_reports_it(pg, monkeypatch):
     """The growth trigger keeps seqs without gaps; should its owner turn it off and leave one,
-    a read still returns every row past it (verify then reports the gap)."""
+    a read still returns the rows past it, and verify says where the ledger broke."""
     monkeypatch.setattr(recorder, "PAGE", 2)
     pg.append("b/b", [NewEvent("note", {"text": str(i)}) for i in range(4)])  # seq 4..7
     s = f'"{pg.schema}"'
@@ -264,7 +266,10 @@ def test_a_paged_read_still_returns_the_rows_past_a_gap_in_seq(pg, monkeypatch):
         conn.execute(f"ALTER TABLE {s}.events DISABLE TRIGGER events_grow_at_head")
         conn.execute(f"INSERT INTO {s}.events (seq, stream, version, type, time, actor, id, causation, data, prev_hash, hash) "
                      f"SELECT 12, stream, 99, type, time, actor, 'gap', causation, data, prev_hash, hash FROM {s}.events WHERE seq = 7")
+        conn.execute(f"UPDATE {s}.head SET seq = 12")
         conn.execute(f"ALTER TABLE {s}.events ENABLE TRIGGER events_grow_at_head")
-    assert [r[0] for r in pg.fold_rows()] == [1, 2, 3, 4, 5, 6, 7, 12]
+    assert [r[0] for r in pg.fold_rows(0, 12)] == [1, 2, 3, 4, 5, 6, 7, 12]
+    assert [r[0] for r in pg.raw_rows(5, 12)] == [6, 7, 12]
     assert [e.seq for e in pg.read_all(after=5)] == [6, 7, 12]
-
+    report = verify_store(pg)
+    assert not report.ok and report.problem.reason == "seq is not contiguous: expected 8, found 12"
