@@ -248,6 +248,11 @@ class Recorder(Reader, Protocol):
         """Store already-sealed envelopes as they are (import, migrate); chain is checked."""
         ...
 
+    def refresh_statistics(self) -> None:
+        """After a bulk load (import, migrate): tell the database's planner what the events
+        table now holds, so that the first reads after it are planned for its size."""
+        ...
+
 
 class AppendOne:
     """`Recorder.append` for a backend that implements `append_many`: one batch of many."""

@@ -120,4 +120,5 @@ def import_cmd(ctx: click.Context, file: Path) -> None:
             batch = []
     if batch:
         store.import_events(batch)
+    store.refresh_statistics()
     click.echo(f"imported {report.events} event(s) into {store.url}", err=True)

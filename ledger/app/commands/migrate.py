@@ -99,6 +99,8 @@ def migrate(source, dest, *, batch: int = 5000, progress=None) -> dict:
     if chunk:
         dest.import_events(chunk)
         copied += len(chunk)
+    if copied:
+        dest.refresh_statistics()  # the destination's verify below, and every read after, planned for its size
     report("copy", present + copied, src.events)
     dst = verify_chain(dest, lambda s: s % 5000 == 0 and report("verify destination", s, src.events))
     report("verify destination", dst.events, src.events)

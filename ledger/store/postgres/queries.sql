@@ -25,6 +25,9 @@ SELECT seq, hash FROM {s}.head FOR UPDATE;
 -- name: head
 SELECT seq FROM {s}.head;
 
+-- name: analyze
+ANALYZE {s}.events;
+
 -- One event on one stream: scalar arguments (schema.sql, append_one).
 -- name: append_one
 SELECT r_duplicate, r_seq, r_version FROM {s}.append_one(

@@ -271,6 +271,9 @@ class SQLiteRecorder(AppendOne, SQLiteDatabase):
         self._write_rows(rows)
         return seq, prev_hash
 
+    def refresh_statistics(self) -> None:
+        """Nothing to refresh: every read is by rowid range or by the one index that fits."""
+
     def _write_rows(self, rows: list[tuple]) -> None:
         """INSERT rows in order: whole chunks of _ROWS_PER_INSERT (or what the library
         allows) as one statement each, the rest row by row (a lone event is one statement
