@@ -202,17 +202,35 @@ class Watchers:
                 events = self._sel.select(timeout=SWEEP_EVERY)
             except (OSError, ValueError):
                 return
-            try:
-                for key, _ in events:
-                    if key.data is None:
-                        self._run_pending()
-                    else:
-                        self._read(key.data)
-                if time.monotonic() - swept >= SWEEP_EVERY:
-                    swept = time.monotonic()
-                    self._sweep()
-            except Exception:  # a bug here must not leave every other watcher deaf
-                log.exception("ssh watchers: a turn of the selector failed")
+            for key, _ in events:
+                if key.data is None:
+                    self._run_pending()
+                else:
+                    self._read_or_let_go(key.data)
+            if time.monotonic() - swept >= SWEEP_EVERY:
+                swept = time.monotonic()
+                self._sweep()
+
+    def _read_or_let_go(self, w: _Watch) -> None:
+        """`_read`, and a watch whose read fails for a reason it does not expect (a bug) is
+        let go as if its channel closed: logged once, its job told (the next probe re-arms
+        it), and out of the selector, which would otherwise wake for it at once, forever.
+        The thread that serves every other watcher goes on."""
+        try:
+            self._read(w)
+        except Exception:
+            log.exception("%s: watcher of %s failed; letting it go", w.label, w.key[0])
+            self._unregister(w)
+            with self._lock:
+                first = not w.ended
+                w.ended = True
+                if self._watches.get(w.key) is w:
+                    del self._watches[w.key]
+            with contextlib.suppress(Exception):
+                w.chan.close()
+            for fn in self.on_change if first else ():
+                with contextlib.suppress(Exception):
+                    fn(w.key[0])
 
     def _run_pending(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -238,7 +256,7 @@ class Watchers:
                 continue
             chan = w.chan
             if chan.closed or chan.eof_received or chan.recv_ready() or chan.recv_stderr_ready():
-                self._read(w)
+                self._read_or_let_go(w)
 
     def _read(self, w: _Watch) -> None:
         chan = w.chan

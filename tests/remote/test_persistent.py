@@ -145,6 +145,25 @@ def test_a_step_that_fails_on_the_selectors_thread_leaves_the_watchers_serving(p
     assert changed.wait(30)
 
 
+def test_a_watch_whose_read_fails_is_let_go_and_told_and_the_others_still_heard(pod, runner_for, wait_for):
+    r = runner_for(pod)
+    heard: list[str] = []
+    r.on_change(heard.append)
+    hosts = pod.hosts[:2]
+    pids = r.start(JOB, 1, hosts, spec("sleep 300"), extra_args=[], resume=False)
+    wait_for(lambda: all(s.state == "running" for s in r.probe(JOB, 1, hosts).values()) and len(r.watchers) == 2)
+    broken, sound = (r.watchers._watches[(JOB, 1, h.worker)] for h in hosts)
+
+    def bug() -> bool:
+        raise RuntimeError("a bug in a read")
+
+    broken.chan.recv_stderr_ready = bug
+    os.killpg(pids[0], signal.SIGKILL)  # its end arrives: the read fails
+    wait_for(lambda: heard == [JOB] and broken.ended and broken.fd is None)
+    os.killpg(pids[1], signal.SIGKILL)
+    wait_for(lambda: heard == [JOB, JOB] and sound.ended)
+
+
 def test_a_dropped_connection_is_heard_and_comes_back_after_sshd_restarts(pod, runner_for, wait_for):
     r = runner_for(pod, backoff=0.05)
     changed = threading.Event()
