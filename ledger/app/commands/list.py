@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 
 from ledger.app.commands.common import console, print_json_items, store_from
-from ledger.app.commands.replay import print_jobs
+from ledger.app.commands.jobtable import print_jobs
 from ledger.app.readmodels import release_refused, release_refused_line
 from ledger.fold import BLOCKED, LIVE, TERMINAL
 from ledger.replay import load_lazy
 from ledger.snapshots.jobs import lines_decoder
 
-# What the table reads of each job (replay.job_row, readmodels.last_change) and the lines
+# What the table reads of each job (jobtable.job_row, readmodels.last_change) and the lines
 # after it (the blocked ones' error, release_refused): the rest of a state is not decoded.
 _TABLE = lines_decoder(("id", "owner", "state", "attempt", "restarts", "tpu", "times", "last_error"))
 

@@ -6,23 +6,13 @@ import contextlib
 
 import click
 
-from ledger.app.commands.common import ProgressBar, print_json, print_table, store_from
+from ledger.app.commands.common import ProgressBar, print_json, store_from
+from ledger.app.commands.jobtable import print_jobs
 from ledger.app.queueview import refresh_capacity_snapshot, refresh_usage_snapshot
-from ledger.app.readmodels import job_json, last_change
+from ledger.app.readmodels import job_json
 from ledger.errors import LedgerError
 from ledger.replay import load_state, maybe_snapshot, resolve_until
 from ledger.store import store_errors
-
-JOB_COLUMNS = ("id", "owner", "state", "attempt", "restarts", "tpu", "last change")
-
-
-def job_row(job) -> tuple[str, ...]:
-    tpu = job.tpu.get("name", "") if isinstance(job.tpu, dict) else ""
-    return (job.id, job.owner, job.state or "-", str(job.attempt), str(job.restarts), tpu, last_change(job))
-
-
-def print_jobs(jobs, title: str) -> None:
-    print_table(title, JOB_COLUMNS, [job_row(job) for job in jobs], no_wrap=("id", "state"))
 
 
 @click.command("replay")
