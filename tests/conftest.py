@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ledger.app import logsetup
 from tests.layers import BACKEND_FIXTURES, Guard, classify
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +30,15 @@ def repo_root() -> Path:
 def ledger_cmd() -> list[str]:
     """argv prefix that runs the CLI from this tree: [python, -m, ledger] (cwd = repo_root)."""
     return [sys.executable, "-m", "ledger"]
+
+
+@pytest.fixture(autouse=True)
+def _command_logging_ends_with_its_test():
+    """A command run in-process (click's CliRunner) installs its stderr handler on the root
+    logger; left there, a thread another test started logs through it after that test's
+    capture ended, and the line lands in the suite's output."""
+    yield
+    logsetup.remove()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

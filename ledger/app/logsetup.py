@@ -121,3 +121,12 @@ def setup(log_format: str = "text", level: str = "info", component: str = "ledge
     # raises in the thread that connects (a host reset while it reads the banner): ours says
     # that one in a line (host unreachable, the action failed). Its records show at DEBUG only.
     logging.getLogger(PARAMIKO).setLevel(logging.DEBUG if chosen == logging.DEBUG else logging.CRITICAL + 1)
+
+
+def remove() -> None:
+    """Take the handler `setup` installed off the root logger (a host process that ran a
+    command in-process, such as the test suite, ends what that command set up)."""
+    global _handler
+    if _handler is not None:
+        logging.getLogger().removeHandler(_handler)
+        _handler = None

@@ -109,3 +109,13 @@ def test_paramikos_transport_thread_logs_only_when_debugging():
         assert transport.isEnabledFor(logging.DEBUG)
     finally:
         logsetup.setup()
+
+
+def test_remove_takes_the_commands_handler_off_the_root_logger():
+    """What the suite does after each test: a thread of another test then logs nowhere of ours."""
+    logsetup.setup(component="list")
+    installed = logsetup._handler
+    assert installed in logging.getLogger().handlers
+    logsetup.remove()
+    assert installed not in logging.getLogger().handlers and logsetup._handler is None
+    logsetup.remove()  # twice is harmless
