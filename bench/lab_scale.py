@@ -103,6 +103,10 @@ HOLDER = "lab-scale"
 GIT = actor("git", "alice@example.com", approvers=["bob@example.com"])
 REC = actor("reconciler", HOLDER)
 TARGETS = {"pass_cpu_ms": 100.0, "read_ms": 200.0, "rss_growth_pct": 10.0, "events_per_waiting_job_hour": 0.0}
+# Timed beside the reads, with no target of their own: `ledger queue` explains every
+# waiting job's admission (decoding the 10,200 unsettled jobs), and the table of every job
+# decodes each one's few fields, where `--json` writes the snapshot's text as it is.
+UNTARGETED_READS = ("ledger queue", "ledger list (table)")
 
 
 def load() -> str:
@@ -765,7 +769,8 @@ def report(r: dict[str, Any]) -> None:
                 continue
             if isinstance(v, dict):
                 cpu = f", {v['cpu']:.1f} ms CPU" if "cpu" in v else ""
-                print(f"  {k:36s} median {v['wall']:8.1f} ms wall{cpu} (target <= {TARGETS['read_ms']:.0f} ms)")
+                target = "no target" if k in UNTARGETED_READS else f"target <= {TARGETS['read_ms']:.0f} ms"
+                print(f"  {k:36s} median {v['wall']:8.1f} ms wall{cpu} ({target})")
             else:
                 print(f"  {k:36s} {v:.2f} s")
     if "turn" in r:
