@@ -111,49 +111,52 @@ def _parent_of(name: str) -> str:
 
 
 def services(cloud: Cloud) -> dict[str, dict[str, Method]]:
-    def list_nodes(req):
+    # The TPU service's messages are the raw protobuf classes proto-plus builds at run time
+    # (`T.X.pb()`): no static type names them, so they are `Any`; the Operations and
+    # Locations services' messages are generated classes, named below.
+    def list_nodes(req: Any) -> Any:
         items, token = _page(cloud.list_nodes(req.parent), req.page_size, req.page_token)
         return T.ListNodesResponse.pb()(nodes=items, next_page_token=token)
 
-    def list_qrs(req):
+    def list_qrs(req: Any) -> Any:
         items, token = _page(cloud.list_queued_resources(req.parent), req.page_size, req.page_token)
         return T.ListQueuedResourcesResponse.pb()(queued_resources=items, next_page_token=token)
 
-    def list_accel(req):
+    def list_accel(req: Any) -> Any:
         items, token = _page(_filtered(_accelerator_types(req.parent), req.filter), req.page_size, req.page_token)
         return T.ListAcceleratorTypesResponse.pb()(accelerator_types=items, next_page_token=token)
 
-    def list_runtimes(req):
+    def list_runtimes(req: Any) -> Any:
         items, token = _page(_filtered(_runtime_versions(req.parent), req.filter), req.page_size, req.page_token)
         return T.ListRuntimeVersionsResponse.pb()(runtime_versions=items, next_page_token=token)
 
-    def guest(req):
+    def guest(req: Any) -> Any:
         return T.GetGuestAttributesResponse.pb()(guest_attributes=cloud.guest_attributes(req.name, req.query_path, list(req.worker_ids)))
 
-    def list_ops(req):
+    def list_ops(req: operations_pb2.ListOperationsRequest) -> operations_pb2.ListOperationsResponse:
         items, token = _page(cloud.list_operations(req.name), req.page_size, req.page_token)
         return operations_pb2.ListOperationsResponse(operations=items, next_page_token=token)
 
-    def delete_op(req):
+    def delete_op(req: operations_pb2.DeleteOperationRequest) -> empty_pb2.Empty:
         cloud.delete_operation(req.name)
         return empty_pb2.Empty()
 
-    def cancel_op(req):
+    def cancel_op(req: operations_pb2.CancelOperationRequest) -> empty_pb2.Empty:
         cloud.cancel_operation(req.name)
         return empty_pb2.Empty()
 
-    def service_identity(req):
+    def service_identity(req: Any) -> Any:
         project, _ = parse_parent(req.parent)
         ident = T.ServiceIdentity.pb()(email=f"service-{project}@cloud-tpu.iam.gserviceaccount.com")
         return T.GenerateServiceIdentityResponse.pb()(identity=ident)
 
-    def list_locations(req):
+    def list_locations(req: locations_pb2.ListLocationsRequest) -> locations_pb2.ListLocationsResponse:
         project = req.name.split("/")[1] if req.name.startswith("projects/") else "-"
         locs = [locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in tpu_types.all_zones()]
         items, token = _page(_filtered(locs, req.filter), req.page_size, req.page_token)
         return locations_pb2.ListLocationsResponse(locations=items, next_page_token=token)
 
-    def get_location(req):
+    def get_location(req: locations_pb2.GetLocationRequest) -> locations_pb2.Location:
         zone = req.name.rsplit("/", 1)[-1]
         if zone not in tpu_types.all_zones():
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{req.name}' was not found")

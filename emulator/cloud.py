@@ -25,12 +25,15 @@ import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from emulator.hosts import Acceptor, SSHHost, new_host_key, parse_ssh_keys
 from emulator.scheduler import Scheduler
 from ledger import tpu_types
 
+# The raw protobuf classes behind the proto-plus types: proto-plus builds them at run time, so
+# no static type names them and annotations of these messages (nodes, queued resources) say Any.
 NodePb = cloud_tpu.Node.pb()
 QueuedResourcePb = cloud_tpu.QueuedResource.pb()
 QRStatePb = cloud_tpu.QueuedResourceState.pb()
@@ -154,7 +157,7 @@ class _QR:
 PRICINGS = ("spot", "preemptible", "ondemand", "reserved")
 
 
-def pricing_of(node) -> str:
+def pricing_of(node: Any) -> str:
     """A node's pricing model, from its scheduling config (as a job spec spells it)."""
     sc = node.scheduling_config
     return "spot" if sc.spot else "preemptible" if sc.preemptible else "reserved" if sc.reserved else "ondemand"
@@ -166,7 +169,7 @@ def _now_ts() -> timestamp_pb2.Timestamp:
     return ts
 
 
-def _pack(msg) -> any_pb2.Any:
+def _pack(msg: Message) -> any_pb2.Any:
     a = any_pb2.Any()
     a.Pack(msg)
     return a
@@ -271,7 +274,7 @@ class Cloud:
     def _later(self, delay: float, fn: Callable[[], None]) -> None:
         self._sched.call_later(delay, fn)
 
-    def _new_op(self, project: str, zone: str, verb: str, target: str):
+    def _new_op(self, project: str, zone: str, verb: str, target: str) -> operations_pb2.Operation:
         op = operations_pb2.Operation()
         op.name = f"projects/{project}/locations/{zone}/operations/operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
         meta = OperationMetadataPb(create_time=_now_ts(), target=target, verb=verb, api_version="v2")
@@ -279,7 +282,7 @@ class Cloud:
         self._ops[op.name] = op
         return op
 
-    def _finish_op(self, op, response=None, error: ApiError | None = None) -> None:
+    def _finish_op(self, op: operations_pb2.Operation, response: Message | None = None, error: ApiError | None = None) -> None:
         with self._lock:
             meta = OperationMetadataPb()
             op.metadata.Unpack(meta)
@@ -291,7 +294,7 @@ class Cloud:
                 op.response.CopyFrom(_pack(response if response is not None else empty_pb2.Empty()))
             op.done = True
 
-    def _take_fail_next(self, verb: str, target: str):
+    def _take_fail_next(self, verb: str, target: str) -> dict[str, Any] | None:
         """The pending `fail_next_operation` fault, consumed by this operation, if any."""
         fault, self._fail_next = self._fail_next, None
         if fault is not None:
@@ -299,7 +302,7 @@ class Cloud:
         return fault
 
     # ---------------------------------------------------------------- validation
-    def _accel(self, node, zone: str) -> tpu_types.AcceleratorType:
+    def _accel(self, node: Any, zone: str) -> tpu_types.AcceleratorType:
         name = node.accelerator_type
         if not name and node.HasField("accelerator_config"):
             family = _ACCEL_CONFIG_FAMILY.get(node.accelerator_config.type_)
@@ -367,7 +370,7 @@ class Cloud:
             raise _not_found(name)
         return rec
 
-    def get_node(self, name: str):
+    def get_node(self, name: str) -> Any:
         with self._lock:
             out = NodePb()
             out.CopyFrom(self._node(name).pb)
@@ -392,7 +395,7 @@ class Cloud:
         return project, zone
 
     # ---------------------------------------------------------------- nodes: create
-    def create_node(self, parent: str, node_id: str, node):
+    def create_node(self, parent: str, node_id: str, node: Any) -> operations_pb2.Operation:
         project, zone = parse_parent(parent)
         self._check_node_id(node_id)
         accel = self._accel(node, zone)
@@ -415,7 +418,8 @@ class Cloud:
     def _creation_delay(self) -> float:
         return self.timings.create if self._create_delay is None else self._create_delay
 
-    def _add_node(self, name: str, project: str, zone: str, node, accel, *, op=None, qr: str | None = None) -> _Node:
+    def _add_node(self, name: str, project: str, zone: str, node: Any, accel: tpu_types.AcceleratorType, *,
+                  op: operations_pb2.Operation | None = None, qr: str | None = None) -> _Node:
         pb = NodePb()
         pb.CopyFrom(node)
         pb.name = name
@@ -447,7 +451,7 @@ class Cloud:
                 return f
         return None
 
-    def _finish_create(self, rec: _Node, op, fail: dict[str, Any] | None) -> None:
+    def _finish_create(self, rec: _Node, op: operations_pb2.Operation | None, fail: dict[str, Any] | None) -> None:
         name = rec.pb.name
         if fail is not None:
             with self._lock:
@@ -539,7 +543,7 @@ class Cloud:
             t.join(30)
 
     # ---------------------------------------------------------------- nodes: delete / stop / start / update
-    def delete_node(self, name: str):
+    def delete_node(self, name: str) -> operations_pb2.Operation:
         with self._lock:
             rec = self._node(name)
             op = self._new_op(rec.project, rec.zone, "delete", name)
@@ -561,7 +565,7 @@ class Cloud:
         self._later(self.timings.delete, done)
         return op
 
-    def stop_node(self, name: str):
+    def stop_node(self, name: str) -> operations_pb2.Operation:
         with self._lock:
             rec = self._node(name)
             if rec.accel.hosts > 1:  # the API's own description: stop is for single TPU nodes only
@@ -589,7 +593,7 @@ class Cloud:
         self._later(self.timings.stop, done)
         return op
 
-    def start_node(self, name: str):
+    def start_node(self, name: str) -> operations_pb2.Operation:
         with self._lock:
             rec = self._node(name)
             if rec.pb.state != S.STOPPED:
@@ -619,7 +623,7 @@ class Cloud:
         self._later(self.timings.start, done)
         return op
 
-    def update_node(self, node, paths: list[str]):
+    def update_node(self, node: Any, paths: list[str]) -> operations_pb2.Operation:
         allowed = {"description", "labels", "metadata", "tags", "scheduling_config", "network_config", "shielded_instance_config", "data_disks"}
         with self._lock:
             rec = self._node(node.name)
@@ -641,7 +645,7 @@ class Cloud:
             return op
 
     # ---------------------------------------------------------------- guest attributes
-    def guest_attributes(self, name: str, query_path: str, worker_ids: list[str]):
+    def guest_attributes(self, name: str, query_path: str, worker_ids: list[str]) -> list[Any]:
         with self._lock:
             rec = self._node(name)
             keys = list(rec.host_keys)
@@ -669,7 +673,7 @@ class Cloud:
             raise _not_found(name)
         return rec
 
-    def get_queued_resource(self, name: str):
+    def get_queued_resource(self, name: str) -> Any:
         with self._lock:
             out = QueuedResourcePb()
             out.CopyFrom(self._qr(name).pb)
@@ -695,7 +699,7 @@ class Cloud:
             getattr(st, data_field).SetInParent()
         rec.pb.state.CopyFrom(st)
 
-    def create_queued_resource(self, parent: str, qr_id: str, qr):
+    def create_queued_resource(self, parent: str, qr_id: str, qr: Any) -> operations_pb2.Operation:
         project, zone = parse_parent(parent)
         self._check_node_id(qr_id)
         name = f"{parent}/queuedResources/{qr_id}"
@@ -826,7 +830,7 @@ class Cloud:
 
         self._later(self.timings.queue_step, suspended)
 
-    def delete_queued_resource(self, name: str, force: bool):
+    def delete_queued_resource(self, name: str, force: bool) -> operations_pb2.Operation:
         with self._lock:
             q = self._qr(name)
             nodes = [self._nodes[n] for n, _, _ in q.specs if n in self._nodes and self._nodes[n].qr == name]
@@ -858,7 +862,7 @@ class Cloud:
         self._later(self.timings.delete, done)
         return op
 
-    def reset_queued_resource(self, name: str):
+    def reset_queued_resource(self, name: str) -> operations_pb2.Operation:
         with self._lock:
             q = self._qr(name)
             if q.pb.state.state not in (Q.SUSPENDED, Q.FAILED, Q.ACTIVE):
@@ -878,7 +882,7 @@ class Cloud:
         return op
 
     # ---------------------------------------------------------------- operations
-    def get_operation(self, name: str):
+    def get_operation(self, name: str) -> operations_pb2.Operation:
         with self._lock:
             op = self._ops.get(name)
             if op is None:

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.auth.credentials import AnonymousCredentials
+from google.cloud.tpu_v2 import TpuClient
+from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 
 from emulator.cloud import Cloud, Timings
 from emulator.control import ControlServer
@@ -154,19 +157,14 @@ class Emulator:
         assert self._control is not None, "emulator not started"
         return self._control.url
 
-    def client(self, transport: str = "grpc"):
+    def client(self, transport: str = "grpc") -> TpuClient:
         """A real `TpuClient` on this emulator (close its transport): gRPC on an insecure
         channel, or "rest" over plain HTTP with anonymous credentials."""
-        from google.cloud import tpu_v2
-        from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
-
         if transport == "rest":
-            from google.auth.credentials import AnonymousCredentials
-
-            return tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.rest_url})
+            return TpuClient(transport="rest", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.rest_url})
         if transport != "grpc":
             raise ValueError(f"transport must be 'grpc' or 'rest', not {transport!r}")
-        return tpu_v2.TpuClient(transport=TpuGrpcTransport(channel=grpc.insecure_channel(self.endpoint)))
+        return TpuClient(transport=TpuGrpcTransport(channel=grpc.insecure_channel(self.endpoint)))
 
     # ---------------------------------------------------------------- control API
     def _cloud(self) -> Cloud:

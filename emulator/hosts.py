@@ -31,8 +31,9 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import paramiko
 from paramiko.common import MSG_CHANNEL_FAILURE, MSG_CHANNEL_SUCCESS
@@ -186,7 +187,7 @@ class _Transport(paramiko.Transport):
         super().__init__(sock)
         self.gates: dict[int, threading.Event] = {}
 
-    def _send_user_message(self, data) -> None:
+    def _send_user_message(self, data: paramiko.Message) -> None:
         super()._send_user_message(data)
         raw = data.asbytes() if hasattr(data, "asbytes") else bytes(data)
         if len(raw) >= 5 and raw[0] in (MSG_CHANNEL_SUCCESS, MSG_CHANNEL_FAILURE):
@@ -217,17 +218,17 @@ class _Server(paramiko.ServerInterface):
             return paramiko.OPEN_SUCCEEDED
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
-    def check_channel_env_request(self, channel, name, value) -> bool:
+    def check_channel_env_request(self, channel: paramiko.Channel, name: bytes | str, value: bytes | str) -> bool:
         self.env[_text(name)] = _text(value)
         return True
 
     def check_channel_pty_request(self, *args) -> bool:
         return True
 
-    def check_channel_exec_request(self, channel, command) -> bool:
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes | str) -> bool:
         return self.host._spawn(channel, _text(command), dict(self.env), self.user)
 
-    def check_channel_shell_request(self, channel) -> bool:
+    def check_channel_shell_request(self, channel: paramiko.Channel) -> bool:
         return self.host._spawn(channel, None, dict(self.env), self.user)
 
 
@@ -488,7 +489,7 @@ def _wait_holding(pid: int, device: Path, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def _pump_out(pipe, send: Callable[[bytes], None]) -> None:
+def _pump_out(pipe: IO[bytes], send: Callable[[bytes], None]) -> None:
     fd = pipe.fileno()
     try:
         while True:
@@ -502,7 +503,7 @@ def _pump_out(pipe, send: Callable[[bytes], None]) -> None:
         pipe.close()
 
 
-def _pump_in(channel: paramiko.Channel, pipe) -> None:
+def _pump_in(channel: paramiko.Channel, pipe: IO[bytes]) -> None:
     try:
         while True:
             data = channel.recv(65536)
@@ -541,7 +542,7 @@ def reap_orphans(state_dir: Path) -> int:
     return killed
 
 
-def _environs():
+def _environs() -> Iterator[tuple[int, bytes]]:
     me = os.getpid()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == me:

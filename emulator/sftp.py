@@ -8,6 +8,7 @@ against the login user's home.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import paramiko
 from paramiko.sftp import SFTP_OK
@@ -18,13 +19,13 @@ def _errno(exc: OSError) -> int:
 
 
 class _Handle(paramiko.SFTPHandle):
-    def stat(self):
+    def stat(self) -> paramiko.SFTPAttributes | int:
         try:
             return paramiko.SFTPAttributes.from_stat(os.fstat(self.readfile.fileno()))
         except OSError as exc:
             return _errno(exc)
 
-    def chattr(self, attr):
+    def chattr(self, attr: paramiko.SFTPAttributes) -> int:
         try:
             paramiko.SFTPServer.set_file_attr(self.filename, attr)
             return SFTP_OK
@@ -45,7 +46,7 @@ class SandboxSFTP(paramiko.SFTPServerInterface):
     def canonicalize(self, path: str) -> str:
         return self._path(path)
 
-    def list_folder(self, path):
+    def list_folder(self, path: str) -> list[paramiko.SFTPAttributes] | int:
         path = self._path(path)
         try:
             out = []
@@ -57,19 +58,19 @@ class SandboxSFTP(paramiko.SFTPServerInterface):
         except OSError as exc:
             return _errno(exc)
 
-    def stat(self, path):
+    def stat(self, path: str) -> paramiko.SFTPAttributes | int:
         try:
             return paramiko.SFTPAttributes.from_stat(os.stat(self._path(path)))
         except OSError as exc:
             return _errno(exc)
 
-    def lstat(self, path):
+    def lstat(self, path: str) -> paramiko.SFTPAttributes | int:
         try:
             return paramiko.SFTPAttributes.from_stat(os.lstat(self._path(path)))
         except OSError as exc:
             return _errno(exc)
 
-    def open(self, path, flags, attr):
+    def open(self, path: str, flags: int, attr: paramiko.SFTPAttributes | None) -> _Handle | int:
         path = self._path(path)
         try:
             binary = getattr(os, "O_BINARY", 0)
@@ -96,26 +97,26 @@ class SandboxSFTP(paramiko.SFTPServerInterface):
         handle.writefile = f
         return handle
 
-    def _simple(self, fn, *paths):
+    def _simple(self, fn: Callable[..., None], *paths: str) -> int:
         try:
             fn(*[self._path(p) for p in paths])
             return SFTP_OK
         except OSError as exc:
             return _errno(exc)
 
-    def remove(self, path):
+    def remove(self, path: str) -> int:
         return self._simple(os.remove, path)
 
-    def rename(self, oldpath, newpath):
+    def rename(self, oldpath: str, newpath: str) -> int:
         return self._simple(os.rename, oldpath, newpath)
 
-    def posix_rename(self, oldpath, newpath):
+    def posix_rename(self, oldpath: str, newpath: str) -> int:
         return self._simple(os.replace, oldpath, newpath)
 
-    def rmdir(self, path):
+    def rmdir(self, path: str) -> int:
         return self._simple(os.rmdir, path)
 
-    def mkdir(self, path, attr):
+    def mkdir(self, path: str, attr: paramiko.SFTPAttributes | None) -> int:
         try:
             path = self._path(path)
             os.mkdir(path)
@@ -125,21 +126,21 @@ class SandboxSFTP(paramiko.SFTPServerInterface):
         except OSError as exc:
             return _errno(exc)
 
-    def chattr(self, path, attr):
+    def chattr(self, path: str, attr: paramiko.SFTPAttributes) -> int:
         try:
             paramiko.SFTPServer.set_file_attr(self._path(path), attr)
             return SFTP_OK
         except OSError as exc:
             return _errno(exc)
 
-    def symlink(self, target_path, path):
+    def symlink(self, target_path: str, path: str) -> int:
         try:
             os.symlink(target_path, self._path(path))
             return SFTP_OK
         except OSError as exc:
             return _errno(exc)
 
-    def readlink(self, path):
+    def readlink(self, path: str) -> str | int:
         try:
             return os.readlink(self._path(path))
         except OSError as exc:

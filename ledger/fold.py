@@ -11,7 +11,7 @@ import functools
 import hashlib
 import inspect
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -332,7 +332,7 @@ def illegal(job: JobState, events: Iterable[tuple[str, Mapping[str, Any]]]) -> s
     return None
 
 
-def _recovery(kind: str):
+def _recovery(kind: str) -> Callable[[JobState, Mapping[str, Any]], None]:
     def apply(j: JobState, d: Mapping[str, Any]) -> None:
         j.restarts = d.get("restarts", j.restarts + 1)
         j.attempt = d.get("attempt", j.attempt + 1)

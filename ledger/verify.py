@@ -14,6 +14,7 @@ import multiprocessing
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -34,6 +35,9 @@ from ledger.store.base import Reader, Snapshot, SnapshotReader
 from ledger.usage import UsageFold
 from ledger.usage import snapshot as usage_snapshot
 from ledger.usage.share import ShareMeter
+
+if TYPE_CHECKING:  # start-up time: multiprocessing.connection loads only where a child verifies
+    from multiprocessing.connection import Connection
 
 SINK_CHUNK = 20_000  # rows a walk's sink is given at once
 
@@ -388,7 +392,7 @@ def _verify_split(store: Reader, url: str, head: int, checks: _SnapshotChecks | 
     return Report(head, head, None)
 
 
-def _child(send, url: str, after: int, until: int, apart: list[tuple]) -> None:
+def _child(send: Connection, url: str, after: int, until: int, apart: list[tuple]) -> None:
     """In the child: seq, the chain within the range, hash and schema of rows (after, until];
     then, if they are sound, the snapshots `apart` (their `_key`s) compared with folds of
     the events up to `until`, their verdicts answered by key."""

@@ -22,7 +22,7 @@ from ledger.capacity import CapacityMemory
 from ledger.capacity_snapshot import due_blob, load_capacity, save_blob
 from ledger.events import NewEvent, actor, format_time, parse_time
 from ledger.events import data as ev
-from ledger.failures import from_status, kind_of, status, summary
+from ledger.failures import ApiFailure, from_status, kind_of, status, summary
 from ledger.fold import JobState, LedgerState
 from ledger.observers import Observers
 from ledger.placement import slice_nodes
@@ -333,7 +333,7 @@ class Reconciler:
                 since = parse_time(e.data["since"]).timestamp() if e.data.get("since") else now
                 self.health.recorded_down(zone, from_status(e.data.get("api") or {}), since, now)
 
-    def _api_failed(self, job_id: str, failure) -> None:
+    def _api_failed(self, job_id: str, failure: ApiFailure) -> None:
         """An action met a failure of the API: a transient one backs its zone off; any other
         (a delete refused for good, say) backs that job's actions off, so a refusal no
         planning step can fix costs one intent and outcome a step, not one a pass."""
@@ -407,7 +407,7 @@ class Reconciler:
             and (node := slices.observe(j.tpu, obs.nodes)[0]) is not None and node.state == NODE_READY
         ]
 
-        def probe(job) -> tuple[str, dict[int, HostObs]]:
+        def probe(job: JobState) -> tuple[str, dict[int, HostObs]]:
             with logcontext.about(job.id, job.attempt):
                 status = self.runner.probe(job.id, job.attempt, self.hosts_of(job), workers=selected_workers(job))
             return job.id, {

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from ledger import defaults
@@ -82,7 +83,7 @@ class Created:
     operation: str = ""
 
 
-def _exceptions():
+def _exceptions() -> ModuleType:
     from google.api_core import exceptions
 
     return exceptions

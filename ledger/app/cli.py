@@ -10,6 +10,7 @@ import faulthandler
 import importlib
 import io
 import sys
+from typing import Any
 
 import click
 
@@ -27,7 +28,7 @@ class LedgerGroup(click.Group):
     A database failure met anywhere in a command (a damaged SQLite file read half-way, a
     lost PostgreSQL connection) becomes such a line here, once for every command."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except LedgerError as exc:

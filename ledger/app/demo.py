@@ -29,7 +29,7 @@ from ledger.app.dashboard.server import Background, create_app, hosts_for
 from ledger.app.queueview import LedgerPolicy
 from ledger.app.wiring import Settings, build
 from ledger.describe import summarize
-from ledger.fanout import PubSubSubscriber, StoreSubscriber, start_publisher_thread
+from ledger.fanout import PubSubSubscriber, StoreSubscriber, Subscriber, start_publisher_thread
 from ledger.fold import FINISHED, RUNNING, JobState, replay
 from ledger.gitops import Watcher
 from ledger.store import open_store
@@ -363,7 +363,7 @@ def run_demo(workdir: Path, *, pubsub: bool | None = None, say: Callable[[str], 
     return result
 
 
-def _progress_source(store_url: str, pubsub_host: str | None):
+def _progress_source(store_url: str, pubsub_host: str | None) -> Subscriber:
     if pubsub_host:
         return PubSubSubscriber("demo-progress", project=PROJECT, topic=TOPIC, emulator_host=pubsub_host)
     return StoreSubscriber(store_url, after=0)

@@ -18,7 +18,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from ledger import logcontext
 
@@ -93,11 +93,11 @@ class _Stderr(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property  # type: ignore[override]
-    def stream(self):  # noqa: ANN201
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:  # noqa: ANN001
+    def stream(self, value: TextIO) -> None:
         pass
 
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -43,8 +43,13 @@ from reconciler import admission, placement
 
 log = logging.getLogger("tpu_ledger.policy")
 
+# What a click option decorates and gives back: a command's function (or a command); the
+# same as ledger.app.commands.common's, not imported from there: the commands import this
+# module, so that would be a cycle.
+FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 
-def policy_option(func):
+
+def policy_option(func: FC) -> FC:
     """`--policy PATH`: the jobs repo's .ledger/policy.yaml that the reconciler enforces."""
     return click.option(
         "--policy", "policy_path", envvar="LEDGER_POLICY", default=None, metavar="PATH",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ def host_paths(settings: Settings) -> Paths:
     return Paths.for_root(root)
 
 
-def hosts_of(username: str, job_keys: JobKeys | None = None):
+def hosts_of(username: str, job_keys: JobKeys | None = None) -> Callable[[JobState], list[Any]]:
     def convert(job: JobState) -> list[Any]:
         # A TPU the reconciler created for the job accepts the job's own key only; a shared
         # TPU (set up by an admin) keeps the reconciler's.
@@ -81,7 +82,7 @@ def job_keys_of(settings: Settings) -> JobKeys:
     return JobKeys(settings.job_keys_dir or settings.ssh_key.parent / "jobs", seed_key=settings.ssh_key)
 
 
-def build(settings: Settings, **overrides: Any):
+def build(settings: Settings, **overrides: Any) -> Reconciler:
     ensure_key(settings.ssh_key)
     job_keys = job_keys_of(settings)
     runner = RemoteRunner(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -330,7 +330,7 @@ def _shipped_web_flow() -> WebFlowKeys:
     return WebFlowKeys.configured()
 
 
-def _needed_blobs(changes) -> list[str]:
+def _needed_blobs(changes: Iterable[Change]) -> list[str]:
     wanted = []
     for ch in changes:
         if ch.new_blob != ZERO and (is_job_path(ch.path) or is_governed(ch.path)):

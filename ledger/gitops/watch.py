@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ledger import defaults
 from ledger.forge.reviews import ReviewLookup
@@ -21,6 +22,10 @@ from ledger.gitops.ingest import IngestReport, ingest
 from ledger.gitops.mirror import ensure_mirror, fetch_mirror, is_remote
 from ledger.gitops.repo import GitRepo
 from ledger.store import Store
+
+if TYPE_CHECKING:
+    from watchdog.events import FileSystemEvent
+    from watchdog.observers.api import BaseObserver
 
 log = logging.getLogger("tpu_ledger.watch")
 
@@ -131,14 +136,14 @@ class Watcher:
             self.repo.close()
 
     # -- hints ----------------------------------------------------------------------------
-    def _start_observer(self):
+    def _start_observer(self) -> BaseObserver:
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
 
         watcher = self
 
         class _Hint(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:  # noqa: ANN001
+            def on_any_event(self, event: FileSystemEvent) -> None:
                 path = str(getattr(event, "dest_path", "") or event.src_path)
                 if "/objects" in path:  # object writes precede the ref update; wait for that
                     return

@@ -14,11 +14,11 @@ import io
 import pickle
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 
 class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: ARG002
+    def find_class(self, module: str, name: str) -> NoReturn:  # noqa: ARG002
         raise pickle.UnpicklingError(f"snapshot refers to {module}.{name}; snapshots hold plain data only")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,7 +77,7 @@ class LeaseKeeper:
     claimable by the others at most `ttl` after its last renewal.
     """
 
-    def __init__(self, leases_factory, holder: str, ttl: float = 15.0, *, margin: float | None = None) -> None:
+    def __init__(self, leases_factory: Callable[[], Leases], holder: str, ttl: float = 15.0, *, margin: float | None = None) -> None:
         check_lease(holder, ttl)
         self.holder = holder
         self.ttl = ttl

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from reconciler.doctor import fixes, probe
 from reconciler.doctor.devices import DEVICES, LOCK
@@ -18,6 +18,7 @@ from reconciler.remote.errors import RemoteError
 
 CHECKS: tuple[Check, ...] = (DEVICES, LOCK, LEFTOVERS, MOUNTS, DISK, VERSIONS)
 ORDER = {c.name: i for i, c in enumerate(CHECKS)}
+R = TypeVar("R")  # what a function run on every host answers
 
 
 class Shell(Protocol):
@@ -74,7 +75,7 @@ class Doctor:
         self.timeout = timeout
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="doctor")
 
-    def _each(self, hosts: Sequence[Any], fn) -> dict[int, Any]:
+    def _each(self, hosts: Sequence[Any], fn: Callable[[Any], R]) -> dict[int, R]:
         futures = {h.id: self._pool.submit(fn, h) for h in hosts}  # every slice's: by rank
         return {w: f.result() for w, f in futures.items()}
 

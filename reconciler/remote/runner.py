@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TextIO, TypeVar
 
 from ledger import defaults
 from ledger.spec.redact import Redactor, complete, secret_refs
@@ -31,7 +31,14 @@ from reconciler.remote.errors import (
     StartFailed,
 )
 from reconciler.remote.ssh import SSHPool
-from reconciler.remote.types import DEFAULT_USERNAME, Host, HostStatus, Placed, SetupReport
+from reconciler.remote.types import (
+    DEFAULT_USERNAME,
+    CommandResult,
+    Host,
+    HostStatus,
+    Placed,
+    SetupReport,
+)
 from reconciler.remote.watch import Watchers
 
 T = TypeVar("T")
@@ -181,7 +188,8 @@ class RemoteRunner:
                 report.failures.append((w, failure[0], failure[1]))
         return report
 
-    def _setup_host(self, job_id: str, attempt: int, host: Host, built: list[modules.Module], redact: Redactor):
+    def _setup_host(self, job_id: str, attempt: int, host: Host, built: list[modules.Module],
+                    redact: Redactor) -> tuple[dict[str, str], tuple[str, str] | None]:
         outcomes: dict[str, str] = {m.name: "not-run" for m in built}
         for mod in built:
             path = layout.setup_log(self.log_dir, job_id, attempt, mod.name, host.worker, host.slice)
@@ -213,7 +221,7 @@ class RemoteRunner:
                     return outcomes, (mod.name, str(exc))
         return outcomes, None
 
-    def _module_one_trip(self, host: Host, mod: modules.Module, log) -> tuple[bool, tuple[str, int] | None]:
+    def _module_one_trip(self, host: Host, mod: modules.Module, log: _RedactedLog) -> tuple[bool, tuple[str, int] | None]:
         """(skipped, first failure) of a module checked and set up in one round trip."""
         nonce = secrets.token_hex(8)
         res = self.pool.run(host, scripts.bash(modules.module_script(mod, nonce)), timeout=self.command_timeout, idempotent=True)
@@ -235,7 +243,7 @@ class RemoteRunner:
             return False, (step.label, res.exit_code or -1)
         return False, None
 
-    def _steps(self, host: Host, steps: list[modules.Step], log) -> tuple[str, int] | None:
+    def _steps(self, host: Host, steps: list[modules.Step], log: _RedactedLog) -> tuple[str, int] | None:
         """Run steps in order, one SSH round trip per batch; (label, code) of the first failure."""
         for batch in modules.batches(steps):
             if len(batch) == 1 and isinstance(batch[0], modules.Put) and len(batch[0].data) > modules.INLINE_MAX:
@@ -337,7 +345,8 @@ class RemoteRunner:
             return {}
         return saved if isinstance(saved, dict) else {}
 
-    def _probe_host(self, job_id: str, attempt: int, host: Host, compiled, checkpoint: re.Pattern[str] | None) -> HostStatus:
+    def _probe_host(self, job_id: str, attempt: int, host: Host, compiled: list[tuple[str, re.Pattern[str]]],
+                    checkpoint: re.Pattern[str] | None) -> HostStatus:
         out = layout.output_log(self.log_dir, job_id, attempt, host.worker, host.slice)
         out.parent.mkdir(parents=True, exist_ok=True)
         offset = out.stat().st_size if out.exists() else 0
@@ -395,7 +404,8 @@ class RemoteRunner:
             return
         self.watchers.arm(key, chan, host.label)
 
-    def _scan(self, job_id: str, attempt: int, worker: int, out: Path, *, final: bool, compiled,
+    def _scan(self, job_id: str, attempt: int, worker: int, out: Path, *, final: bool,
+              compiled: list[tuple[str, re.Pattern[str]]],
               fetched_from: int, checkpoint: re.Pattern[str] | None = None) -> list[tuple[str, str]]:
         """Scan complete lines not scanned before; after a restart, lines that were already in
         the local log before this probe's fetch count as scanned (reported before the restart).
@@ -454,7 +464,7 @@ class RemoteRunner:
 
         return self._parallel(hosts, one)
 
-    def run(self, host: Host, command: str, *, timeout: float | None = None):
+    def run(self, host: Host, command: str, *, timeout: float | None = None) -> CommandResult:
         """Run one raw exec request (already quoted) on one host; for tools and tests."""
         return self.pool.run(self._host(host), command, timeout=timeout or self.command_timeout)
 
@@ -486,7 +496,7 @@ def _collect(out: Path, data: bytes, redact: Redactor, *, final: bool) -> None:
 class _RedactedLog:
     """A setup log that masks the job's secrets in whatever is written to it."""
 
-    def __init__(self, raw, redact: Redactor) -> None:  # noqa: ANN001
+    def __init__(self, raw: TextIO, redact: Redactor) -> None:
         self.raw, self.redact = raw, redact
 
     def write(self, text: str) -> None:
@@ -496,7 +506,7 @@ class _RedactedLog:
         self.raw.flush()
 
 
-def _log_step(log, step: modules.Step, output: bytes, code: int) -> None:
+def _log_step(log: _RedactedLog, step: modules.Step, output: bytes, code: int) -> None:
     if isinstance(step, modules.Put):
         log.write(f"$ upload {step.label} ({len(step.data)} bytes, mode {step.mode:o})\n")
     else:

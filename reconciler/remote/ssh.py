@@ -124,7 +124,7 @@ class _Tofu:
     def __init__(self, known: KnownHosts) -> None:
         self.known = known
 
-    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         self.known.record(hostname, key)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from emulator.control import ControlClient, ControlError
@@ -122,7 +123,7 @@ class Injector:
         for job_id in blocked:
             subprocess.run(ledger_cmd(self.store_url, "resume", job_id), capture_output=True, check=False)
 
-    def _later(self, seconds: float, fn) -> None:
+    def _later(self, seconds: float, fn: Callable[[], None]) -> None:
         timer = threading.Timer(seconds, fn)
         timer.daemon = True
         timer.start()

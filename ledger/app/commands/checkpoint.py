@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from ledger import defaults
-from ledger.app.commands.common import print_json, store_from
+from ledger.app.commands.common import FC, print_json, store_from
 from ledger.checkpoints import (
     ALLOWED_SIGNERS_PATH,
     DEFAULT_REF,
@@ -42,7 +42,7 @@ from ledger.store.base import Reader
 from reconciler.keys import ensure_key
 
 
-def checkpoint_repo_option(func):
+def checkpoint_repo_option(func: FC) -> FC:
     return click.option(
         "--checkpoint-repo", envvar="LEDGER_CHECKPOINT_REPO", default=None, metavar="URL",
         help="Git repository that holds the signed checkpoints: the jobs hub, as `ledger watch "
@@ -50,7 +50,7 @@ def checkpoint_repo_option(func):
     )(func)
 
 
-def checkpoint_ref_option(func):
+def checkpoint_ref_option(func: FC) -> FC:
     return click.option(
         "--checkpoint-ref", envvar="LEDGER_CHECKPOINT_REF", default=DEFAULT_REF, show_default=True,
         metavar="REF", callback=lambda _c, _p, value: check_ref(value),
@@ -58,7 +58,7 @@ def checkpoint_ref_option(func):
     )(func)
 
 
-def allowed_signers_option(func):
+def allowed_signers_option(func: FC) -> FC:
     return click.option(
         "--allowed-signers", envvar="LEDGER_ALLOWED_SIGNERS", type=click.Path(path_type=Path), default=None,
         metavar="FILE",

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ledger import defaults, jsontext
 from ledger.store import Store, open_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# What a click option decorates and gives back: a command's function (or a command).
+FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 
 
 def store_from(ctx: click.Context, *, create: bool = False) -> Store:
@@ -48,7 +54,7 @@ def print_json_items(items: Iterable[bytes | memoryview]) -> None:
     out.flush()
 
 
-def console():
+def console() -> Console:
     from rich.console import Console  # start-up time: `ledger reconcile` never loads rich
 
     return Console(highlight=False, soft_wrap=True)
@@ -173,7 +179,7 @@ def _column(column: Sequence[Any], right: bool, padded: bool) -> list[str]:
     return [" " * (width - n) + c if right else c + " " * (width - n) for c, n in zip(text, sizes, strict=True)]
 
 
-def tpu_access_options(func):
+def tpu_access_options(func: FC) -> FC:
     """`--project`, `--tpu-endpoint`, `--ssh-key`, `--ssh-user`: how to reach the TPUs and their hosts."""
     for option in reversed((
         click.option("--project", envvar="LEDGER_PROJECT", default=None,
@@ -189,7 +195,7 @@ def tpu_access_options(func):
     return func
 
 
-def log_archive_option(func):
+def log_archive_option(func: FC) -> FC:
     return click.option(
         "--log-archive", envvar="LEDGER_LOG_ARCHIVE", default=None, metavar="DIR|gs://BUCKET/PREFIX",
         help="Where every reconciler collects job logs: a directory they share, or Cloud Storage "
@@ -197,7 +203,7 @@ def log_archive_option(func):
     )(func)
 
 
-def topic_option(func):
+def topic_option(func: FC) -> FC:
     """`--topic`: fan every appended event out over Pub/Sub while this command runs."""
     return click.option(
         "--topic", envvar="LEDGER_PUBSUB_TOPIC", default=None, metavar="TOPIC",

@@ -26,7 +26,7 @@ def _default_state_dir() -> str:
     return os.path.join(base, "tpu-ledger", "emulator")
 
 
-def _control(ctx: click.Context):
+def _control(ctx: click.Context) -> ControlClient:
     params = ctx.find_object(dict) or {}
     url = params.get("emulator_control")
     if not url:

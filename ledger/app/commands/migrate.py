@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ledger.app.commands.common import print_json
 from ledger.errors import IntegrityError, LedgerError, UsageError
 from ledger.events import GENESIS_HASH, Event, body_text, row_hash
-from ledger.store import open_store
+from ledger.store import Reader, Recorder, open_store
 from ledger.store.base import event_from_row
 
 
@@ -39,7 +39,7 @@ def redact(url: str) -> str:
     return url
 
 
-def verify_chain(store, on_row: Callable[[int], None] | None = None) -> ChainCheck:
+def verify_chain(store: Reader, on_row: Callable[[int], None] | None = None) -> ChainCheck:
     """Walk every stored row: seq 1..N without a gap, each prev_hash the hash before it,
     each hash recomputed from the stored columns, per-stream versions 1..n in order."""
     seq, prev = 0, GENESIS_HASH
@@ -60,7 +60,7 @@ def verify_chain(store, on_row: Callable[[int], None] | None = None) -> ChainChe
     return ChainCheck(seq, prev)
 
 
-def _hash_at(store, seq: int) -> str | None:
+def _hash_at(store: Reader, seq: int) -> str | None:
     rows = store.raw_rows(seq - 1, seq)
     try:
         row = next(rows, None)
@@ -69,7 +69,8 @@ def _hash_at(store, seq: int) -> str | None:
     return row[10] if row else None
 
 
-def migrate(source, dest, *, batch: int = 5000, progress=None) -> dict:
+def migrate(source: Reader, dest: Recorder, *, batch: int = 5000,
+            progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Copy `source` into `dest`; returns the summary. `progress(phase, done, total)` reports."""
     report = progress or (lambda phase, done, total: None)
     started = time.monotonic()

@@ -28,7 +28,7 @@ from ledger.app.commands.checkpoint import (
     checkpoint_repo_option,
     load_allowed_signers,
 )
-from ledger.app.commands.common import store_from
+from ledger.app.commands.common import FC, store_from
 from ledger.app.queueview import recorded_policy
 from ledger.checkpoints import DEFAULT_REF, CheckpointRepo
 from ledger.checkpoints.note import utc_seconds
@@ -59,7 +59,7 @@ class Signing:
     checkpoint_repo: str | None
 
 
-def signing_options(func):
+def signing_options(func: FC) -> FC:
     """`--sign-with`, `--signer`, `--allowed-signers`, `--checkpoint-repo`: who signs an override."""
     for option in reversed((
         click.option("--sign-with", "sign_with", envvar="LEDGER_SIGNING_KEY", type=click.Path(dir_okay=False, path_type=Path),

@@ -32,6 +32,7 @@ from ledger.errors import safe_url
 from ledger.fanout import publishing
 from reconciler.joblogs import Collector, CollectorThread, Limits, open_archive
 from reconciler.joblogs.bounds import MIB
+from reconciler.model import Action
 from reconciler.tpu import project_for
 
 log = logging.getLogger("tpu_ledger.reconciler")
@@ -136,7 +137,7 @@ def reconcile(ctx: click.Context, once: bool, timeout: float | None, interval: f
         settings.holder = holder
     settings.policy = policy
 
-    def report(action, result) -> None:
+    def report(action: Action, result: str) -> None:
         log.info("%s %s: %s", action.kind, action.job_id or "-", result, extra={"action": action.kind, "result": result})
 
     rec = build(settings, on_action=report, policy_source=source)

@@ -12,15 +12,23 @@ import click
 
 from ledger import defaults
 from ledger.app.commands.common import console, print_json, print_table, store_from, topic_option
-from ledger.app.forgeopts import forge_options, forge_setup, listen_address, webhook_secret
+from ledger.app.forgeopts import (
+    ForgeSetup,
+    forge_options,
+    forge_setup,
+    listen_address,
+    webhook_secret,
+)
 from ledger.app.observability.health import recent_check
 from ledger.app.observability.service import Service, metrics_option
 from ledger.app.queueview import would_start
 from ledger.app.webhook import WebhookServer
 from ledger.errors import LedgerError, UsageError, safe_url
 from ledger.fanout import publishing
+from ledger.forge.webhook import Action
 from ledger.gitops.hook import install_hook
-from ledger.gitops.plan import plan, to_markdown
+from ledger.gitops.ingest import IngestReport
+from ledger.gitops.plan import PlanReport, plan, to_markdown
 from ledger.gitops.watch import Watcher
 from ledger.store import default_store_url
 
@@ -29,7 +37,7 @@ REPO_HELP = "Jobs repository: a local path (bare or not) or a remote URL (mirror
 BRANCH_HELP = "The protected branch whose commits are approved jobs [env: LEDGER_BRANCH]"
 
 
-def _summary(report) -> str:  # noqa: ANN001
+def _summary(report: IngestReport) -> str:
     if report.paused:
         rw = report.rewritten or {}
         return (
@@ -103,7 +111,7 @@ def watch_cmd(ctx: click.Context, source: str, branch: str, once: bool, interval
     store = store_from(ctx, create=True)
     out = console()
 
-    def show(report) -> None:  # noqa: ANN001
+    def show(report: IngestReport) -> None:
         if as_json:
             print_json(report.to_dict())
         elif once:
@@ -169,7 +177,7 @@ def observe_watcher(service: Service, watcher: Watcher) -> Service:
     return service
 
 
-def _on_delivery(action, setup, watcher: Watcher) -> None:  # noqa: ANN001
+def _on_delivery(action: Action, setup: ForgeSetup, watcher: Watcher) -> None:
     """A verified delivery: remember a merged pull request's head (saves the forge a call), wake."""
     if action.merged is not None and setup.forge is not None:
         setup.forge.note_merged(*action.merged)
@@ -243,7 +251,7 @@ def plan_cmd(ctx: click.Context, ref: str, repo: str, branch: str, as_json: bool
         ctx.exit(1)
 
 
-def _print_plan(report) -> None:  # noqa: ANN001
+def _print_plan(report: PlanReport) -> None:
 
     out = console()
     t = report.totals()

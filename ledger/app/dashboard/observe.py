@@ -21,6 +21,7 @@ from ledger.app.observability.server import health_body
 from ledger.app.observability.service import Service
 from ledger.app.queueview import recorded_policy, waiting_summary
 from ledger.fanout.publisher import cursor_name
+from ledger.spec.policy import Policy
 from ledger.store import open_heartbeats
 
 
@@ -52,7 +53,7 @@ def observe_dashboard(service: Service, live: LiveLedger) -> Service:
             **service.follower.outbox_gauges("fanout", live.topic, cursor_name(live.topic)),
         }
 
-    def policy():
+    def policy() -> Policy | None:
         with service.follower.lock:
             return recorded_policy(service.follower.store())
 

@@ -50,6 +50,7 @@ from ledger.app.figures import USAGE_HEADERS, chip_hours, percent, usage_cells
 from ledger.app.observability.service import Service
 from ledger.describe import figure
 from ledger.errors import LedgerError, UsageError
+from ledger.events import Event
 from reconciler.joblogs import DirArchive, LogArchive, LogView
 
 log = logging.getLogger("tpu_ledger.dashboard")
@@ -309,7 +310,7 @@ class Dashboard:
         events = await run_in_threadpool(self._events, job_id)
         return FastJSONResponse([e.to_dict() for e in events])  # `ledger inspect --json`'s events
 
-    def _events(self, job_id: str):
+    def _events(self, job_id: str) -> list[Event]:
         with self.pool.store() as store:
             return store.read_stream(job_id)
 

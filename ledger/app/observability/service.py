@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from prometheus_client import CollectorRegistry
@@ -42,6 +42,11 @@ METRICS_HELP = ("Serve Prometheus metrics at http://HOST:PORT/metrics, with /hea
                 "503 and the failed checks when not); off by default; port 0 = any free port "
                 "[env: LEDGER_METRICS_ADDRESS].")
 
+# What a click option decorates and gives back: a command's function (or a command); the
+# same as ledger.app.commands.common's, not imported from there: the commands import this
+# module, so that would be a cycle.
+FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
+
 
 def _checked_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value:
@@ -52,7 +57,7 @@ def _checked_address(ctx: click.Context, param: click.Parameter, value: str | No
     return value
 
 
-def metrics_option(func):
+def metrics_option(func: FC) -> FC:
     """`--metrics-address HOST:PORT` for a long-running command (checked before anything starts)."""
     return click.option("--metrics-address", envvar="LEDGER_METRICS_ADDRESS", default=None, metavar="HOST:PORT",
                         callback=_checked_address, help=METRICS_HELP)(func)
