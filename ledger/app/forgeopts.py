@@ -4,19 +4,18 @@ GitHub's web-flow keys, and the webhook receiver. Every option has its env var."
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import click
 
+from ledger.app.optiontypes import FC
 from ledger.errors import UsageError
 from ledger.forge.github import GitHubForge
 from ledger.forge.webflow import WebFlowKeys
 
 
-def forge_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+def forge_options(fn: FC) -> FC:
     for option in reversed([
         click.option("--forge", type=click.Choice(["github"]), envvar="LEDGER_FORGE", default=None,
                      help="Ask this forge for merged pull requests' reviews (approval evidence) [env: LEDGER_FORGE]."),

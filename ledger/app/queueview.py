@@ -14,10 +14,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from ledger.app.optiontypes import FC
 from ledger.capacity import CapacityMemory
 from ledger.capacity_snapshot import capacity_due, load_capacity, save_capacity
 from ledger.defaults import USAGE_HALF_LIFE_HOURS
@@ -42,11 +43,6 @@ from ledger.usage.snapshot import (
 from reconciler import admission, placement
 
 log = logging.getLogger("tpu_ledger.policy")
-
-# What a click option decorates and gives back: a command's function (or a command); the
-# same as ledger.app.commands.common's, not imported from there: the commands import this
-# module, so that would be a cycle.
-FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 
 
 def policy_option(func: FC) -> FC:

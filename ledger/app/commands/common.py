@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ledger import defaults, jsontext
+from ledger.app.optiontypes import FC
 from ledger.store import Store, open_store
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-# What a click option decorates and gives back: a command's function (or a command).
-FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 
 
 def store_from(ctx: click.Context, *, create: bool = False) -> Store:

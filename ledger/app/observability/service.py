@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from prometheus_client import CollectorRegistry
@@ -36,16 +36,12 @@ from ledger.app.observability.health import Readiness, sound_check, store_check
 from ledger.app.observability.heartbeat import HeartbeatThread
 from ledger.app.observability.metrics import COUNTERS, LedgerMetrics
 from ledger.app.observability.server import MetricsServer, parse_address
+from ledger.app.optiontypes import FC
 from ledger.errors import UsageError
 
 METRICS_HELP = ("Serve Prometheus metrics at http://HOST:PORT/metrics, with /healthz (alive) and /readyz (ready: "
                 "503 and the failed checks when not); off by default; port 0 = any free port "
                 "[env: LEDGER_METRICS_ADDRESS].")
-
-# What a click option decorates and gives back: a command's function (or a command); the
-# same as ledger.app.commands.common's, not imported from there: the commands import this
-# module, so that would be a cycle.
-FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 
 
 def _checked_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
