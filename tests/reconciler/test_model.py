@@ -31,7 +31,7 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ledger.events import NewEvent, actor, format_time
+from ledger.events import Event, NewEvent, actor, format_time
 from ledger.events import data as ev
 from ledger.failures import kind_of
 from ledger.fold import BLOCKED, QUEUED, JobState, replay
@@ -259,11 +259,19 @@ def check_end(world: World) -> None:
     for i, e in enumerate(events):
         if e.type == "failed" and e.data.get("kind") == "lost_host":
             # A start that found its host dead while the API still read READY is recorded as
-            # lost_host; once the API says PREEMPTED the verdict must follow the preemption.
+            # lost_host; once the API says PREEMPTED the verdict must follow the preemption:
+            # the next attempt's (resumed, rerun, failed), or the recovery the reconciler
+            # decided on, when a cancel ends the job before that recovery is done.
             from_start = e.data.get("message", "").startswith("could not start")
-            judged_preempted = from_start and any(later.stream == e.stream and later.type in ("resumed", "rerun", "failed")
-                                   and later.data.get("kind") == "preempted" for later in events[i + 1:])
+            judged_preempted = from_start and any(later.stream == e.stream and _judged_preempted(later) for later in events[i + 1:])
             assert judged_preempted or any(labelled(n, e.stream) for n in world.cloud.host_losses), f"{e.stream}: lost_host recorded at seq {e.seq} but no host was lost"
+
+
+def _judged_preempted(event: Event) -> bool:
+    if event.type in ("resumed", "rerun", "failed"):
+        return event.data.get("kind") == "preempted"
+    return event.type == "action_intent" and event.data.get("action") in ("recover", "restart") \
+        and event.data.get("params", {}).get("kind") == "preempted"
 
 
 def run_story(job_params: list[dict], faults: list[tuple]) -> World:
@@ -327,6 +335,21 @@ def test_found_a_preemption_that_kills_the_host_just_before_the_start_is_judged_
     world = run_story([SPOT_PASS], [("none",)] * 3 + [("preempt", 0, True)] + [("none",)] * 3)
     assert _verdicts(world) == [("failed", "lost_host"), ("resumed", "preempted")]
     assert [j.state for j in world.final.values()] == ["finished"]
+
+
+def test_found_a_cancel_that_ends_the_job_while_its_preemption_is_being_recovered():
+    """What the model found: the start met the preempted host (lost_host, the API still
+    READY); the recovery the reconciler then decided on, as a preemption, failed to delete the
+    TPU; a cancel ended the job before the next try. No attempt follows, so no verdict of one
+    says preempted: the recovery's intent does, and the job ends cancelled with its TPU gone."""
+    world = run_story(
+        [{**SPOT_PASS, "max_restarts": 0, "ticks": 1}, {**SPOT_PASS, "ticks": 1}],
+        [("none",), ("none",), ("fail_op",), ("preempt", 1, True), ("none",), ("outage", True), ("cancel", 3, False)])
+    mine = [e for e in world.store_events if e.stream == "u/j1"]
+    assert [(e.type, e.data.get("kind")) for e in mine if e.type in ("failed", "resumed", "cancelled")] == \
+        [("failed", "lost_host"), ("cancelled", None)]
+    assert any(_judged_preempted(e) for e in mine)
+    assert world.final["u/j1"].state == "cancelled" and world.final["u/j1"].tpu is None
 
 
 def test_a_preemption_the_probe_sees_first_is_recorded_as_preempted():
