@@ -12,8 +12,9 @@ See docs in `emulator/core.py` (Emulator), `emulator/cloud.py` (behaviour, fault
 `ledger emulator ...`).
 """
 
-from emulator.cloud import ApiError, Timings
+from emulator.cloud import Timings
 from emulator.control import ControlClient, ControlError
 from emulator.core import Emulator
+from emulator.errors import ApiError
 
 __all__ = ["ApiError", "ControlClient", "ControlError", "Emulator", "Timings"]

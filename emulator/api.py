@@ -20,7 +20,8 @@ from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, json_format
 
-from emulator.cloud import ApiError, Cloud, parse_parent
+from emulator.cloud import Cloud, parse_parent
+from emulator.errors import ApiError
 from ledger import tpu_types
 
 T = cloud_tpu
@@ -201,9 +202,9 @@ def services(cloud: Cloud) -> dict[str, dict[str, Method]]:
 
 
 def _gated(cloud: Cloud, name: str, call: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """`call`, answered first by an outage or a fault armed for `name` (Cloud.gate)."""
+    """`call`, answered first by an outage or a fault armed for `name` (ArmedFaults.gate)."""
     def gated(request: Any) -> Any:
-        cloud.gate(name, request)
+        cloud.armed.gate(name, request)
         return call(request)
 
     return gated

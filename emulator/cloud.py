@@ -1,15 +1,15 @@
-"""The emulated Cloud TPU service: nodes, queued resources, operations, capacity, faults.
+"""The emulated Cloud TPU service: nodes, queued resources, operations, capacity, and the
+faults that change them (a preemption, a maintenance event, a host killed, capacity gone).
 
-All state lives here behind one lock; the gRPC layer (`grpc_api`) only translates
-messages, and the hosts (`hosts`) only serve SSH. Messages are the raw protobuf classes
+All their state lives here behind one lock; the faults armed against the API itself (refused
+calls, outages, failing operations) are `faults.ArmedFaults`, its errors `errors.ApiError`;
+the gRPC layer (`grpc_api`) only translates messages, and the hosts (`hosts`) only serve SSH. Messages are the raw protobuf classes
 behind google-cloud-tpu's proto-plus types, so what the client receives is what Google
 would send. Timed transitions run on one scheduler thread.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import random
 import re
 import threading
@@ -24,10 +24,12 @@ from typing import Any
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
+from google.protobuf import empty_pb2, timestamp_pb2
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 
+from emulator.errors import ApiError, fault_error, not_found, pack
+from emulator.faults import ArmedFaults
 from emulator.hosts import Acceptor, SSHHost, new_host_key, parse_ssh_keys
 from emulator.scheduler import Scheduler
 from ledger import tpu_types
@@ -55,69 +57,6 @@ _ACCEL_CONFIG_FAMILY = {
     cloud_tpu.AcceleratorConfig.Type.V6E: "v6e",
 }
 _FAMILY_CONFIG_TYPE = {v: k for k, v in _ACCEL_CONFIG_FAMILY.items()}
-
-
-# google.rpc.ErrorInfo the emulator attaches by code, as Google's front end does
-# (reason, domain); a fault may name its own reason.
-_INFO = {
-    "PERMISSION_DENIED": ("IAM_PERMISSION_DENIED", "iam.googleapis.com"),
-    "UNAUTHENTICATED": ("ACCESS_TOKEN_EXPIRED", "googleapis.com"),
-}
-# What the API says for each code a fault can inject (Google's wording where it is known).
-FAULT_MESSAGES = {
-    "UNAVAILABLE": "The service is currently unavailable.",
-    "DEADLINE_EXCEEDED": "Deadline exceeded.",
-    "INTERNAL": "Internal error. Please try again.",
-    "ABORTED": "The operation was aborted: concurrent modification. Please try again.",
-    "CANCELLED": "The operation was cancelled.",
-    "RESOURCE_EXHAUSTED": 'There is no more capacity in the zone; you can try in another zone where Cloud TPU Nodes are offered',
-    "PERMISSION_DENIED": "Permission '{permission}' denied on resource '{resource}' (or it may not exist).",
-    "UNAUTHENTICATED": "Request had invalid authentication credentials. Expected OAuth 2 access token.",
-    "INVALID_ARGUMENT": "Invalid value for field 'node.runtime_version'.",
-    "NOT_FOUND": "Location '{resource}' was not found.",
-    "ALREADY_EXISTS": "Resource already exists.",
-    "FAILED_PRECONDITION": "Precondition check failed.",
-}
-
-
-class ApiError(Exception):
-    """An error as the API returns it: a gRPC status code, Google's kind of message, and the
-    google.rpc.ErrorInfo (reason, domain, metadata) sent in the status's details."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, *, reason: str = "", domain: str = "",
-                 metadata: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        default = _INFO.get(code.name, (code.name, "tpu.googleapis.com"))
-        self.reason = reason or default[0]
-        self.domain = domain or default[1]
-        self.metadata = dict(metadata or {})
-
-    def status(self) -> status_pb2.Status:
-        """As google.rpc.Status, with its ErrorInfo in `details` (gRPC trailers, REST body, operations)."""
-        info = error_details_pb2.ErrorInfo(reason=self.reason, domain=self.domain, metadata=self.metadata)
-        return status_pb2.Status(code=self.code.value[0], message=self.message, details=[_pack(info)])
-
-
-def fault_error(code: str, method: str, resource: str, *, reason: str = "", message: str | None = None) -> ApiError:
-    """The error a fault injects for `method` on `resource`, worded as the API would."""
-    status = grpc.StatusCode[code]
-    permission = tpu_types.PERMISSIONS.get(method, "tpu.nodes.get")
-    text = message or FAULT_MESSAGES.get(code, f"{code}.").format(permission=permission, resource=resource)
-    metadata = {"permission": permission, "resource": resource} if code == "PERMISSION_DENIED" else {}
-    if code == "RESOURCE_EXHAUSTED" and reason == "QUOTA_EXCEEDED" and message is None:
-        text = f"Quota limit 'TPUV4PodPerProjectPerZoneForTPUAPI' has been exceeded for {resource}."
-    return ApiError(status, text, reason=reason, metadata=metadata)
-
-
-def _zone_in(request: Any) -> str:
-    """The zone a request names (its parent or name), or ""."""
-    for attr in ("parent", "name"):
-        m = re.search(r"/locations/([^/]+)", getattr(request, attr, "") or "")
-        if m:
-            return m.group(1)
-    return ""
 
 
 @dataclass
@@ -169,12 +108,6 @@ def _now_ts() -> timestamp_pb2.Timestamp:
     return ts
 
 
-def _pack(msg: Message) -> any_pb2.Any:
-    a = any_pb2.Any()
-    a.Pack(msg)
-    return a
-
-
 def parse_parent(parent: str) -> tuple[str, str]:
     m = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)", parent or "")
     if not m:
@@ -187,22 +120,6 @@ def _split_name(name: str, collection: str) -> tuple[str, str, str]:
     if not m:
         raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid resource name {name!r}: expected projects/PROJECT/locations/ZONE/{collection}/ID")
     return m.group(1), m.group(2), m.group(3)
-
-
-# A call that hangs in an outage is answered (UNAVAILABLE) after this long at most, so a
-# forgotten outage never holds the server's threads for good.
-_HANG_LIMIT_S = 600.0
-
-
-def _fault_code(code: str) -> grpc.StatusCode:
-    try:
-        return grpc.StatusCode[code]
-    except KeyError:
-        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown status code {code!r}: one of {', '.join(FAULT_MESSAGES)}") from None
-
-
-def _not_found(name: str) -> ApiError:
-    return ApiError(grpc.StatusCode.NOT_FOUND, f"Resource '{name}' was not found")
 
 
 def _fill_defaults(pb: Any, project: str, zone: str, index: int) -> None:
@@ -240,14 +157,7 @@ class Cloud:
         # (zone, family, pricing) -> chips; pricing None: the zone's chips of the family whatever
         # the pricing (a pricing's own limit is checked as well as the zone's).
         self._capacity: dict[tuple[str, str, str | None], int] = {}
-        self._fail_creations: list[dict[str, Any]] = []
-        self._fail_next: dict[str, Any] | None = None
-        self._call_faults: list[dict[str, Any]] = []
-        self._outage: str | None = None
-        self._outage_over = threading.Event()
-        self._create_delay: float | None = None
-        self.faults: list[dict[str, Any]] = []
-        self._faults_path = state_dir / "faults.jsonl"
+        self.armed = ArmedFaults(state_dir / "faults.jsonl")  # and the log of every fault
         self._rng = random.Random()
         self._acceptor = Acceptor()
         self._sched = Scheduler()
@@ -262,15 +172,6 @@ class Cloud:
         self._stop_hosts([h for n in nodes for h in n.hosts])
         self._acceptor.close()
 
-    def record_fault(self, fault: str, **data: Any) -> dict[str, Any]:
-        now = time.time()
-        entry = {"time": now, "iso": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z", "fault": fault, **data}
-        with self._lock:
-            self.faults.append(entry)
-            with contextlib.suppress(OSError), self._faults_path.open("a") as f:
-                f.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
-        return entry
-
     def _later(self, delay: float, fn: Callable[[], None]) -> None:
         self._sched.call_later(delay, fn)
 
@@ -278,7 +179,7 @@ class Cloud:
         op = operations_pb2.Operation()
         op.name = f"projects/{project}/locations/{zone}/operations/operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
         meta = OperationMetadataPb(create_time=_now_ts(), target=target, verb=verb, api_version="v2")
-        op.metadata.CopyFrom(_pack(meta))
+        op.metadata.CopyFrom(pack(meta))
         self._ops[op.name] = op
         return op
 
@@ -287,19 +188,12 @@ class Cloud:
             meta = OperationMetadataPb()
             op.metadata.Unpack(meta)
             meta.end_time.CopyFrom(_now_ts())
-            op.metadata.CopyFrom(_pack(meta))
+            op.metadata.CopyFrom(pack(meta))
             if error is not None:
                 op.error.CopyFrom(error.status())
             else:
-                op.response.CopyFrom(_pack(response if response is not None else empty_pb2.Empty()))
+                op.response.CopyFrom(pack(response if response is not None else empty_pb2.Empty()))
             op.done = True
-
-    def _take_fail_next(self, verb: str, target: str) -> dict[str, Any] | None:
-        """The pending `fail_next_operation` fault, consumed by this operation, if any."""
-        fault, self._fail_next = self._fail_next, None
-        if fault is not None:
-            self.record_fault("operation_failed", verb=verb, target=target, code=fault["code"].name)
-        return fault
 
     # ---------------------------------------------------------------- validation
     def _accel(self, node: Any, zone: str) -> tpu_types.AcceleratorType:
@@ -367,7 +261,7 @@ class Cloud:
         _split_name(name, "nodes")
         rec = self._nodes.get(name)
         if rec is None:
-            raise _not_found(name)
+            raise not_found(name)
         return rec
 
     def get_node(self, name: str) -> Any:
@@ -404,7 +298,7 @@ class Cloud:
             if name in self._nodes:
                 raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"Resource '{name}' already exists")
             op = self._new_op(project, zone, "create", name)
-            fault = self._take_fail_next("create", name)
+            fault = self.armed.take_next_operation("create", name)
             if fault is not None:
                 self._later(self._creation_delay(), lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
@@ -416,7 +310,7 @@ class Cloud:
             return op
 
     def _creation_delay(self) -> float:
-        return self.timings.create if self._create_delay is None else self._create_delay
+        return self.timings.create if self.armed.create_delay is None else self.armed.create_delay
 
     def _add_node(self, name: str, project: str, zone: str, node: Any, accel: tpu_types.AcceleratorType, *,
                   op: operations_pb2.Operation | None = None, qr: str | None = None) -> _Node:
@@ -438,18 +332,9 @@ class Cloud:
         home = self.state_dir / "hosts" / project / zone / name.rsplit("/", 1)[1] / uid
         rec = _Node(pb=pb, project=project, zone=zone, accel=accel, host_keys=[new_host_key() for _ in range(accel.hosts)], home=home, uid=uid, qr=qr)
         self._nodes[name] = rec
-        fail = self._take_fail_creation(zone)
+        fail = self.armed.take_creation(zone)
         self._later(self._creation_delay(), lambda: self._finish_create(rec, op, fail))
         return rec
-
-    def _take_fail_creation(self, zone: str) -> dict[str, Any] | None:
-        for i, f in enumerate(self._fail_creations):
-            if f["zone"] in (None, zone):
-                f["remaining"] -= 1
-                if f["remaining"] <= 0:
-                    del self._fail_creations[i]
-                return f
-        return None
 
     def _finish_create(self, rec: _Node, op: operations_pb2.Operation | None, fail: dict[str, Any] | None) -> None:
         name = rec.pb.name
@@ -457,7 +342,7 @@ class Cloud:
             with self._lock:
                 if self._nodes.get(name) is rec and rec.pb.state == S.CREATING:
                     del self._nodes[name]
-                self.record_fault("creation_failed", node=name, zone=rec.zone, code=fail["code"].name)
+                self.armed.record("creation_failed", node=name, zone=rec.zone, code=fail["code"].name)
             error = fault_error(fail["code"].name, "CreateQueuedResource" if rec.qr else "CreateNode",
                                 f"projects/{rec.project}/locations/{rec.zone}", reason=fail.get("reason", ""),
                                 message=fail["message"])
@@ -547,7 +432,7 @@ class Cloud:
         with self._lock:
             rec = self._node(name)
             op = self._new_op(rec.project, rec.zone, "delete", name)
-            fault = self._take_fail_next("delete", name)
+            fault = self.armed.take_next_operation("delete", name)
             if fault is not None:
                 self._later(self.timings.delete, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
@@ -574,7 +459,7 @@ class Cloud:
             if rec.pb.state != S.READY:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"Node '{name}' is {S(rec.pb.state).name}; only a READY node can be stopped")
             op = self._new_op(rec.project, rec.zone, "stop", name)
-            fault = self._take_fail_next("stop", name)
+            fault = self.armed.take_next_operation("stop", name)
             if fault is not None:
                 self._later(self.timings.stop, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
@@ -599,7 +484,7 @@ class Cloud:
             if rec.pb.state != S.STOPPED:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"Node '{name}' is {S(rec.pb.state).name}; only a STOPPED node can be started")
             op = self._new_op(rec.project, rec.zone, "start", name)
-            fault = self._take_fail_next("start", name)
+            fault = self.armed.take_next_operation("start", name)
             if fault is not None:
                 self._later(self.timings.start, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
@@ -670,7 +555,7 @@ class Cloud:
         _split_name(name, "queuedResources")
         rec = self._qrs.get(name)
         if rec is None:
-            raise _not_found(name)
+            raise not_found(name)
         return rec
 
     def get_queued_resource(self, name: str) -> Any:
@@ -732,7 +617,7 @@ class Cloud:
                 if node_name in self._nodes:
                     raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"Resource '{node_name}' already exists")
             op = self._new_op(project, zone, "create", name)
-            fault = self._take_fail_next("create", name)
+            fault = self.armed.take_next_operation("create", name)
             if fault is not None:
                 self._later(self.timings.queue_step, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
@@ -837,7 +722,7 @@ class Cloud:
             if nodes and not force:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"Queued resource '{name}' still has node(s) {', '.join(n.pb.name for n in nodes)}: delete them first or pass force=True")
             op = self._new_op(q.project, q.zone, "delete", name)
-            fault = self._take_fail_next("delete", name)
+            fault = self.armed.take_next_operation("delete", name)
             if fault is not None:
                 self._later(self.timings.delete, lambda: self._finish_op(op, error=ApiError(fault["code"], fault["message"])))
                 return op
@@ -886,7 +771,7 @@ class Cloud:
         with self._lock:
             op = self._ops.get(name)
             if op is None:
-                raise _not_found(name)
+                raise not_found(name)
             out = operations_pb2.Operation()
             out.CopyFrom(op)
             return out
@@ -899,17 +784,17 @@ class Cloud:
     def delete_operation(self, name: str) -> None:
         with self._lock:
             if self._ops.pop(name, None) is None:
-                raise _not_found(name)
+                raise not_found(name)
 
     def cancel_operation(self, name: str) -> None:
         with self._lock:
             op = self._ops.get(name)
             if op is None:
-                raise _not_found(name)
+                raise not_found(name)
             meta = OperationMetadataPb()
             op.metadata.Unpack(meta)
             meta.cancel_requested = True
-            op.metadata.CopyFrom(_pack(meta))
+            op.metadata.CopyFrom(pack(meta))
 
     # ---------------------------------------------------------------- control: faults
     def resolve_node(self, node: str) -> str:
@@ -921,7 +806,7 @@ class Cloud:
             if len(hits) == 1:
                 return hits[0]
             if not hits:
-                raise _not_found(node)
+                raise not_found(node)
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Node id {node!r} is ambiguous: {', '.join(sorted(hits))}")
 
     def preempt(self, node: str, *, at: float | None = None, rate: float | None = None, state: str = "PREEMPTED") -> float:
@@ -941,7 +826,7 @@ class Cloud:
             delay = 0.0
         delay = max(0.0, delay)
         if delay > 0:
-            self.record_fault("preempt_scheduled", node=name, delay=delay, state=state)
+            self.armed.record("preempt_scheduled", node=name, delay=delay, state=state)
             self._later(delay, lambda: self._preempt_now(name, target))
         else:
             self._preempt_now(name, target)
@@ -951,12 +836,12 @@ class Cloud:
         with self._lock:
             rec = self._nodes.get(name)
             if rec is None or rec.pb.state not in (S.READY, S.CREATING, S.STARTING, S.REPAIRING, S.RESTARTING):
-                self.record_fault("preempt_skipped", node=name, reason="node gone or not running")
+                self.armed.record("preempt_skipped", node=name, reason="node gone or not running")
                 return
             rec.pb.state = target
             rec.pb.health = H.HEALTH_UNSPECIFIED
             hosts, rec.hosts = rec.hosts, []
-            self.record_fault("preempt", node=name, state=S(target).name)
+            self.armed.record("preempt", node=name, state=S(target).name)
         self._stop_hosts(hosts)
         if rec.qr:
             self._qr_suspend(rec.qr)
@@ -973,7 +858,7 @@ class Cloud:
             rec.pb.health = H.UNHEALTHY_MAINTENANCE
             rec.pb.health_description = "The TPU is going through a maintenance event"
             hosts = list(rec.hosts)
-            self.record_fault("maintenance", node=name)
+            self.armed.record("maintenance", node=name)
         for h in hosts:
             h.kill_processes()
 
@@ -982,7 +867,7 @@ class Cloud:
                 if self._nodes.get(name) is rec and rec.pb.health == H.UNHEALTHY_MAINTENANCE:
                     rec.pb.health = H.HEALTHY
                     rec.pb.health_description = ""
-                    self.record_fault("maintenance_over", node=name)
+                    self.armed.record("maintenance_over", node=name)
 
         self._later(self.timings.maintenance if duration is None else duration, over)
 
@@ -997,7 +882,7 @@ class Cloud:
             host = rec.hosts[worker]
             rec.pb.health = H.TIMEOUT
             rec.pb.health_description = f"Worker {worker} is not responding"
-            self.record_fault("kill_host", node=name, worker=worker, port=host.port)
+            self.armed.record("kill_host", node=name, worker=worker, port=host.port)
         host.stop()
 
     def host_of(self, node: str, worker: int) -> SSHHost:
@@ -1023,7 +908,7 @@ class Cloud:
             result = {"free": kwargs.get("free")}
         else:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown host fault {fault!r}")
-        self.record_fault(fault, node=self.resolve_node(node), worker=worker, **result)
+        self.armed.record(fault, node=self.resolve_node(node), worker=worker, **result)
         return result
 
     def set_capacity(self, zone: str, family: str, chips: int | None, pricing: str | None = None) -> None:
@@ -1038,7 +923,7 @@ class Cloud:
                 self._capacity.pop((zone, family, pricing), None)
             else:
                 self._capacity[(zone, family, pricing)] = int(chips)
-            self.record_fault("capacity", zone=zone, family=family, chips=chips, **({"pricing": pricing} if pricing else {}))
+            self.armed.record("capacity", zone=zone, family=family, chips=chips, **({"pricing": pricing} if pricing else {}))
         self._pump_queue()
 
     def capacity_schedule(self, steps: list[dict[str, Any]], *, repeat_s: float | None = None) -> int:
@@ -1062,82 +947,9 @@ class Cloud:
             if repeat_s is not None:
                 self._later(offset + repeat_s, lambda: None if self._closed else run(0.0))
 
-        self.record_fault("capacity_schedule", steps=len(steps), repeat_s=repeat_s)
+        self.armed.record("capacity_schedule", steps=len(steps), repeat_s=repeat_s)
         run(0.0)
         return len(steps)
-
-    def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None,
-                       reason: str = "") -> None:
-        """The next `n` node creations (in `zone`, or any) fail after the creation delay: the
-        call is accepted and its operation (or the queued resource) ends in this error."""
-        status = _fault_code(code)
-        with self._lock:
-            default = "Internal error: the TPU could not be created. Please try again." if code == "INTERNAL" else None
-            self._fail_creations.append({"remaining": int(n), "zone": zone, "code": status, "message": message or default,
-                                         "reason": reason})
-            self.record_fault("fail_creations", n=n, zone=zone, code=code, reason=reason)
-
-    def fail_calls(self, method: str, code: str, *, n: int = 1, zone: str | None = None, reason: str = "",
-                   message: str | None = None) -> None:
-        """The next `n` calls of `method` ("CreateNode", or "*" for any; in `zone`, or any)
-        are refused with `code`, as the API refuses a request before accepting it."""
-        _fault_code(code)
-        with self._lock:
-            self._call_faults.append({"method": method, "code": code, "remaining": int(n), "zone": zone,
-                                      "reason": reason, "message": message})
-            self.record_fault("fail_calls", method=method, code=code, n=n, zone=zone, reason=reason)
-
-    def outage(self, mode: str | None) -> None:
-        """The whole API (gRPC and REST) goes down: "refuse" answers every call UNAVAILABLE,
-        "hang" answers none until the outage ends; None (or "off") ends it."""
-        mode = None if mode in (None, "", "off") else mode
-        if mode not in (None, "refuse", "hang"):
-            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "outage mode must be refuse, hang or off")
-        with self._lock:
-            self._outage = mode
-            if mode is None:
-                self._outage_over.set()
-            else:
-                self._outage_over.clear()
-            self.record_fault("outage", mode=mode or "off")
-
-    def gate(self, method: str, request: Any) -> None:
-        """Before every API call: an outage or an armed fault answers instead of the method."""
-        with self._lock:
-            mode = self._outage
-            if mode is None:
-                fault = self._take_call_fault(method, _zone_in(request))
-        if mode == "hang":
-            self._outage_over.wait(_HANG_LIMIT_S)
-            mode = self._outage
-        if mode == "refuse" or mode == "hang":
-            raise ApiError(grpc.StatusCode.UNAVAILABLE, "The service is currently unavailable.", reason="SERVICE_UNAVAILABLE",
-                           domain="googleapis.com")
-        if mode is None and fault is not None:
-            resource = getattr(request, "parent", "") or getattr(request, "name", "")
-            raise fault_error(fault["code"], method, resource, reason=fault["reason"], message=fault["message"])
-
-    def _take_call_fault(self, method: str, zone: str) -> dict[str, Any] | None:
-        for i, f in enumerate(self._call_faults):
-            if f["method"] in ("*", method) and f["zone"] in (None, zone):
-                f["remaining"] -= 1
-                if f["remaining"] <= 0:
-                    del self._call_faults[i]
-                self.record_fault("call_refused", method=method, code=f["code"], zone=zone)
-                return f
-        return None
-
-    def slow_creations(self, seconds: float | None) -> None:
-        """Creations take `seconds` from now on; None restores the configured timing."""
-        with self._lock:
-            self._create_delay = seconds
-            self.record_fault("slow_creations", seconds=seconds)
-
-    def fail_next_operation(self, code: str = "INTERNAL", message: str | None = None) -> None:
-        """The next mutating call returns an operation that ends with this error and changes nothing."""
-        with self._lock:
-            self._fail_next = {"code": grpc.StatusCode[code], "message": message or "Internal error. Please try again."}
-            self.record_fault("fail_next_operation", code=code)
 
     def status(self) -> dict[str, Any]:
         with self._lock:

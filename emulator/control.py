@@ -16,7 +16,8 @@ from typing import Any
 
 import grpc
 
-from emulator.cloud import ApiError, Cloud
+from emulator.cloud import Cloud
+from emulator.errors import ApiError
 from emulator.httpd import JsonHandler, JsonServer
 
 
@@ -27,13 +28,13 @@ def _verbs(cloud: Cloud) -> dict[str, Any]:
         "capacity": lambda a: cloud.set_capacity(a["zone"], a["family"], a.get("chips"), a.get("pricing")),
         "capacity-schedule": lambda a: {"steps": cloud.capacity_schedule(list(a.get("steps") or []), repeat_s=a.get("repeat_s"))},
         "kill-host": lambda a: cloud.kill_host(a["node"], int(a["worker"])),
-        "fail-creations": lambda a: cloud.fail_creations(int(a.get("n", 1)), zone=a.get("zone"), code=a.get("code", "INTERNAL"),
+        "fail-creations": lambda a: cloud.armed.fail_creations(int(a.get("n", 1)), zone=a.get("zone"), code=a.get("code", "INTERNAL"),
                                                          message=a.get("message"), reason=a.get("reason", "")),
-        "fail-calls": lambda a: cloud.fail_calls(a.get("method", "*"), a["code"], n=int(a.get("n", 1)), zone=a.get("zone"),
+        "fail-calls": lambda a: cloud.armed.fail_calls(a.get("method", "*"), a["code"], n=int(a.get("n", 1)), zone=a.get("zone"),
                                                  reason=a.get("reason", ""), message=a.get("message")),
-        "outage": lambda a: cloud.outage(a.get("mode")),
-        "slow-creations": lambda a: cloud.slow_creations(a.get("seconds")),
-        "fail-next-operation": lambda a: cloud.fail_next_operation(a.get("code", "INTERNAL"), a.get("message")),
+        "outage": lambda a: cloud.armed.outage(a.get("mode")),
+        "slow-creations": lambda a: cloud.armed.slow_creations(a.get("seconds")),
+        "fail-next-operation": lambda a: cloud.armed.fail_next_operation(a.get("code", "INTERNAL"), a.get("message")),
         "stale-process": lambda a: cloud.host_fault("stale_process", a["node"], int(a.get("worker", 0)),
                                                     env={str(k): str(v) for k, v in (a.get("env") or {}).items()},
                                                     lock=bool(a.get("lock", True))),
@@ -51,7 +52,7 @@ class ControlServer(JsonServer):
         class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path == "/v1/faults":
-                    self.send_json(200, {"faults": list(cloud.faults)})
+                    self.send_json(200, {"faults": list(cloud.armed.log)})
                 elif self.path == "/v1/status":
                     self.send_json(200, cloud.status())
                 else:

@@ -175,7 +175,7 @@ class Emulator:
     @property
     def faults(self) -> list[dict[str, Any]]:
         """Every injected fault, in order: {"time": unix seconds, "iso", "fault", ...}."""
-        return list(self._cloud().faults)
+        return list(self._cloud().armed.log)
 
     def preempt(self, node: str, *, at: float | None = None, rate: float | None = None, state: str = "PREEMPTED") -> float:
         return self._cloud().preempt(node, at=at, rate=rate, state=state)
@@ -207,20 +207,20 @@ class Emulator:
 
     def fail_creations(self, n: int = 1, *, zone: str | None = None, code: str = "INTERNAL", message: str | None = None,
                        reason: str = "") -> None:
-        self._cloud().fail_creations(n, zone=zone, code=code, message=message, reason=reason)
+        self._cloud().armed.fail_creations(n, zone=zone, code=code, message=message, reason=reason)
 
     def fail_calls(self, method: str, code: str, *, n: int = 1, zone: str | None = None, reason: str = "",
                    message: str | None = None) -> None:
-        self._cloud().fail_calls(method, code, n=n, zone=zone, reason=reason, message=message)
+        self._cloud().armed.fail_calls(method, code, n=n, zone=zone, reason=reason, message=message)
 
     def outage(self, mode: str | None) -> None:
-        self._cloud().outage(mode)
+        self._cloud().armed.outage(mode)
 
     def slow_creations(self, seconds: float | None) -> None:
-        self._cloud().slow_creations(seconds)
+        self._cloud().armed.slow_creations(seconds)
 
     def fail_next_operation(self, code: str = "INTERNAL", message: str | None = None) -> None:
-        self._cloud().fail_next_operation(code, message)
+        self._cloud().armed.fail_next_operation(code, message)
 
     def status(self) -> dict[str, Any]:
         return self._cloud().status()

@@ -14,7 +14,8 @@ import grpc
 from grpc_status import rpc_status
 
 from emulator.api import Method, services
-from emulator.cloud import ApiError, Cloud
+from emulator.cloud import Cloud
+from emulator.errors import ApiError
 
 
 def build_handlers(cloud: Cloud) -> list[grpc.GenericRpcHandler]:

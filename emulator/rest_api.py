@@ -26,7 +26,8 @@ from google.cloud.tpu_v2.services.tpu.transports.rest_base import _BaseTpuRestTr
 from google.protobuf import json_format
 
 from emulator.api import Method, services
-from emulator.cloud import ApiError, Cloud
+from emulator.cloud import Cloud
+from emulator.errors import ApiError
 from emulator.httpd import JsonHandler, JsonServer
 
 log = logging.getLogger("emulator.rest")
