@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -178,3 +179,27 @@ def test_a_value_an_option_refuses_names_the_line_it_came_from(tmp_path: Path, t
     result = CliRunner().invoke(cli, ["--config", str(path), *args])
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {path}:{line}: {what}"), result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def _commands(group: click.Group, ctx: click.Context) -> list[click.Command]:
+    found: list[click.Command] = [group]
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            found += _commands(command, click.Context(command, info_name=name, parent=ctx))
+        elif command is not None:
+            found.append(command)
+    return found
+
+
+def test_every_example_block_in_a_help_text_is_a_paragraph_of_its_own():
+    """click keeps a block's lines as written only when its `\\b` opens a paragraph: after
+    prose with no blank line between, `ledger emulator --help` ran its examples into one
+    wrapped line."""
+    glued = []
+    for command in _commands(cli, click.Context(cli, info_name="ledger")):
+        for paragraph in (command.help or "").split("\n\n"):
+            lines = [line.strip() for line in paragraph.strip("\n").split("\n")]
+            if "\b" in lines[1:] and lines[0] != "\b":
+                glued.append(f"{command.name}: {lines[0]!r}")
+    assert not glued, glued

@@ -82,6 +82,7 @@ def emulator_group(ctx: click.Context, port: int, state_dir: str | None, control
 
     The subcommands drive a running emulator (found through --control, or emulator.json in
     --state-dir):
+
     \b
       ledger emulator preempt my-node          # now; or --in 30, --rate 2 (per hour)
       ledger emulator capacity us-central2-b v4 0     # zone runs out of v4 chips
