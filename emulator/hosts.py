@@ -440,9 +440,9 @@ class SSHHost:
         with self._lock:
             self._pgids.add(proc.pid)
         runner = threading.Thread(target=self._run, args=(channel, proc, gate), name="emulator-ssh-exec", daemon=True)
-        with self._lock:
+        with self._lock:  # started before stop() can see it: it joins only threads that run
             self._runners.add(runner)
-        runner.start()
+            runner.start()
         return True
 
     def _run(self, channel: paramiko.Channel, proc: subprocess.Popen, gate: threading.Event) -> None:
