@@ -220,17 +220,7 @@ class Watchers:
             self._read(w)
         except Exception:
             log.exception("%s: watcher of %s failed; letting it go", w.label, w.key[0])
-            self._unregister(w)
-            with self._lock:
-                first = not w.ended
-                w.ended = True
-                if self._watches.get(w.key) is w:
-                    del self._watches[w.key]
-            with contextlib.suppress(Exception):
-                w.chan.close()
-            for fn in self.on_change if first else ():
-                with contextlib.suppress(Exception):
-                    fn(w.key[0])
+            self._end(w)
 
     def _run_pending(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -277,8 +267,12 @@ class Watchers:
             closed = chan.closed or chan.eof_received or not chan.get_transport().is_active()  # type: ignore[union-attr]
         except (OSError, EOFError, AttributeError):
             closed = True
-        if not closed:
-            return
+        if closed:
+            self._end(w)
+
+    def _end(self, w: _Watch) -> None:
+        """Its channel closed (or its read failed): out of the selector and the table, the
+        channel closed, and its job told once, unless it was dropped on purpose."""
         self._unregister(w)
         with self._lock:
             if w.ended:  # dropped or forgotten on purpose: nobody needs to hear it
@@ -293,7 +287,7 @@ class Watchers:
                     self._legacy.clear()
                 self._legacy.add(w.key)
         with contextlib.suppress(Exception):
-            chan.close()
+            w.chan.close()
         if legacy:
             return  # never watchable: the probe keeps polling it, and a wake-up would loop
         log.debug("%s: watcher of %s closed (%s)", w.label, w.key[0],

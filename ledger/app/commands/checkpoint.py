@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 
 from ledger import defaults
-from ledger.app.commands.common import FC, print_json, store_from
+from ledger.app.commands.common import print_json, store_from
+from ledger.app.optiontypes import FC
 from ledger.checkpoints import (
     ALLOWED_SIGNERS_PATH,
     DEFAULT_REF,

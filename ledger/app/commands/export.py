@@ -120,5 +120,6 @@ def import_cmd(ctx: click.Context, file: Path) -> None:
             batch = []
     if batch:
         store.import_events(batch)
-    store.refresh_statistics()
+    if report.events:
+        store.refresh_statistics()  # as `ledger migrate` does: the reads after it planned for its size
     click.echo(f"imported {report.events} event(s) into {store.url}", err=True)

@@ -28,7 +28,8 @@ from ledger.app.commands.checkpoint import (
     checkpoint_repo_option,
     load_allowed_signers,
 )
-from ledger.app.commands.common import FC, store_from
+from ledger.app.commands.common import store_from
+from ledger.app.optiontypes import FC
 from ledger.app.queueview import recorded_policy
 from ledger.checkpoints import DEFAULT_REF, CheckpointRepo
 from ledger.checkpoints.note import utc_seconds
